@@ -1,0 +1,24 @@
+"""The widgets of the workbench: one chart helper and the live panels.
+
+``charts`` builds every Bokeh chart; ``TrainingPanel`` starts and watches one job;
+``ScalingPanel`` runs a scaling sweep and plots speedup, efficiency and scalability.
+The panels are imported on first use, so ``from workbench.ui import charts`` stays light.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["TrainingPanel", "ScalingPanel"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TrainingPanel":
+        from workbench.ui.training_panel import TrainingPanel
+
+        return TrainingPanel
+    if name == "ScalingPanel":
+        from workbench.ui.scaling_panel import ScalingPanel
+
+        return ScalingPanel
+    raise AttributeError(f"module 'workbench.ui' has no attribute {name!r}")
