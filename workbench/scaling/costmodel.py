@@ -1,0 +1,186 @@
+"""The α–β (latency–bandwidth) cost of an allreduce, and how to measure α and β.
+
+Symbols, used the same way in every formula:
+
+* p  workers taking part;
+* n  bytes each worker contributes (the gradient size: parameters × bytes per parameter);
+* α  latency per message, in seconds (start-up cost, independent of size);
+* β  transfer time per byte on one link, in seconds per byte (1 / bandwidth);
+* γ  reduction (adding) time per byte, in seconds per byte; often folded into β.
+
+The formulas are Hockney's model applied to each algorithm's message schedule; the
+summaries follow R. Thakur, R. Rabenseifner and W. Gropp, "Optimization of Collective
+Communication Operations in MPICH", IJHPCA 19(1), 2005.
+
+The module is pure arithmetic: no torch, no numpy, no bokeh.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: The allreduce algorithms the simulator knows, and what ``--algorithm`` accepts.
+ALGORITHMS = ("ring", "tree", "recursive-doubling", "ps")
+
+
+def ring_allreduce_time(n_bytes: float, p: int, alpha: float, beta: float,
+                        gamma: float = 0.0) -> float:
+    """Seconds for a ring allreduce: 2(p−1)·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ.
+
+    The ring runs a reduce-scatter then an allgather, each of p−1 steps in which every worker
+    sends one chunk of n/p bytes to its neighbour. So each worker sends about 2n bytes in
+    total *whatever p is*: the ring is bandwidth-optimal, but its latency term grows with p.
+    Source: P. Patarasuk and X. Yuan, "Bandwidth optimal all-reduce algorithms for clusters
+    of workstations", J. Parallel Distrib. Comput. 69(2), 2009.
+    """
+    if p <= 1:
+        return 0.0
+    share = (p - 1) / p
+    return 2 * (p - 1) * alpha + 2 * share * n_bytes * beta + share * n_bytes * gamma
+
+
+def rabenseifner_allreduce_time(n_bytes: float, p: int, alpha: float, beta: float,
+                                gamma: float = 0.0) -> float:
+    """Seconds for Rabenseifner's tree allreduce: 2·log₂p·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ.
+
+    A reduce-scatter by recursive halving, then an allgather by recursive doubling: the same
+    bandwidth term as the ring, but only 2·log₂p message rounds, so it wins at large p and
+    small n. Non-powers of two cost extra rounds; we use ⌈log₂p⌉.
+    Source: R. Rabenseifner, "Optimization of collective reduction operations", ICCS 2004;
+    Thakur, Rabenseifner & Gropp, IJHPCA 2005.
+    """
+    if p <= 1:
+        return 0.0
+    share = (p - 1) / p
+    rounds = math.ceil(math.log2(p))
+    return 2 * rounds * alpha + 2 * share * n_bytes * beta + share * n_bytes * gamma
+
+
+def recursive_doubling_allreduce_time(n_bytes: float, p: int, alpha: float, beta: float,
+                                      gamma: float = 0.0) -> float:
+    """Seconds for recursive doubling: ⌈log₂p⌉·(α + n·β + n·γ).
+
+    Every round each worker swaps its *whole* vector with a partner, so few rounds but n
+    bytes each: the right choice for short messages only. Source: Thakur et al. 2005.
+    """
+    if p <= 1:
+        return 0.0
+    return math.ceil(math.log2(p)) * (alpha + n_bytes * beta + n_bytes * gamma)
+
+
+def parameter_server_time(n_bytes: float, p: int, alpha: float, beta: float,
+                          gamma: float = 0.0) -> float:
+    """Seconds for one parameter server: 2·α + 2·p·n·β + (p−1)·n·γ.
+
+    Every worker pushes its n-byte gradient to the server and pulls n bytes of new weights,
+    so the server's single link carries 2·p·n bytes per step. Its cost grows *linearly* in
+    p — the bottleneck that made Horovod move to ring allreduce (Sergeev & Del Balso 2018,
+    arXiv:1802.05799). The server adds p vectors: (p−1)·n·γ.
+    """
+    if p <= 1:
+        return 0.0
+    return 2 * alpha + 2 * p * n_bytes * beta + (p - 1) * n_bytes * gamma
+
+
+_TIME_FUNCTIONS = {
+    "ring": ring_allreduce_time,
+    "tree": rabenseifner_allreduce_time,
+    "recursive-doubling": recursive_doubling_allreduce_time,
+    "ps": parameter_server_time,
+}
+
+
+def allreduce_time(algorithm: str, n_bytes: float, p: int, alpha: float, beta: float,
+                   gamma: float = 0.0) -> float:
+    """Seconds to allreduce ``n_bytes`` over ``p`` workers with the named algorithm."""
+    try:
+        fn = _TIME_FUNCTIONS[algorithm]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {algorithm!r}: choose one of "
+                         f"{', '.join(ALGORITHMS)}") from None
+    return fn(n_bytes, p, alpha, beta, gamma)
+
+
+def coefficients(algorithm: str, p: int) -> tuple[float, float]:
+    """(a, b) such that the algorithm's time is a·α + b·n·β (γ folded into β).
+
+    These are the factors the fit needs: for the ring a = 2(p−1) and b = 2(p−1)/p.
+    """
+    if p <= 1:
+        raise ValueError("an allreduce over one worker sends nothing: use p ≥ 2")
+    share = (p - 1) / p
+    rounds = math.ceil(math.log2(p))
+    table = {
+        "ring": (2 * (p - 1), 2 * share),
+        "tree": (2 * rounds, 2 * share),
+        "recursive-doubling": (rounds, rounds),
+        "ps": (2, 2 * p),
+    }
+    if algorithm not in table:
+        raise ValueError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
+    return table[algorithm]
+
+
+# --- nccl-tests bandwidth figures ---------------------------------------------------------
+
+def algbw(n_bytes: float, time_s: float) -> float:
+    """Algorithm bandwidth in bytes/s: size ÷ time (nccl-tests, doc/PERFORMANCE.md)."""
+    return n_bytes / time_s
+
+
+def busbw(n_bytes: float, time_s: float, p: int) -> float:
+    """Bus bandwidth in bytes/s for allreduce: algbw × 2(p−1)/p (nccl-tests).
+
+    The factor counts the bytes each worker really moves in an optimal allreduce, so busbw
+    can be compared across p and against the link's hardware speed.
+    """
+    return algbw(n_bytes, time_s) * 2 * (p - 1) / p
+
+
+# --- fitting α and β to measurements ------------------------------------------------------
+
+@dataclass(frozen=True)
+class AlphaBeta:
+    """A fitted latency α (seconds per message) and inverse bandwidth β (seconds per byte)."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        """1 / β: the per-link bandwidth the fit implies, in bytes/s."""
+        return 1.0 / self.beta_s_per_byte if self.beta_s_per_byte > 0 else math.inf
+
+
+def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float], p: int,
+                   algorithm: str = "ring") -> AlphaBeta:
+    """Fit α and β of the named algorithm to measured allreduce times.
+
+    The model time = a·α + b·n·β is a straight line t = c₀ + c₁·n, with c₀ = a·α and
+    c₁ = b·β (a, b from :func:`coefficients`). We fit the line by *weighted* least squares
+    with weights 1/t², i.e. we minimise the *relative* error. An ordinary fit would let the
+    64 MB point (tens of milliseconds) swamp the 4 KB points (tens of microseconds) and
+    leave α, the latency, decided by noise. γ cannot be told apart from β here and is
+    folded into it. Negative estimates (possible with noisy data) are clipped to 0.
+    """
+    if len(sizes_bytes) != len(times_s):
+        raise ValueError("sizes_bytes and times_s must have the same length")
+    if len(set(sizes_bytes)) < 2:
+        raise ValueError("fitting α and β needs timings at two or more different sizes")
+    a, b = coefficients(algorithm, p)
+    c0, c1 = _weighted_line_fit(sizes_bytes, times_s, [1.0 / t**2 for t in times_s])
+    return AlphaBeta(alpha_s=max(c0, 0.0) / a, beta_s_per_byte=max(c1, 0.0) / b)
+
+
+def _weighted_line_fit(xs: Sequence[float], ys: Sequence[float],
+                       ws: Sequence[float]) -> tuple[float, float]:
+    """(intercept, slope) minimising Σ w·(y − c₀ − c₁x)² (the normal equations, solved)."""
+    sw = sum(ws)
+    mx = sum(w * x for w, x in zip(ws, xs, strict=True)) / sw
+    my = sum(w * y for w, y in zip(ws, ys, strict=True)) / sw
+    sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs, strict=True))
+    sxy = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys, strict=True))
+    slope = sxy / sxx
+    return my - slope * mx, slope
