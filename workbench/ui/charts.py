@@ -147,14 +147,20 @@ def figure(
     return fig
 
 
-def source(columns: Iterable[str], data: Mapping[str, Sequence] | None = None) -> ColumnDataSource:
+def source(
+    columns: Iterable[str],
+    data: Mapping[str, Sequence] | None = None,
+    *,
+    name: str | None = None,
+) -> ColumnDataSource:
     """Return a ColumnDataSource with the given columns, empty unless ``data`` is given.
 
     Live charts start empty and grow with ``source.stream(new_rows, rollover=N)``; every
-    column must get the same number of new values at each stream.
+    column must get the same number of new values at each stream. ``name`` lets the page find
+    the source (``doc.get_model_by_name(name)`` in BokehJS), which browser tests use.
     """
     data = dict(data or {})
-    return ColumnDataSource({c: list(data.get(c, [])) for c in columns})
+    return ColumnDataSource({c: list(data.get(c, [])) for c in columns}, name=name)
 
 
 def _legend_outside(fig) -> None:
@@ -308,6 +314,7 @@ def stacked_bar(
     colors: Mapping[str, str] | None = None,
     width: int = WIDTH,
     height: int = HEIGHT,
+    name: str | None = None,
 ):
     """Return ``(figure, source)`` of stacked bars: one bar per category, one layer per stack.
 
@@ -321,7 +328,8 @@ def stacked_bar(
     colors = colors or {}
     fig = figure(title, "", y_label, width=width, height=height, x_range=cats,
                  tooltips=[("", "@category")] + [(n, f"@{n}{{0.00}}") for n in names])
-    src = source(["category", *names], {"category": cats, **{n: list(stacks[n]) for n in names}})
+    src = source(["category", *names], {"category": cats, **{n: list(stacks[n]) for n in names}},
+                 name=name)
     fig.vbar_stack(names, x="category", width=0.7, source=src, legend_label=names,
                    color=[colors.get(n) or kind_color(n) for n in names])
     fig.xgrid.grid_line_color = None
@@ -330,18 +338,41 @@ def stacked_bar(
     return fig, src
 
 
+def _widget_class():
+    """``BokehModel`` whose ``close()`` may be called twice (by a panel, then by ``__del__``);
+    jupyter_bokeh's own raises KeyError the second time."""
+    from ipywidgets import DOMWidget
+    from jupyter_bokeh.widgets import BokehModel
+
+    class ChartWidget(BokehModel):
+        def close(self) -> None:
+            doc = self._document
+            DOMWidget.close(self)
+            if doc is not None:
+                try:
+                    doc.remove_on_change(self)
+                except KeyError:
+                    pass  # already detached by an earlier close()
+
+    return ChartWidget
+
+
+_WIDGET_CLASS = None
+
+
 def to_widget(model: LayoutDOM):
-    """Wrap a Bokeh figure or layout as an ipywidget (``jupyter_bokeh`` ``BokehModel``).
+    """Wrap a Bokeh figure or layout as an ipywidget (a ``jupyter_bokeh`` ``BokehModel``).
 
     The widget can be put in ``VBox``/``HBox``/``Tab`` layouts; later changes to its sources are
     sent to the page over the widget channel. Loads BokehJS first (see :func:`load_bokehjs`).
     A Bokeh model belongs to one document, so wrap each figure (or one layout holding several
     figures that share a source) once.
     """
-    from jupyter_bokeh.widgets import BokehModel
-
+    global _WIDGET_CLASS
+    if _WIDGET_CLASS is None:
+        _WIDGET_CLASS = _widget_class()
     load_bokehjs()
-    return BokehModel(model)
+    return _WIDGET_CLASS(model)
 
 
 def grid(figures: Sequence[Any], ncols: int = 2):
