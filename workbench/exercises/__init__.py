@@ -1,0 +1,39 @@
+"""Classroom exercises and their checkers.
+
+Each exercise notebook in ``notebooks/exercises/`` asks the student to write one small
+function, then calls a checker from here. Every checker has the same shape::
+
+    check_something(student_function) -> Feedback(passed, message, hints)
+
+and never raises on a wrong answer, so the notebook runs from top to bottom even when the
+answer is not finished. Wrong answers get hints that name the likely mistake.
+
+| exercise | module | checker |
+| --- | --- | --- |
+| average gradients with an allreduce | :mod:`.allreduce` | ``check_average_gradients`` |
+| shard a dataset | :mod:`.sharding` | ``check_shard`` |
+| speedup and efficiency from timings | :mod:`.scaling` | ``check_scaling_table`` |
+| finish a ring allreduce | :mod:`.ring` | ``check_reduce_scatter_step``, ``check_allgather_step`` |
+| pipeline bubble | :mod:`.pipeline` | ``check_bubble_fraction``, ``check_micro_batches`` |
+| data or model parallelism? | :mod:`.parallelism` | ``check_parallelism_choice`` |
+"""
+
+from workbench.exercises.allreduce import check_average_gradients
+from workbench.exercises.feedback import Feedback
+from workbench.exercises.parallelism import check_parallelism_choice
+from workbench.exercises.pipeline import check_bubble_fraction, check_micro_batches
+from workbench.exercises.ring import check_allgather_step, check_reduce_scatter_step
+from workbench.exercises.scaling import check_scaling_table
+from workbench.exercises.sharding import check_shard
+
+__all__ = [
+    "Feedback",
+    "check_allgather_step",
+    "check_average_gradients",
+    "check_bubble_fraction",
+    "check_micro_batches",
+    "check_parallelism_choice",
+    "check_reduce_scatter_step",
+    "check_scaling_table",
+    "check_shard",
+]

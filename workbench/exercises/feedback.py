@@ -1,0 +1,100 @@
+"""The answer an exercise checker gives: passed or not, what happened, and hints.
+
+Every `check_*` function in `workbench.exercises` returns a `Feedback` and never raises on a
+wrong answer, so an exercise notebook always runs from top to bottom. A student's function
+that crashes, or that is not written yet, is reported as feedback too.
+"""
+
+from __future__ import annotations
+
+import html
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """The verdict on one answer.
+
+    `passed` says whether the answer is right, `message` says what the checker saw, and
+    `hints` say how to get closer (empty when the answer passed, never empty when it did not).
+    It shows as a coloured box in Jupyter and as plain text in a terminal.
+    """
+
+    passed: bool
+    message: str
+    hints: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        head = "Correct" if self.passed else "Not yet"
+        lines = [f"{head}: {self.message}"]
+        lines += [f"  Hint: {hint}" for hint in self.hints]
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+    def _repr_html_(self) -> str:
+        colour, border, head = (
+            ("#e8f5e9", "#2e7d32", "&#10004; Correct")
+            if self.passed
+            else ("#fff3e0", "#ef6c00", "&#10008; Not yet")
+        )
+        items = "".join(f"<li>{html.escape(hint)}</li>" for hint in self.hints)
+        hints = f"<ul style='margin:4px 0 0 0'>{items}</ul>" if items else ""
+        return (
+            f"<div style='background:{colour};border-left:4px solid {border};"
+            f"padding:6px 10px;color:#222'><b>{head}</b>: {html.escape(self.message)}"
+            f"{hints}</div>"
+        )
+
+
+def correct(message: str) -> Feedback:
+    """A passing verdict."""
+    return Feedback(True, message, [])
+
+
+def not_yet(message: str, *hints: str) -> Feedback:
+    """A failing verdict; it always carries at least one hint."""
+    if not hints:
+        hints = ("Read the exercise's description again and compare it with your code.",)
+    return Feedback(False, message, list(hints))
+
+
+def call_student(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, Feedback | None]:
+    """Call the student's function; turn a crash into feedback instead of an exception.
+
+    Returns `(result, None)` when the call returned, or `(None, feedback)` when `fn` is not
+    a function, is not written yet (raises NotImplementedError) or raised another error.
+    """
+    if not callable(fn):
+        return None, not_yet(
+            f"expected a function, got {type(fn).__name__}.",
+            "Pass the function itself, without calling it: check_x(my_function), "
+            "not check_x(my_function()).",
+        )
+    try:
+        return fn(*args, **kwargs), None
+    except NotImplementedError:
+        return None, not_yet(
+            "your function is not written yet (it raises NotImplementedError).",
+            "Replace the line `raise NotImplementedError` with your code, then run the check "
+            "again.",
+        )
+    except Exception as exc:  # a student's bug is feedback, not a crash of the notebook
+        return None, not_yet(
+            f"your function raised {type(exc).__name__}: {exc}",
+            f"The error happened at {_where(exc)}. Read the message, fix that line, and run "
+            "the cell that defines the function again before checking.",
+        )
+
+
+def _where(exc: BaseException) -> str:
+    """Name the innermost line of the traceback, e.g. "line 4 of average_gradients"."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "an unknown line"
+    last = frames[-1]
+    return f"line {last.lineno} of {last.name}"
+

@@ -1,0 +1,153 @@
+"""Exercise: choose data or model parallelism from memory and bandwidth numbers.
+
+Data parallelism keeps a whole replica of the model on every device and averages the
+gradients with an allreduce each step; model parallelism cuts the model into parts on
+different devices and sends activations (forward) and their gradients (backward) across
+the cuts. The course's decision rule, in order:
+
+1. **Memory.** A replica needs its training state (weights, gradients and optimizer state:
+   16 bytes per parameter for fp32 with Adam) plus its activations. If that does not fit in
+   one device's memory, data parallelism is impossible: choose model parallelism.
+2. **Communication.** If it fits, data parallelism is simpler and usually scales better, so
+   choose it unless it is communication-bound: its ring allreduce of the fp32 gradients
+   (Patarasuk & Yuan 2009: 2·(p − 1)/p · n bytes per worker) takes longer than the compute
+   of one step.
+3. When it is communication-bound, choose model parallelism only if it sends less: twice the
+   activation bytes that cross a cut (forward and backward) against the gradient allreduce.
+
+Bandwidths are quoted in Gbit/s, as network vendors do: 1 Gbit/s = 0.125 GB/s. Sizes use
+decimal prefixes: 1 GB = 10⁹ bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+from workbench.scaling.costmodel import ring_allreduce_time
+
+GRADIENT_BYTES_PER_PARAM = 4  # fp32 gradients
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One training job to place on a cluster. Units in the field names."""
+
+    name: str
+    params: float                  # number of model parameters
+    state_bytes_per_param: float   # weights + gradients + optimizer state, bytes per parameter
+    activations_gb: float          # activation memory per device for the chosen batch, GB
+    device_memory_gb: float        # memory of one device, GB
+    workers: int                   # devices available, p
+    link_gbit_s: float             # network bandwidth per device, Gbit/s (bits, not bytes)
+    compute_s: float               # compute time of one training step, seconds
+    cut_activations_mb: float      # activation bytes crossing a model-parallel cut per step, MB
+
+
+SCENARIOS = (
+    Scenario("ResNet-50 on 8 GPUs", 25.6e6, 16, 6.0, 16.0, 8, 100.0, 0.25, 50.0),
+    Scenario("7-billion-parameter language model", 7e9, 16, 30.0, 80.0, 8, 200.0, 2.0, 64.0),
+    Scenario("wide MLP on slow Ethernet", 100e6, 16, 1.0, 16.0, 4, 10.0, 0.10, 8.0),
+    Scenario("3-billion-parameter model, 24 GB cards", 3e9, 16, 4.0, 24.0, 4, 100.0, 1.0, 16.0),
+    Scenario("long-sequence transformer", 500e6, 16, 20.0, 24.0, 4, 100.0, 0.8, 32.0),
+    Scenario("CNN with large feature maps on slow Ethernet", 20e6, 16, 8.0, 16.0, 4, 10.0,
+             0.05, 200.0),
+)
+
+
+def memory_needed_gb(s: Scenario) -> float:
+    """GB one data-parallel replica needs: training state plus activations."""
+    return s.params * s.state_bytes_per_param / 1e9 + s.activations_gb
+
+
+def bandwidth_bytes_per_s(s: Scenario) -> float:
+    """The link speed in bytes per second: Gbit/s × 10⁹ ÷ 8."""
+    return s.link_gbit_s * 1e9 / 8
+
+
+def allreduce_s(s: Scenario, bytes_per_s: float | None = None) -> float:
+    """Seconds for the ring allreduce of the fp32 gradients (latency ignored)."""
+    beta = 1.0 / (bytes_per_s or bandwidth_bytes_per_s(s))
+    return ring_allreduce_time(s.params * GRADIENT_BYTES_PER_PARAM, s.workers, 0.0, beta)
+
+
+def model_parallel_s(s: Scenario) -> float:
+    """Seconds to send the activations across a cut and their gradients back."""
+    return 2 * s.cut_activations_mb * 1e6 / bandwidth_bytes_per_s(s)
+
+
+def reference_choice(s: Scenario) -> str:
+    """The course's rule: 'model' if a replica does not fit or if it sends less, else 'data'."""
+    if memory_needed_gb(s) > s.device_memory_gb:
+        return "model"
+    if allreduce_s(s) <= s.compute_s:
+        return "data"
+    return "model" if model_parallel_s(s) < allreduce_s(s) else "data"
+
+
+def describe(s: Scenario) -> str:
+    """The scenario's numbers as a short paragraph for the notebook."""
+    return (f"{s.name}: {s.params:.3g} parameters at {s.state_bytes_per_param:g} bytes each "
+            f"of training state, {s.activations_gb:g} GB of activations, devices with "
+            f"{s.device_memory_gb:g} GB; {s.workers} workers on {s.link_gbit_s:g} Gbit/s links; "
+            f"{s.compute_s:g} s of compute per step; {s.cut_activations_mb:g} MB of activations "
+            "per cut per step.")
+
+
+def check_parallelism_choice(fn) -> Feedback:
+    """Check `fn(scenario) -> 'data' or 'model'` on every scenario of `SCENARIOS`."""
+    for s in SCENARIOS:
+        out, crash = call_student(fn, s)
+        if crash:
+            return crash
+        choice = _normalise(out)
+        if choice is None:
+            return not_yet(f"for '{s.name}' your function returned {out!r}.",
+                           "Return the string 'data' or 'model'.")
+        if choice != reference_choice(s):
+            return not_yet(f"for '{s.name}' you chose {choice} parallelism.", *_hints(s, choice))
+    return correct(
+        f"all {len(SCENARIOS)} choices are right. Memory decides first (a replica must fit), "
+        "then communication: the gradient allreduce against the compute time and against the "
+        "activations model parallelism would send."
+    )
+
+
+def _normalise(out: object) -> str | None:
+    text = str(out).strip().lower() if isinstance(out, str) else ""
+    for kind in ("data", "model"):
+        if text.startswith(kind):
+            return kind
+    return None
+
+
+def _hints(s: Scenario, choice: str) -> list[str]:
+    """Explain the scenario's deciding numbers, and the likely slip behind a wrong choice."""
+    need, have = memory_needed_gb(s), s.device_memory_gb
+    state = s.params * s.state_bytes_per_param / 1e9
+    ar, mp, comp = allreduce_s(s), model_parallel_s(s), s.compute_s
+    if need > have:  # the answer was 'data' for a replica that does not fit
+        hints = [f"Memory: a replica needs {state:.3g} GB of training state + "
+                 f"{s.activations_gb:g} GB of activations = {need:.3g} GB, but a device has "
+                 f"{have:g} GB. Data parallelism puts a whole replica on every device."]
+        if state <= have < need:
+            hints.append("Activations count too: they are kept from the forward pass for the "
+                         "backward pass.")
+        if s.params * GRADIENT_BYTES_PER_PARAM / 1e9 + s.activations_gb <= have:
+            hints.append("The weights alone would fit, but training also stores gradients and "
+                         "optimizer state: 16 bytes per parameter with Adam in fp32, not 4.")
+        return hints
+    fits = f"A replica fits ({need:.3g} GB of {have:g} GB)."
+    if choice == "model" and ar <= comp:
+        return [f"{fits} The allreduce takes {ar:.3g} s, less than the {comp:g} s of compute, so "
+                "data parallelism is not communication-bound: it is the simpler choice."]
+    if choice == "model":
+        return [f"{fits} The job is communication-bound (allreduce {ar:.3g} s > compute "
+                f"{comp:g} s), but model parallelism would send {mp:.3g} s of activations and "
+                "their gradients, even more. Compare both before switching."]
+    hints = [f"{fits} But the gradient allreduce takes {ar:.3g} s, more than the {comp:g} s of "
+             f"compute, while model parallelism would send only {mp:.3g} s of activations."]
+    if allreduce_s(s, bytes_per_s=s.link_gbit_s * 1e9) <= comp:
+        hints.append(f"Bits are not bytes: {s.link_gbit_s:g} Gbit/s is "
+                     f"{s.link_gbit_s / 8:g} GB/s. Divide by 8 before dividing bytes by it.")
+    return hints

@@ -1,0 +1,130 @@
+"""Exercise: predict the pipeline bubble of GPipe-style model parallelism.
+
+A model cut into P stages runs on P devices; a mini-batch is cut into M micro-batches that
+flow through the stages one after the other (Huang et al. 2019, GPipe). In the forward
+pass, stage s works on micro-batch m in time slot s + m, so the pass takes M + P − 1 slots
+while each stage is busy for only M of them. The idle share, the *bubble*, is
+
+    bubble = (P − 1) / (M + P − 1)
+
+and the backward pass has the same shape. More micro-batches shrink it: it is small once
+M ≥ 4P. 1F1B scheduling (PipeDream, Narayanan et al. 2019) keeps the same bubble but holds
+only P micro-batches of activations instead of M.
+
+The checker's reference counts idle slots in the simulated schedule, :func:`schedule`, rather
+than trusting the formula: the formula is what the student derives.
+"""
+
+from __future__ import annotations
+
+import math
+
+from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+
+#: (stages P, micro-batches M) pairs the checker tries.
+CASES = ((2, 1), (2, 4), (4, 4), (4, 8), (4, 16), (8, 32), (3, 5))
+
+
+def schedule(stages: int, micro_batches: int) -> list[list[int | None]]:
+    """The forward schedule: rows are stages, columns are time slots, cells the micro-batch.
+
+    Stage s handles micro-batch m in slot s + m; None marks an idle slot (the bubble).
+    """
+    slots = micro_batches + stages - 1
+    return [[t - s if 0 <= t - s < micro_batches else None for t in range(slots)]
+            for s in range(stages)]
+
+
+def show_schedule(stages: int, micro_batches: int) -> str:
+    """The schedule as text: one row per stage, '.' for idle slots."""
+    grid = schedule(stages, micro_batches)
+    width = len(str(micro_batches - 1))
+    rows = [f"stage {s}: " + " ".join("." * width if m is None else f"{m:>{width}}"
+                                       for m in row) for s, row in enumerate(grid)]
+    return "\n".join(rows)
+
+
+def idle_fraction(stages: int, micro_batches: int) -> float:
+    """Share of (stage, slot) cells in the schedule that are idle: the measured bubble."""
+    cells = [m for row in schedule(stages, micro_batches) for m in row]
+    return sum(m is None for m in cells) / len(cells)
+
+
+def check_bubble_fraction(fn) -> Feedback:
+    """Check `fn(stages, micro_batches) -> idle fraction` against the counted schedule."""
+    for p, m in CASES:
+        out, crash = call_student(fn, p, m)
+        if crash:
+            return crash
+        try:
+            value = float(out)
+        except (TypeError, ValueError):
+            return not_yet(f"for P = {p}, M = {m} your function returned {out!r}, not a number.",
+                           "Return the idle fraction as a float between 0 and 1.")
+        want = idle_fraction(p, m)
+        if not math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-9):
+            return _bubble_hint(p, m, value, want)
+    return correct(
+        "your formula matches the counted schedule for every case. With P = 4 stages, "
+        f"M = 4 micro-batches leave {idle_fraction(4, 4):.0%} of the time idle and M = 16 "
+        f"only {idle_fraction(4, 16):.0%}."
+    )
+
+
+def _bubble_hint(p: int, m: int, value: float, want: float) -> Feedback:
+    message = f"for P = {p} stages and M = {m} micro-batches you predict {value:.4g}, " \
+              f"the schedule is idle {want:.4g} of the time."
+    if math.isclose(value, (p - 1) / m):
+        return not_yet(message, "You divided the idle slots by the busy slots M. The bubble is "
+                       "a share of the whole run, which lasts M + P − 1 slots.")
+    if math.isclose(value, (p - 1) / p):
+        return not_yet(message, "Your answer does not depend on M. Count the slots in "
+                       "show_schedule(P, M) for two values of M: more micro-batches shrink "
+                       "the bubble.")
+    if math.isclose(value, (p - 1) / (m + p)):
+        return not_yet(message, "Off by one slot: the first micro-batch enters stage 0 in slot "
+                       "0 and the last leaves stage P − 1 in slot M + P − 2, so the run "
+                       "lasts M + P − 1 slots.")
+    if math.isclose(value, 1 - want):
+        return not_yet(message, "That is the busy share. The bubble is the idle share: "
+                       "1 minus your value.")
+    return not_yet(message, "Each stage idles P − 1 slots out of M + P − 1. Print "
+                   "show_schedule(P, M) and count.")
+
+
+def smallest_micro_batches(stages: int, max_bubble: float) -> int:
+    """The smallest M whose bubble (P − 1)/(M + P − 1) is at most `max_bubble`."""
+    m = 1
+    while idle_fraction(stages, m) > max_bubble + 1e-12:
+        m += 1
+    return m
+
+
+def check_micro_batches(answer: object, stages: int = 4, max_bubble: float = 0.10) -> Feedback:
+    """Check the smallest number of micro-batches that keeps the bubble within `max_bubble`."""
+    want = smallest_micro_batches(stages, max_bubble)
+    try:
+        m = int(answer)
+        if m != answer:
+            raise ValueError
+    except (TypeError, ValueError):
+        return not_yet(f"your answer {answer!r} is not a whole number of micro-batches.",
+                       "Micro-batches come in whole numbers: answer with an int such as 12.")
+    if m == want:
+        return correct(f"M = {m} gives a bubble of {idle_fraction(stages, m):.1%}; "
+                       f"M = {m - 1} would give {idle_fraction(stages, m - 1):.1%}.")
+    if m < 1:
+        return not_yet(f"M = {m} is not a number of micro-batches.", "M is at least 1.")
+    bubble = idle_fraction(stages, m)
+    if bubble > max_bubble:
+        hint = (f"With M = {m} the bubble is {bubble:.1%}, above {max_bubble:.0%}. Solve "
+                f"(P − 1) / (M + P − 1) ≤ {max_bubble:g} for M, then round up.")
+        if m == 4 * stages:
+            hint += " The rule of thumb M ≥ 4P makes the bubble small, not necessarily this small."
+        return not_yet(f"M = {m} micro-batches is not enough.", hint)
+    return not_yet(
+        f"M = {m} works (bubble {bubble:.1%}) but is not the smallest.",
+        f"A smaller M also keeps the bubble within {max_bubble:.0%}. Solve "
+        f"(P − 1) / (M + P − 1) ≤ {max_bubble:g} for M exactly and take the first whole "
+        "number that satisfies it.",
+    )

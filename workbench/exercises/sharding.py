@@ -1,0 +1,121 @@
+"""Exercise: give every rank its own part (shard) of the training set.
+
+In data parallelism each rank trains on a different subset of the samples. A correct
+sharding is a *partition*: every sample is on exactly one rank (no overlap, none dropped),
+and the shards have almost the same size (they differ by at most one sample). The size
+matters because synchronous training makes every rank take the same number of steps: a
+rank with more batches than the others calls the allreduce alone and waits for ever.
+PyTorch's `DistributedSampler` gets equal shards by padding with repeated samples; here we
+ask for an exact partition instead.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+
+#: (number of samples, world size) pairs the checker tries; most leave a remainder.
+CASES = ((10, 2), (12, 4), (10, 3), (13, 4), (13, 5), (7, 1))
+
+
+def check_shard(fn) -> Feedback:
+    """Check `fn(n_samples, rank, world_size) -> indices of rank's samples`.
+
+    Every case of `CASES` must be split into non-overlapping shards that together hold every
+    sample once and whose sizes differ by at most one.
+    """
+    for n, p in CASES:
+        shards: list[list[int]] = []
+        for rank in range(p):
+            out, crash = call_student(fn, n, rank, p)
+            if crash:
+                return crash
+            indices, problem = _as_indices(out, n, rank, p)
+            if problem:
+                return problem
+            shards.append(indices)
+        problem = _partition_problem(shards, n)
+        if problem:
+            return problem
+    return correct(
+        "every sample lands on exactly one rank and the shard sizes differ by at most one, "
+        f"for all {len(CASES)} cases (n, p) = {', '.join(map(str, CASES))}."
+    )
+
+
+def _as_indices(out: object, n: int, rank: int, p: int) -> tuple[list[int], Feedback | None]:
+    """Read the student's result as a list of ints in range(n), or explain why it is not."""
+    where = f"for n_samples={n}, rank={rank}, world_size={p}"
+    if out is None:
+        return [], not_yet(
+            f"your function returned None {where}.",
+            "Return the indices of the samples this rank trains on, e.g. a list or a range.",
+        )
+    if not isinstance(out, Iterable) or isinstance(out, (str, bytes)):
+        return [], not_yet(
+            f"expected a list of sample indices {where}, got {type(out).__name__}.",
+            "Return a list (or range) of integer indices between 0 and n_samples - 1.",
+        )
+    try:
+        indices = [int(i) for i in out]
+    except (TypeError, ValueError):
+        return [], not_yet(
+            f"some returned items are not whole numbers {where}.",
+            "Return integer indices of samples, not the samples themselves.",
+        )
+    outside = sorted(i for i in indices if not 0 <= i < n)
+    if outside:
+        return [], not_yet(
+            f"rank {rank} got indices {outside[:5]} {where}, outside 0..{n - 1}.",
+            "Sample indices go from 0 to n_samples - 1. Check the end of your last shard: "
+            "Python ranges stop before their end value.",
+        )
+    return indices, None
+
+
+def _partition_problem(shards: list[list[int]], n: int) -> Feedback | None:
+    """Name every way `shards` fails to be a balanced partition of range(n), or None."""
+    p = len(shards)
+    case = f"For n_samples={n} and world_size={p}"
+    counts = Counter(i for shard in shards for i in shard)
+    owners = {i: [r for r, shard in enumerate(shards) for j in shard if j == i] for i in counts}
+    hints: list[str] = []
+    problems: list[str] = []
+    twice = sorted(i for i, c in counts.items() if c > 1)
+    if p > 1 and all(sorted(s) == sorted(shards[0]) for s in shards):
+        problems.append("every rank got the same shard")
+        hints.append(
+            "Use `rank` to pick a different part for each rank, e.g. the samples "
+            "rank, rank + world_size, rank + 2 * world_size, ..."
+        )
+    elif twice:
+        i = twice[0]
+        problems.append(f"{len(twice)} sample(s) are listed more than once (sample {i} is in "
+                        f"the shards of ranks {owners[i]})")
+        hints.append(
+            "Overlapping shards: a sample seen by two ranks counts twice per epoch. Make the "
+            "end of one rank's shard the start of the next (Python slices exclude their end)."
+        )
+    missing = sorted(set(range(n)) - set(counts))
+    if missing:
+        problems.append(f"samples {missing} are on no rank")
+        hints.append(
+            f"Dropped samples: {n} = {p} x {n // p} + {n % p}, so cutting shards of "
+            f"n_samples // world_size samples leaves the last {n % p} out. Give the leftover "
+            "samples to some ranks (one extra each), or take every world_size-th sample: "
+            "range(rank, n_samples, world_size)."
+        )
+    sizes = [len(s) for s in shards]
+    if max(sizes) - min(sizes) > 1:
+        problems.append(f"the shard sizes are {sizes}")
+        hints.append(
+            "Unequal shards: sizes may differ by at most one sample. In synchronous training "
+            "the rank with the most batches sets the pace, and a rank with extra batches calls "
+            "the allreduce alone and hangs. Spread the remainder: one extra sample for each of "
+            "the first n_samples % world_size ranks."
+        )
+    if not problems:
+        return None
+    return not_yet(f"{case}: " + "; ".join(problems) + ".", *hints)
