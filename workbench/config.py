@@ -1,0 +1,198 @@
+"""One validated job configuration, shared by the Python API, the CLI and the widgets.
+
+Every field of `JobConfig` is also a `workbench run` flag (underscores become dashes), and
+every value is checked *before* anything is launched: a job that would fail in its first
+second on a typo should fail here instead, with one line that names the field, the value
+and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+ENGINES = ("horovod", "torch", "serial")
+MODELS = ("logreg", "mlp", "cnn")
+DATASETS = ("digits", "synthetic", "synthetic-images", "mnist", "cifar10")
+OPTIMIZERS = ("sgd", "adam")
+DTYPES = ("float32", "float64")
+
+#: Scaling presets. "compute-bound" does many FLOPs per parameter (a small CNN with global
+#: average pooling), so gradients are small next to the work: it scales well.
+#: "comm-bound" is a wide MLP on small inputs: millions of parameters and little work per
+#: sample, so every step moves many bytes for little compute: it scales badly.
+PRESETS: dict[str, dict[str, Any]] = {
+    "compute-bound": {"model": "cnn", "width": 32, "dataset": "synthetic-images",
+                      "samples": 2048, "batch_size": 32},
+    "comm-bound": {"model": "mlp", "width": 2048, "dataset": "synthetic",
+                   "samples": 4096, "features": 256, "batch_size": 16},
+}
+
+
+class ConfigError(ValueError):
+    """A configuration value is not allowed. The message is one line for the user."""
+
+
+@dataclass
+class JobConfig:
+    """Everything needed to launch one data-parallel training job.
+
+    Sizes are in samples, times in seconds. `batch_size` is per rank: with `np` ranks one
+    synchronous step consumes `np * batch_size` samples.
+    """
+
+    engine: str = "horovod"
+    np: int = 2
+    hosts: str | None = None
+    model: str = "mlp"
+    width: int = 64
+    dataset: str = "digits"
+    samples: int = 2048
+    features: int = 32
+    epochs: int = 3
+    batch_size: int = 32
+    lr: float = 0.05
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    seed: int = 0
+    threads_per_rank: int = 0
+    runs_dir: str = "runs"
+    preset: str | None = None
+    max_steps: int = 0
+    straggler_delay: float = 0.0
+    straggler_rank: int = 1
+    timeline: bool = False
+    stall_timeout: float = 120.0
+    dtype: str = "float32"
+    name: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_preset(cls, preset: str, **overrides: Any) -> JobConfig:
+        """A configuration from a scaling preset, with any field overridden."""
+        if preset not in PRESETS:
+            raise ConfigError(_bad("preset", preset, f"one of {', '.join(PRESETS)}"))
+        return cls(**{**PRESETS[preset], "preset": preset, **overrides})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobConfig:
+        """Rebuild a configuration saved with `to_dict` (unknown keys are an error)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"unknown configuration field(s): {', '.join(unknown)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return dataclasses.asdict(self)
+
+    # ---------------------------------------------------------------- derived values
+    @property
+    def world_size(self) -> int:
+        """Number of ranks that actually run (the serial engine always runs one)."""
+        return 1 if self.engine == "serial" else self.np
+
+    def resolved_threads(self) -> int:
+        """Intra-op threads per rank: the setting, or cores ÷ ranks (at least 1)."""
+        if self.threads_per_rank > 0:
+            return self.threads_per_rank
+        return max(1, (os.cpu_count() or 1) // self.world_size)
+
+    def oversubscribed(self) -> bool:
+        """True when ranks × threads exceed this machine's cores (speedups will flatten)."""
+        return self.hosts is None and self.world_size * self.resolved_threads() > (
+            os.cpu_count() or 1)
+
+    # -------------------------------------------------------------------- checking
+    def validate(self) -> JobConfig:
+        """Raise `ConfigError` naming the first bad field; return self when all is well."""
+        _choice("engine", self.engine, ENGINES)
+        _choice("model", self.model, MODELS)
+        _choice("dataset", self.dataset, DATASETS)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("dtype", self.dtype, DTYPES)
+        if self.preset is not None:
+            _choice("preset", self.preset, tuple(PRESETS))
+        _int_range("np", self.np, 1, 256)
+        _int_range("width", self.width, 1, 65536)
+        _int_range("samples", self.samples, 16, 10_000_000)
+        _int_range("features", self.features, 1, 100_000)
+        _int_range("epochs", self.epochs, 1, 10_000)
+        _int_range("batch_size", self.batch_size, 1, 1_000_000)
+        _int_range("seed", self.seed, 0, 2**31 - 1)
+        _int_range("threads_per_rank", self.threads_per_rank, 0, 1024)
+        _int_range("max_steps", self.max_steps, 0, 10**9)
+        _int_range("straggler_rank", self.straggler_rank, 0, 255)
+        _float_range("lr", self.lr, 0.0, 100.0, low_open=True)
+        _float_range("momentum", self.momentum, 0.0, 0.999999)
+        _float_range("weight_decay", self.weight_decay, 0.0, 1.0)
+        _float_range("straggler_delay", self.straggler_delay, 0.0, 60.0)
+        _float_range("stall_timeout", self.stall_timeout, 1.0, 86_400.0)
+        if not isinstance(self.runs_dir, str) or not self.runs_dir.strip():
+            raise ConfigError(_bad("runs_dir", self.runs_dir, "a folder path"))
+        if self.name and not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", self.name):
+            raise ConfigError(_bad("name", self.name, "up to 40 letters, digits, '.', '_', '-'"))
+        self._validate_combinations()
+        return self
+
+    def _validate_combinations(self) -> None:
+        """Checks that involve more than one field."""
+        if self.engine == "serial" and self.np != 1:
+            raise ConfigError(_bad("np", self.np, "1 with --engine serial (it runs one process;"
+                                   " use --engine horovod or torch for more)"))
+        if self.hosts is not None:
+            if self.engine != "horovod":
+                raise ConfigError(_bad("hosts", self.hosts, "only with --engine horovod"))
+            slots = parse_hosts(self.hosts)
+            if sum(slots.values()) < self.np:
+                raise ConfigError(_bad("np", self.np, f"at most the {sum(slots.values())} slots"
+                                       f" that --hosts {self.hosts} offers"))
+        if self.straggler_delay > 0 and self.straggler_rank >= self.world_size:
+            raise ConfigError(_bad("straggler_rank", self.straggler_rank,
+                                   f"a rank below np={self.world_size}"))
+        if self.model == "cnn" and self.dataset in ("digits", "synthetic"):
+            raise ConfigError(_bad("model", "cnn", f"an image dataset (synthetic-images, mnist,"
+                                   f" cifar10), not {self.dataset}"))
+        if self.timeline and self.engine != "horovod":
+            raise ConfigError(_bad("timeline", True, "only with --engine horovod"))
+
+
+def parse_hosts(hosts: str) -> dict[str, int]:
+    """Parse Horovod's `-H` syntax, "a:2,b:1", into {host: slots}."""
+    out: dict[str, int] = {}
+    for part in hosts.split(","):
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)(?::(\d+))?\s*", part)
+        if not m or (m.group(2) is not None and int(m.group(2)) < 1):
+            raise ConfigError(_bad("hosts", hosts, "HOST:SLOTS[,HOST:SLOTS...], e.g. a:1,b:1"))
+        out[m.group(1)] = int(m.group(2) or 1)
+    return out
+
+
+def _bad(name: str, value: Any, allowed: str) -> str:
+    flag = "--" + name.replace("_", "-")
+    return f"invalid {flag} {value!r}: expected {allowed}"
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(_bad(name, value, "one of " + ", ".join(allowed)))
+
+
+def _int_range(name: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(_bad(name, value, f"an integer from {low} to {high}"))
+
+
+def _float_range(name: str, value: Any, low: float, high: float, low_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    if ok:
+        ok = (low < value if low_open else low <= value) and value <= high
+    if not ok:
+        bracket = "(" if low_open else "["
+        raise ConfigError(_bad(name, value, f"a number in {bracket}{low}, {high}]"))

@@ -1,0 +1,77 @@
+"""The engines: how each one turns "run this module on N ranks" into a command line.
+
+All three share one interface, `Engine.command(...)`, so the job logic (records, reaping,
+failure detection) is written once in `job.py`.
+
+- `horovod`: Horovod's own launcher, `horovodrun --gloo`, which starts the ranks (locally
+  or over ssh on `-H host:slots,...`) and gives them a gloo rendezvous.
+- `torch`: PyTorch's launcher `torchrun` (`python -m torch.distributed.run`), for
+  DistributedDataParallel.
+- `serial`: the module in one plain process: the sequential baseline.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The rank module each engine runs for a training job.
+TRAINING_MODULES = {
+    "horovod": "workbench.training.horovod_rank",
+    "torch": "workbench.training.ddp_rank",
+    "serial": "workbench.training.serial_rank",
+}
+
+
+@dataclass
+class Engine:
+    """Base class: build the launch command for `np` ranks of `module`."""
+
+    name: str = "serial"
+
+    def command(self, np: int, module: str, args: list[str], hosts: str | None,
+                port: int) -> list[str]:
+        return [sys.executable, "-u", "-m", module, *args]
+
+    def available(self) -> str | None:
+        """None when this engine can run here, else what is missing and how to fix it."""
+        return None
+
+
+class HorovodEngine(Engine):
+    def command(self, np: int, module: str, args: list[str], hosts: str | None,
+                port: int) -> list[str]:
+        return [horovodrun(), "-np", str(np), "--gloo", "-H", hosts or f"localhost:{np}",
+                "--gloo-timeout-seconds", "60",
+                sys.executable, "-u", "-m", module, *args]
+
+    def available(self) -> str | None:
+        try:
+            import horovod.torch  # noqa: F401
+        except ImportError as exc:
+            return (f"Horovod is not installed ({exc}). Build it with "
+                    "`bash scripts/build_horovod.sh .venv/bin/python`, or use --engine torch.")
+        return None
+
+
+class TorchEngine(Engine):
+    def command(self, np: int, module: str, args: list[str], hosts: str | None,
+                port: int) -> list[str]:
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
+                f"--nproc-per-node={np}", "--master-addr=127.0.0.1", f"--master-port={port}",
+                "-m", module, *args]
+
+
+def horovodrun() -> str:
+    """The `horovodrun` next to this interpreter (the project's venv), else on PATH."""
+    beside = Path(sys.executable).parent / "horovodrun"
+    return str(beside) if beside.exists() else (shutil.which("horovodrun") or "horovodrun")
+
+
+ENGINES: dict[str, Engine] = {
+    "horovod": HorovodEngine("horovod"),
+    "torch": TorchEngine("torch"),
+    "serial": Engine("serial"),
+}

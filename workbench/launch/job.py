@@ -1,0 +1,331 @@
+"""A running job: launch it, watch it, stop it, and always leave a complete record.
+
+`start(cfg)` writes `config.json`, starts the engine's launcher and returns a `Job` at once.
+A watcher thread then checks the job five times a second:
+
+- every rank reported success and the launcher ended  -> "succeeded";
+- a rank reported an exception, or its process vanished without reporting (kill -9, out
+  of memory), or the launcher failed                   -> "failed", naming the rank;
+- nothing new in metrics.jsonl for `stall_timeout` s  -> "stalled";
+- `stop()` was called                                 -> "stopped".
+
+Whatever the outcome, every process of the job is ended (see processes.py) and
+`summary.json` is written atomically, so a crash never leaves a half-written summary.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import platform
+import subprocess
+import threading
+import time
+import warnings
+import weakref
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from workbench.config import ConfigError, JobConfig
+from workbench.launch.engines import ENGINES, TRAINING_MODULES
+from workbench.launch.processes import free_port, job_processes, rank_pids, terminate
+from workbench.records import (
+    MetricsReader,
+    RunRecord,
+    new_run_dir,
+    of_kind,
+    read_json,
+    throughput,
+    write_json_atomic,
+)
+from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0
+
+FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
+POLL_S = 0.2
+_LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
+
+
+class Job:
+    """One launched job. Create it with `start()` or `start_module()`."""
+
+    def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
+        self.config = cfg
+        self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, _label(cfg))
+        self.world_size = cfg.world_size
+        self.warnings: list[str] = []
+        self._status = "running"
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._reader = MetricsReader(self.run_dir / "metrics.jsonl")
+        self._failure: dict[str, Any] | None = None
+        self._launch(module, args)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def status(self) -> str:
+        """"running", "succeeded", "failed", "stopped" or "stalled"."""
+        return self._status
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        """The contents of summary.json once the job has ended, else None."""
+        return read_json(self.run_dir / "summary.json") if self.done else None
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every metrics record written so far (steps, epochs, events)."""
+        return list(self._reader.all())
+
+    def result(self) -> dict[str, Any] | None:
+        """What rank 0 wrote with `ctx.write_result()`, or None."""
+        return read_json(self.run_dir / "result.json")
+
+    def record(self) -> RunRecord:
+        """This run's record on disk (logs, model, ...)."""
+        return RunRecord(self.run_dir)
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Block until the job ends or `timeout` seconds pass; return the status.
+
+        Ctrl-C (KeyboardInterrupt) while waiting stops the job before re-raising.
+        """
+        try:
+            self._done.wait(timeout)
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+        return self._status
+
+    def stop(self) -> None:
+        """End every process of the job (within about 5 s) and record it as stopped."""
+        self._finish("stopped")
+
+    def __repr__(self) -> str:
+        return f"<Job {self.run_id} {self._status}>"
+
+    # ------------------------------------------------------------------ launching
+    def _launch(self, module: str, args: list[str]) -> None:
+        cfg = self.config
+        write_json_atomic(self.run_dir / "config.json", cfg.to_dict())
+        me = psutil.Process()
+        threads = cfg.resolved_threads()
+        env = {
+            **os.environ,
+            ENV_RUN_DIR: str(self.run_dir), ENV_RUN_ID: self.run_id,
+            ENV_OWNER: f"{me.pid}:{me.create_time()}", ENV_T0: repr(time.time()),
+            "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
+        }
+        if cfg.timeline:
+            env["HOROVOD_TIMELINE"] = str(self.run_dir / "timeline.json")
+        if cfg.oversubscribed():
+            self.warnings.append(
+                f"{cfg.world_size} ranks x {threads} threads exceed this machine's "
+                f"{os.cpu_count()} cores: ranks will share cores and speedups will flatten")
+            warnings.warn(self.warnings[-1], stacklevel=3)
+        engine = ENGINES[cfg.engine]
+        cmd = engine.command(cfg.world_size, module, args, cfg.hosts, free_port())
+        self._started = time.time()
+        with open(self.run_dir / "logs" / "launcher.log", "ab") as log:
+            log.write((" ".join(cmd) + "\n").encode())
+            log.flush()
+            # A new session, so a Ctrl-C in a terminal reaches us, not the ranks directly:
+            # we stop them ourselves, in order, and record it.
+            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, env=env,
+                                          start_new_session=True)
+        _LIVE_JOBS.add(self)
+        threading.Thread(target=self._watch, name=f"watch-{self.run_id}", daemon=True).start()
+
+    # ------------------------------------------------------------------ watching
+    def _watch(self) -> None:
+        last_size, last_progress = -1, time.time()
+        while not self._done.is_set():
+            time.sleep(POLL_S)
+            size = _size(self.run_dir / "metrics.jsonl")
+            if size != last_size:
+                last_size, last_progress = size, time.time()
+            outcome = self._check()
+            if outcome is None and time.time() - last_progress > self.config.stall_timeout:
+                outcome = ("stalled", {"error": f"no progress for {self.config.stall_timeout:g}"
+                                                " s (a rank may be blocked waiting for another)"})
+            if outcome is not None:
+                self._finish(*outcome)
+
+    def _check(self) -> tuple[str, dict[str, Any] | None] | None:
+        """The job's outcome if it has one now, else None."""
+        exits = _exit_records(self.run_dir)
+        for rank, rec in sorted(exits.items()):
+            if not rec.get("ok"):
+                return "failed", {"rank": rank, "error": rec.get("error"),
+                                  "traceback": rec.get("traceback")}
+        for rank, pid in sorted(rank_pids(self.run_dir).items()):
+            if rank not in exits and not psutil.pid_exists(pid):
+                time.sleep(POLL_S)  # it may have written its exit record as it ended
+                if rank not in _exit_records(self.run_dir):
+                    return "failed", {"rank": rank, "error": f"rank {rank} (pid {pid}) ended "
+                                      "without reporting: killed by a signal (e.g. kill -9) "
+                                      "or by the out-of-memory killer"}
+        all_ok = len(exits) >= self.world_size
+        rc = self._proc.poll()
+        if all_ok and rc is None:
+            try:  # the launcher tidies up after its ranks; give it a moment
+                rc = self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                rc = 0
+        if rc is None:
+            return None
+        if all_ok and rc == 0:
+            return "succeeded", None
+        missing = sorted(set(range(self.world_size)) - set(exits))
+        return "failed", {"rank": missing[0] if missing else None,
+                          "error": f"the {self.config.engine} launcher exited with code {rc}"
+                                   f" before rank(s) {missing} reported"}
+
+    def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
+        """End all processes, then write summary.json. Runs once, whoever calls first."""
+        with self._lock:
+            if self._done.is_set():
+                return
+            survivors = terminate(job_processes(self.run_id, self.run_dir, self._proc.pid))
+            try:
+                self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+            if failure and failure.get("rank") is not None:
+                failure["log_tail"] = RunRecord(self.run_dir).log(failure["rank"], last=20)
+            elif failure:
+                failure["log_tail"] = RunRecord(self.run_dir).log("launcher", last=20)
+            self._failure = failure
+            summary = self._summary(status, failure)
+            if survivors:
+                summary["survivors"] = [p.pid for p in survivors]
+            write_json_atomic(self.run_dir / "summary.json", summary)
+            self._status = status
+            self._done.set()
+        if survivors:
+            raise RuntimeError(f"processes {[p.pid for p in survivors]} of {self.run_id} "
+                               "survived SIGKILL")
+
+    def _summary(self, status: str, failure: dict[str, Any] | None) -> dict[str, Any]:
+        cfg, records = self.config, self._reader.all()
+        steps, epochs = of_kind(records, "step"), of_kind(records, "epoch")
+        starts = [r for r in of_kind(records, "event") if r.get("message") == "start"]
+        result = self.result() or {}
+        last_epoch = [e for e in epochs if e["epoch"] == max((x["epoch"] for x in epochs),
+                                                             default=-1)]
+        summary: dict[str, Any] = {
+            "run_id": self.run_id, "run_dir": str(self.run_dir), "status": status,
+            "engine": cfg.engine, "np": self.world_size,
+            "hosts": sorted({r["host"] for r in starts}),
+            "threads_per_rank": cfg.resolved_threads(),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self._started)),
+            "duration_s": time.time() - self._started,
+            "startup_s": min((s["time"] - s["step_time_s"] for s in steps), default=None),
+            "epochs_completed": len({e["epoch"] for e in epochs if e["rank"] == 0}),
+            "steps_completed": len({s["step"] for s in steps}),
+            "samples_per_s": throughput(steps),
+            "train_time_s": (max(s["time"] for s in steps) - min(
+                s["time"] - s["step_time_s"] for s in steps)) if steps else None,
+            "final_loss": result.get("final_loss"),
+            "final_accuracy": result.get("final_accuracy"),
+            "last_epoch_loss": _mean(e["loss"] for e in last_epoch),
+            "last_epoch_accuracy": _mean(e["accuracy"] for e in last_epoch),
+            "warnings": self.warnings,
+            "versions": _versions(),
+        }
+        if failure:
+            summary["failure"] = failure
+        return summary
+
+
+# ---------------------------------------------------------------------- starting jobs
+def start(cfg: JobConfig) -> Job:
+    """Validate `cfg` and launch a training job; returns at once (see `Job`)."""
+    cfg = apply_preset(cfg).validate()
+    _check_engine(cfg.engine)
+    return Job(cfg, TRAINING_MODULES[cfg.engine], [])
+
+
+def start_module(engine: str, np: int, module: str, args: list[str] | None = None,
+                 runs_dir: str = "runs", name: str = "", threads_per_rank: int = 1,
+                 hosts: str | None = None, stall_timeout: float = 120.0,
+                 **fields: Any) -> Job:
+    """Launch any rank module (one that uses `RankContext`) as a job on `np` ranks."""
+    cfg = JobConfig(engine=engine, np=1 if engine == "serial" else np, runs_dir=runs_dir,
+                    name=name, threads_per_rank=threads_per_rank, hosts=hosts,
+                    stall_timeout=stall_timeout, **fields).validate()
+    _check_engine(engine)
+    return Job(cfg, module, list(args or []))
+
+
+def apply_preset(cfg: JobConfig) -> JobConfig:
+    """Fill the preset's values into the fields that still hold their defaults."""
+    from dataclasses import fields, replace
+
+    from workbench.config import PRESETS
+
+    if cfg.preset is None:
+        return cfg
+    if cfg.preset not in PRESETS:
+        cfg.validate()  # raises ConfigError naming the preset
+    defaults = {f.name: f.default for f in fields(JobConfig)}
+    changes = {k: v for k, v in PRESETS[cfg.preset].items() if getattr(cfg, k) == defaults[k]}
+    return replace(cfg, **changes)
+
+
+def stop_all() -> None:
+    """Stop every job this process started (called when Python exits)."""
+    for job in list(_LIVE_JOBS):
+        if not job.done:
+            job.stop()
+
+
+atexit.register(stop_all)
+
+
+# ---------------------------------------------------------------------- helpers
+def _check_engine(engine: str) -> None:
+    problem = ENGINES[engine].available()
+    if problem:
+        raise ConfigError(f"--engine {engine} cannot run here: {problem}")
+
+
+def _label(cfg: JobConfig) -> str:
+    return f"{cfg.name or cfg.engine}-np{cfg.world_size}"
+
+
+def _exit_records(run_dir: Path) -> dict[int, dict[str, Any]]:
+    out = {}
+    for f in (run_dir / "exit").glob("rank*.json"):
+        rec = read_json(f)
+        if rec is not None:
+            out[int(f.stem[4:])] = rec
+    return out
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _mean(values) -> float | None:
+    values = list(values)
+    return sum(values) / len(values) if values else None
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for pkg in ("torch", "horovod", "workbench"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out

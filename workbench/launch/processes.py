@@ -1,0 +1,91 @@
+"""Finding and ending every process of a job.
+
+`horovodrun` starts each rank in a session of its own, so signalling the launcher's process
+group does not reach the ranks, and a launcher killed hard leaves them running. The
+workbench therefore finds a job's processes three ways and ends them all:
+
+1. the launcher and its descendants (psutil's process tree);
+2. the pid each rank wrote into `pids/rank<k>.pid`;
+3. any process whose environment carries this job's `WORKBENCH_RUN_ID` (catches ranks
+   that were starting up and had not written their pid yet).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import psutil
+
+from workbench.training.reporter import ENV_RUN_ID
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (the OS picks it), for a rendezvous."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_pids(run_dir: Path) -> dict[int, int]:
+    """{rank: pid} from the pid files the ranks wrote."""
+    out = {}
+    for f in (run_dir / "pids").glob("rank*.pid"):
+        try:
+            out[int(f.stem[4:])] = int(f.read_text())
+        except ValueError:
+            continue  # being written right now
+    return out
+
+
+def job_processes(run_id: str, run_dir: Path, launcher_pid: int | None) -> list[psutil.Process]:
+    """Every live process that belongs to the job (see the module docstring)."""
+    found: dict[int, psutil.Process] = {}
+    if launcher_pid is not None:
+        try:
+            root = psutil.Process(launcher_pid)
+            for p in [root, *root.children(recursive=True)]:
+                found[p.pid] = p
+        except psutil.Error:
+            pass
+    for pid in rank_pids(run_dir).values():
+        try:
+            proc = psutil.Process(pid)
+            if proc.environ().get(ENV_RUN_ID) == run_id:
+                found[pid] = proc
+        except psutil.Error:
+            pass
+    for proc in psutil.process_iter():
+        if proc.pid in found or proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get(ENV_RUN_ID) == run_id:
+                found[proc.pid] = proc
+        except psutil.Error:
+            continue
+    return [p for p in found.values() if _alive(p)]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def terminate(procs: list[psutil.Process], grace_s: float = 2.0) -> list[psutil.Process]:
+    """SIGTERM, wait up to `grace_s`, then SIGKILL what is left; return any survivors."""
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(alive, timeout=grace_s)
+    return [p for p in alive if _alive(p)]

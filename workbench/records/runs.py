@@ -1,0 +1,78 @@
+"""Reading run records back: `workbench runs`, `workbench show`, the panels' run picker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.records.metrics import MetricsReader
+from workbench.records.store import read_json
+
+
+@dataclass
+class RunRecord:
+    """A run folder and what it holds. Everything is read from disk on demand."""
+
+    run_dir: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return read_json(self.run_dir / "config.json") or {}
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        """summary.json once the job has ended, else None."""
+        return read_json(self.run_dir / "summary.json")
+
+    @property
+    def status(self) -> str:
+        """The final status, or "running" while no summary exists."""
+        summary = self.summary
+        return summary["status"] if summary else "running"
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every complete metrics line written so far."""
+        return MetricsReader(self.run_dir / "metrics.jsonl").all()
+
+    def log(self, rank: int | str = 0, last: int | None = None) -> str:
+        """The log of `rank` ("launcher" for the launcher's), optionally its last lines."""
+        name = "launcher.log" if rank == "launcher" else f"rank{rank}.log"
+        try:
+            text = (self.run_dir / "logs" / name).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-last:]) if last else text
+
+    def model_state(self) -> dict[str, Any]:
+        """The final state_dict saved by rank 0 (tensors only: weights_only=True)."""
+        import torch
+
+        return torch.load(self.run_dir / "model.pt", weights_only=True)
+
+
+def list_runs(runs_dir: str | Path = "runs") -> list[RunRecord]:
+    """Every run under `runs_dir`, oldest first."""
+    root = Path(runs_dir).expanduser()
+    if not root.is_dir():
+        return []
+    dirs = [d for d in root.iterdir() if (d / "config.json").exists()]
+    return [RunRecord(d) for d in sorted(dirs, key=lambda d: d.name)]
+
+
+def load_run(run: str | Path, runs_dir: str | Path = "runs") -> RunRecord:
+    """A run by folder path, full id, or unique id prefix/suffix; FileNotFoundError if none."""
+    path = Path(run)
+    if (path / "config.json").exists():
+        return RunRecord(path.resolve())
+    matches = [r for r in list_runs(runs_dir) if r.run_id == run]
+    matches = matches or [r for r in list_runs(runs_dir) if str(run) in r.run_id]
+    if len(matches) != 1:
+        what = "no run" if not matches else f"{len(matches)} runs"
+        raise FileNotFoundError(f"{what} matching {run!r} in {Path(runs_dir).resolve()};"
+                                " list them with `workbench runs`")
+    return matches[0]

@@ -1,0 +1,78 @@
+"""One rank of a Horovod data-parallel job (launched by `horovodrun`).
+
+The five Horovod steps appear in order in `main()`, as in Horovod's own
+examples/pytorch/pytorch_mnist.py (Sergeev & Del Balso 2018, arXiv:1802.05799):
+
+1. `hvd.init()`: join the job; learn this process's rank and the world size.
+2. Pin the device: one GPU per local rank (CPU threads here), so ranks do not collide.
+3. Broadcast the initial parameters (and any optimizer state) from rank 0, so every
+   replica starts identical.
+4. Wrap the optimizer in `hvd.DistributedOptimizer`: during `backward()` each gradient is
+   averaged across ranks with allreduce, overlapping communication with the rest of the
+   backward pass; `step()` waits for the averages and updates.
+5. Shard the data: each rank trains on its own slice of every global batch.
+"""
+
+from __future__ import annotations
+
+import time
+
+import horovod.torch as hvd
+import torch
+
+from workbench.models import make_optimizer
+from workbench.training.loop import Synchronizer, build, finish, pick_device, train
+from workbench.training.reporter import RankContext
+
+
+class HorovodSync(Synchronizer):
+    """Wait for Horovod's in-flight allreduces, then apply the averaged gradients."""
+
+    def __init__(self, optimizer: hvd.DistributedOptimizer) -> None:
+        self.optimizer = optimizer
+
+    def finish_step(self, optimizer: torch.optim.Optimizer) -> float:
+        start = time.perf_counter()
+        self.optimizer.synchronize()  # blocks until every gradient's allreduce is done
+        waited = time.perf_counter() - start
+        with self.optimizer.skip_synchronize():
+            self.optimizer.step()
+        return waited
+
+
+def main() -> None:
+    with RankContext.from_env() as ctx:
+        cfg = ctx.config
+
+        # Step 1: initialise Horovod.
+        hvd.init()
+        assert hvd.rank() == ctx.rank and hvd.size() == ctx.size
+
+        # Step 2: pin this rank to its device and its share of the CPU cores.
+        device = pick_device(hvd.local_rank())
+        torch.set_num_threads(cfg.resolved_threads())
+
+        setup = build(cfg, device)  # same seed everywhere, but rank 0's weights win below
+        optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
+                                   cfg.momentum, cfg.weight_decay)
+
+        # Step 3: start every replica from rank 0's parameters and optimizer state.
+        hvd.broadcast_parameters(setup.model.state_dict(), root_rank=0)
+        if optimizer.state_dict()["state"]:
+            # Only a resumed optimizer has state. On an empty one Horovod would first take a
+            # zero-gradient step to create it, which moves Adam's step count and applies
+            # weight decay once, and the run would no longer match the serial baseline.
+            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+        # Step 4: average gradients across ranks with allreduce during backward().
+        optimizer = hvd.DistributedOptimizer(
+            optimizer, named_parameters=setup.model.named_parameters(), op=hvd.Average)
+
+        # Step 5: train, each rank on its own shard of every global batch (see sharding.py).
+        train(ctx, setup, optimizer, HorovodSync(optimizer))
+        finish(ctx, setup, setup.model)
+        hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""How the samples of an epoch are split between ranks.
+
+The rule that makes data parallelism *exactly* equivalent to serial training:
+
+1. Every rank draws the same seeded permutation of the dataset for epoch `e`.
+2. That order is cut into *global* batches of `world_size × batch_size` samples.
+3. Rank `r` takes the `r`-th slice of `batch_size` samples of each global batch.
+
+Each rank computes the mean loss over its slice; averaging the gradients of the slices
+(what Horovod's allreduce and DDP do) gives the gradient of the mean loss over the whole
+global batch. So N ranks with batch b take the same steps as one process with batch N·b.
+An incomplete last global batch is dropped, in both cases, to keep every slice equal.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def epoch_order(n_samples: int, seed: int, epoch: int) -> torch.Tensor:
+    """The seeded sample order of `epoch`, identical on every rank."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n_samples, generator=gen)
+
+
+def steps_per_epoch(n_samples: int, world_size: int, batch_size: int) -> int:
+    """Number of full global batches in one epoch."""
+    return n_samples // (world_size * batch_size)
+
+
+def shard(order: torch.Tensor, step: int, rank: int, world_size: int,
+          batch_size: int) -> torch.Tensor:
+    """Indices of the samples that `rank` trains on at `step` of this epoch."""
+    start = step * world_size * batch_size + rank * batch_size
+    return order[start:start + batch_size]
