@@ -83,6 +83,7 @@ def _entry(
 
 def _stop(procs: Sequence[Any], grace_s: float = 5.0) -> None:
     """Terminate every process still alive, then kill those that ignore SIGTERM."""
+    procs = [p for p in procs if p.pid is not None]  # skip any that never started
     for p in procs:
         if p.is_alive():
             p.terminate()
