@@ -29,6 +29,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.config import DATASETS, ENGINES, MODELS, OPTIMIZERS, ConfigError, JobConfig
+from workbench.launch import FINAL_STATES
 from workbench.records.metrics import MetricsReader
 from workbench.ui import charts, live
 from workbench.ui.logs import LogPane
@@ -41,15 +42,23 @@ CONTROL_SPECS: list[tuple[str, str, Any]] = [
     ("model", "model", MODELS),
     ("dataset", "dataset", DATASETS),
     ("epochs", "epochs", int),
-    ("batch_size", "batch / rank", int),
+    ("batch_size", "batch/rank", int),
     ("lr", "learning rate", float),
     ("optimizer", "optimizer", OPTIMIZERS),
     ("seed", "seed", int),
-    ("threads_per_rank", "threads / rank", int),
+    ("threads_per_rank", "threads/rank", int),
 ]
 
-#: Job states after which nothing more will happen.
-FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
+
+#: What the charts show, in one sentence each, under the charts.
+CAPTION = (
+    "<div style='font-size:12px;color:#555;max-width:900px'>"
+    "Thin lines: each rank's loss and accuracy on <i>its own shard</i> of every batch; thick "
+    "line: the mean over all ranks. Throughput counts the samples of all ranks together. "
+    "The bars split each rank's step time into <b style='color:#1f77b4'>computing</b> "
+    "gradients and <b style='color:#ff7f0e'>synchronizing</b> them (allreduce, waiting for "
+    "the slowest rank): the bigger the orange part, the less a new rank speeds the job up."
+    "</div>")
 
 #: Refreshes between two re-reads of the log files (logs change less often than metrics).
 LOG_EVERY = 4
@@ -58,8 +67,8 @@ LOG_EVERY = 4
 def _make_control(name: str, label: str, kind: Any, value: Any) -> widgets.Widget:
     """One input widget. Numbers use plain text boxes, not bounded ones, so that a bad value
     reaches ``JobConfig.validate()`` and the student sees *why* it is refused."""
-    style = {"description_width": "95px"}
-    layout = widgets.Layout(width="200px")
+    style = {"description_width": "82px"}
+    layout = widgets.Layout(width="180px")
     if isinstance(kind, tuple):
         return widgets.Dropdown(options=list(kind), value=value, description=label,
                                 style=style, layout=layout)
@@ -98,10 +107,11 @@ class TrainingPanel(widgets.VBox):
         self._epochs = self._base.epochs
         self.controls = {name: _make_control(name, label, kind, getattr(self._base, name))
                          for name, label, kind in CONTROL_SPECS}
+        # no icons: an icon font adds a character to the button's accessible name
         self.start_button = widgets.Button(description="Start", button_style="success",
-                                           icon="play", tooltip="Launch the job")
+                                           tooltip="Launch the job")
         self.stop_button = widgets.Button(description="Stop", button_style="danger",
-                                          icon="stop", tooltip="End every rank of the job")
+                                          tooltip="End every rank of the job")
         self.start_button.on_click(self._on_start)
         self.stop_button.on_click(self._on_stop)
         self.status = widgets.HTML()
@@ -129,14 +139,15 @@ class TrainingPanel(widgets.VBox):
     def _layout(self) -> list[widgets.Widget]:
         ctl = list(self.controls.values())
         grid = widgets.GridBox(ctl, layout=widgets.Layout(
-            grid_template_columns="repeat(5, 205px)", grid_gap="4px 6px"))
+            grid_template_columns="repeat(5, 182px)", grid_gap="4px 6px"))
         buttons = widgets.HBox([self.start_button, self.stop_button, self.status],
                                layout=widgets.Layout(align_items="center"))
         progress = widgets.HBox([self.progress, self.progress_label])
         logs = widgets.Accordion([self.logs], titles=("Logs of each rank (last lines)",))
         picker = widgets.HBox([self.run_picker, self.open_button])
         return [widgets.HTML("<b style='font-size:15px'>Data-parallel training job</b>"),
-                grid, buttons, progress, self.alert, self._chart_box, logs, picker]
+                grid, buttons, progress, self.alert, self._chart_box, widgets.HTML(CAPTION),
+                logs, picker]
 
     @property
     def sources(self) -> dict:
@@ -180,7 +191,8 @@ class TrainingPanel(widgets.VBox):
         self.job = job
         self._watch(job.run_dir, cfg)
         self._finished = False
-        self._say(f"Started run {job.run_id}: launching {cfg.world_size} rank(s) ...")
+        self._say(f"Started run {job.run_id}: launching {cfg.world_size} rank(s) ...",
+                  detail="\n".join(f"Note: {w}" for w in job.warnings))
         self._task = live.start_task(self._poll)
 
     def _on_stop(self, _button: Any = None) -> None:
@@ -204,7 +216,7 @@ class TrainingPanel(widgets.VBox):
         self._reader = MetricsReader(self._run_dir / "metrics.jsonl")
         self._epochs, self._steps_total, self._ticks = cfg.epochs, 0, 0
         old = self._chart_widget
-        self._charts = RunCharts(cfg.world_size, title=self._run_dir.name)
+        self._charts = RunCharts(cfg.world_size)
         self._chart_widget = charts.to_widget(self._charts.layout)
         self._chart_box.children = [self._chart_widget]
         old.close()
@@ -275,8 +287,7 @@ class TrainingPanel(widgets.VBox):
     def _on_finished(self, state: str) -> None:
         """Show how the job ended; on failure, which rank failed and the end of its log."""
         self._finished = True
-        summary = (self.job.summary or {}) if self.job is not None else {}
-        self._show_summary(self.job.run_id, state, summary)
+        self._show_summary(self.job.run_id, state, self.job.summary or {})
         self.refresh_runs()
 
     def _show_summary(self, run_id: str, state: str, summary: dict) -> None:
@@ -331,9 +342,11 @@ class TrainingPanel(widgets.VBox):
         self._show_summary(record.run_id, summary.get("status", "unknown"), summary)
 
     # ------------------------------------------------------------------ messages, closing
-    def _say(self, text: str, level: str = "info", *, detail: str = "") -> None:
+    def _say(self, text: str, level: str = "info", *, detail: str | None = None) -> None:
+        """Show ``text`` on the status line; ``detail`` (if given) replaces the box below it."""
         self.status.value = live.message_html(text, level)
-        self.alert.value = live.message_html("", "error", detail=detail) if detail else ""
+        if detail is not None:
+            self.alert.value = live.message_html("", level, detail=detail) if detail else ""
 
     def close(self) -> None:
         """Stop the job (no rank outlives the panel), the polling task, and every widget."""
@@ -353,31 +366,34 @@ class TrainingPanel(widgets.VBox):
 
 
 def _summary_text(summary: dict) -> str:
-    """One line with the outcome of a finished run."""
+    """One line with the outcome of a finished run (fields of summary.json)."""
     parts = []
-    if summary.get("wall_time_s") is not None:
-        parts.append(f"time {live.fmt_seconds(float(summary['wall_time_s']))}")
-    final = summary.get("final") or {}
-    if final.get("loss") is not None:
-        parts.append(f"final loss {float(final['loss']):.3f}")
-    if final.get("accuracy") is not None:
-        parts.append(f"accuracy {float(final['accuracy']):.2f}")
+    if summary.get("duration_s") is not None:
+        parts.append(f"took {live.fmt_seconds(float(summary['duration_s']))}")
+    loss = summary.get("final_loss", summary.get("last_epoch_loss"))
+    acc = summary.get("final_accuracy", summary.get("last_epoch_accuracy"))
+    if loss is not None:
+        parts.append(f"final loss {float(loss):.3f}")
+    if acc is not None:
+        parts.append(f"accuracy {float(acc):.2f}")
     if summary.get("samples_per_s"):
         parts.append(f"{float(summary['samples_per_s']):,.0f} samples/s")
     return " · ".join(parts)
 
 
 def _failure_text(summary: dict) -> str:
-    """The failed rank, its error and the last lines of its log, from summary.json."""
+    """The failed rank, its error and the last lines of its log (summary.json's failure)."""
     failure = summary.get("failure") or {}
     if not failure:
-        return summary.get("error") or "No failure details were recorded."
-    lines = [f"rank {failure.get('rank', '?')}: {failure.get('error', 'failed')}"]
-    log = failure.get("log_tail") or failure.get("log") or ""
+        return "No failure details were recorded (see the logs below)."
+    rank = failure.get("rank")
+    who = f"rank {rank}" if rank is not None else "the launcher"
+    lines = [f"{who}: {failure.get('error') or 'failed'}"]
+    log = failure.get("log_tail") or ""
     if isinstance(log, list):
         log = "\n".join(log)
     if log:
-        lines += ["", "last lines of its log:", log]
+        lines += ["", f"last lines of the log of {who}:", log]
     return "\n".join(lines)
 
 
