@@ -1,0 +1,1 @@
+"""Model parallelism: pipelines over processes, and data vs model parallelism side by side."""

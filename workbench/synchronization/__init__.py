@@ -1,0 +1,1 @@
+"""Synchronization: synchronous vs asynchronous SGD, stragglers, Hogwild!, ring allreduce."""
