@@ -27,7 +27,7 @@ pipq() { "$PY" -m pip "$@" 2>&1 | { grep -v "is ignored: it is neither a file no
 want=$(cat pyproject.toml scripts/setup.sh scripts/build_horovod.sh | sha256sum | cut -d' ' -f1)
 if [ -x "$PY" ] && [ -f "$STAMP" ] && [ "$(head -n 1 "$STAMP")" = "$want" ]; then
     echo "Environment up to date (.venv/)."
-    if grep -q "^horovod=failed" "$STAMP"; then
+    if grep -q "^horovod=failed" "$STAMP" && ! "$PY" -c "import horovod" 2>/dev/null; then
         echo "Horovod is not installed (its build failed; see .cache/horovod-build.log)." \
             "Retry with: make horovod" >&2
     fi

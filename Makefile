@@ -1,0 +1,57 @@
+# The workbench's everyday commands. Each target first runs the set-up, which is
+# idempotent: the first time it creates .venv/ and builds Horovod (a few minutes),
+# later it checks a stamp and takes a second.
+#
+#   make lab     start JupyterLab on 127.0.0.1, opened on the first notebook
+#   make test    run the whole test suite: tests/ and every notebook
+#   make demo    a headless strong-scaling sweep with an HTML report
+#   make lint    ruff
+#   make doctor  what is installed and whether Horovod jobs can run
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+# horovodrun, workbench and jupyter live in the virtual environment.
+export PATH := $(BIN):$(PATH)
+
+# Every notebook, exercises and solutions included, but not Jupyter's checkpoints.
+NOTEBOOKS := $(shell find notebooks -name '*.ipynb' -not -path '*/.ipynb_checkpoints/*' 2>/dev/null | sort)
+FIRST_NOTEBOOK := notebooks/00_welcome.ipynb
+LAB_PORT ?= 8888
+PYTEST_ARGS ?=
+
+.PHONY: help setup sysdeps lab test demo lint doctor horovod
+
+help:  ## list the targets
+	@awk -F ':.*## ' '/^[a-z-]+:.*## / { printf "  make %-8s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+setup:  ## create .venv/ and install everything (idempotent)
+	@bash scripts/setup.sh
+
+sysdeps:  ## install the Debian packages the tests need (as root, only if missing)
+	@if [ "$$(id -u)" = 0 ]; then bash scripts/install_system_deps.sh; \
+	else bash scripts/install_system_deps.sh --check \
+	  || echo "Not root: tests that need these packages will be skipped."; fi
+
+lab: setup  ## start JupyterLab on 127.0.0.1 (token authentication), opened on the first notebook
+	@target=$$( [ -f $(FIRST_NOTEBOOK) ] && echo $(FIRST_NOTEBOOK) ); \
+	exec $(BIN)/jupyter lab $$target --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) \
+	  --ServerApp.root_dir=$(CURDIR)
+
+# One pytest run over tests/ and the notebooks, so its closing line counts everything.
+# A failing test, or no test at all (pytest's exit code 5), makes the target fail.
+test: setup sysdeps  ## run tests/ and every notebook (nbmake), browser tests included
+	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbmake --nbmake-timeout=600 $(PYTEST_ARGS)
+
+demo: setup  ## headless strong-scaling sweep, written to demo-report.html
+	$(BIN)/workbench scale --engine horovod --np 1,2 --mode strong --report demo-report.html
+
+lint: setup  ## ruff over the whole repository
+	$(BIN)/ruff check .
+
+doctor: setup  ## check the installation
+	$(BIN)/workbench doctor
+
+horovod:  ## build and install Horovod again (after fixing what its build needed)
+	bash scripts/build_horovod.sh $(BIN)/python
