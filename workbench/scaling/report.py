@@ -136,6 +136,7 @@ class ScalingCharts:
             fig, self.fit_far, "x", "efficiency", color=charts.kind_color("sync"),
             legend="fit", width=1.5, dash="dotted"))
         charts.line(fig, self.points, "np", "efficiency", legend="measured", markers=True)
+        fig.xaxis.ticker = [2**k for k in range(11)]     # 1, 2, 4 ... 1024 workers
         fig.y_range.start = 0
         fig.y_range.end = 1.1
         return fig
@@ -163,6 +164,11 @@ def _intro_html(rows: Sequence[Mapping], meta: Mapping) -> str:
             if mode == "strong" else "the work per rank is fixed (each rank keeps its batch)")
     fit = (f"<p>{law[0]}'s law fitted to the measured speedups gives a parallel fraction of "
            f"<b>{law[1]:.3f}</b>.</p>" if law else "")
+    if any(r["speedup"] < 1 for r in rows):
+        fit += ("<p>Some runs were <b>slower</b> than one worker: their overhead "
+                "(communication, waiting) cost more than splitting the work saved. No "
+                "parallel fraction can explain that, which is what a Karp–Flatt e above 1 "
+                "says.</p>")
     setup = ", ".join(f"{html.escape(str(k))}={html.escape(str(v))}"
                       for k, v in meta.get("config", {}).items())
     return (

@@ -20,7 +20,8 @@ the global batch fixed, so each worker's compute time shrinks as 1/p: speedup = 
 Either way speedup is the throughput ratio and efficiency = speedup / p.
 
 Oversubscription (more ranks than cores, as on a 2-core laptop running 3 ranks): the cores
-are time-shared, so each rank's compute takes ranks/cores times longer.
+are time-shared, so everything a rank does takes ranks/cores times longer — its compute, and
+on CPUs its communication too, because gloo copies and adds the bytes with the same cores.
 
 Pure arithmetic: no torch, no numpy, no bokeh.
 """
@@ -59,6 +60,11 @@ def hidden_comm_time(comm_time_s: float, compute_time_s: float, overlap: float) 
     return min(overlap * comm_time_s, BACKWARD_SHARE * compute_time_s)
 
 
+def oversubscription(workers: int, cores: int | None) -> float:
+    """How much slower each rank runs when ``workers`` ranks share ``cores`` cores (≥ 1)."""
+    return workers / cores if cores is not None and workers > cores else 1.0
+
+
 def compute_time_per_rank(compute_time_s: float, workers: int, mode: str = "weak",
                           cores: int | None = None) -> float:
     """One rank's compute seconds per step for ``workers`` ranks.
@@ -70,9 +76,7 @@ def compute_time_per_rank(compute_time_s: float, workers: int, mode: str = "weak
     if mode not in ("weak", "strong"):
         raise ValueError(f"mode must be 'weak' or 'strong', got {mode!r}")
     t = compute_time_s / workers if mode == "strong" else compute_time_s
-    if cores is not None and workers > cores:
-        t *= workers / cores
-    return t
+    return t * oversubscription(workers, cores)
 
 
 def predict_step(workers: int, params: float, compute_time_s: float, bandwidth: float,
@@ -92,6 +96,7 @@ def predict_step(workers: int, params: float, compute_time_s: float, bandwidth: 
     n_bytes = params * bytes_per_param
     compute = compute_time_per_rank(compute_time_s, workers, mode, cores)
     comm = allreduce_time(algorithm, n_bytes, workers, latency_s, beta) if workers > 1 else 0.0
+    comm *= oversubscription(workers, cores)
     exposed = comm - hidden_comm_time(comm, compute, overlap)
     step = compute + exposed
     work_per_step = workers if mode == "weak" else 1.0   # in single-worker batches

@@ -1,0 +1,101 @@
+"""Calibrate the simulator on this machine, then check its predictions against real runs.
+
+Three measurements are enough to predict a data-parallel job's epoch time at p workers:
+
+1. α and β of allreduce, from the benchmark (:func:`workbench.scaling.bench.run_allreduce_bench`);
+2. the time of one training step on one worker, from an np=1 run (median ``step_time_s``);
+3. the gradient size n = parameters × bytes per parameter, from the model itself.
+
+Then, with the job's usual sharding (``batch_size`` per rank, so an epoch of N samples has
+⌊N / (p·b)⌋ steps):
+
+    epoch time(p) = steps(p) × (compute(p) + ring allreduce(n, p, α, β))
+
+where compute(p) is the np=1 step time. When the ranks outnumber the cores (3 ranks on 2
+cores) they take turns, so both terms are stretched by p / cores: gloo's allreduce copies and
+adds the bytes with the same CPU cores (see :func:`workbench.scaling.simulate.oversubscription`).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from workbench.config import JobConfig
+from workbench.scaling.costmodel import ring_allreduce_time
+from workbench.scaling.simulate import compute_time_per_rank, oversubscription
+
+
+def gradient_bytes(cfg: JobConfig) -> int:
+    """Bytes allreduced per step: the model's trainable parameters × bytes per element."""
+    import torch
+
+    from workbench.data import load_dataset
+    from workbench.models import build_model, count_parameters
+
+    data = load_dataset(cfg.dataset, samples=min(cfg.samples, 64), features=cfg.features,
+                        seed=cfg.seed)
+    model = build_model(cfg.model, tuple(data.x.shape[1:]), data.n_classes, cfg.width)
+    return count_parameters(model) * torch.finfo(getattr(torch, cfg.dtype)).bits // 8
+
+
+def median_step_time(metrics: Sequence[Mapping], skip: int = 3) -> float:
+    """Median ``step_time_s`` over the steps of a run, leaving out the first ``skip`` (warm-up)."""
+    times = [m["step_time_s"] for m in metrics
+             if m.get("kind") == "step" and m.get("step", 0) >= skip]
+    if not times:
+        raise ValueError("the run has no step metrics to time (did it train at all?)")
+    return statistics.median(times)
+
+
+def epoch_time(metrics: Sequence[Mapping]) -> float:
+    """Measured seconds per epoch: the last epoch's ``epoch_time_s``, slowest rank."""
+    epochs = [m for m in metrics if m.get("kind") == "epoch"]
+    if not epochs:
+        raise ValueError("the run has no epoch metrics (did it finish an epoch?)")
+    last = max(m["epoch"] for m in epochs)
+    return max(m["epoch_time_s"] for m in epochs if m["epoch"] == last)
+
+
+def predict_epoch_time(p: int, samples: int, batch_size: int, step_time_1_s: float,
+                       n_bytes: float, alpha_s: float, beta_s_per_byte: float,
+                       cores: int) -> dict:
+    """Predicted seconds per epoch at ``p`` ranks (see the module docstring for the model)."""
+    steps = samples // (p * batch_size)
+    compute = compute_time_per_rank(step_time_1_s, p, "weak", cores)
+    comm = ring_allreduce_time(n_bytes, p, alpha_s, beta_s_per_byte) * oversubscription(p, cores)
+    return {"np": p, "steps": steps, "compute_s": compute, "comm_s": comm,
+            "epoch_time_s": steps * (compute + comm)}
+
+
+def run_calibration(base: JobConfig, alpha_s: float, beta_s_per_byte: float,
+                    workers: Sequence[int] = (2, 3), cores: int | None = None,
+                    timeout_s: float = 300.0) -> dict:
+    """Run ``base`` at np=1 (to time a step) and at each of ``workers``; compare to predictions.
+
+    Returns ``{"step_time_1_s", "gradient_bytes", "rows": [{np, predicted_s, measured_s,
+    error}]}`` where error = predicted ÷ measured − 1.
+    """
+    import workbench
+
+    cores = cores or os.cpu_count() or 1
+    base = replace(base, threads_per_rank=base.threads_per_rank or 1)
+    n_bytes = gradient_bytes(base)
+    measured: dict[int, list] = {}
+    for p in [1, *workers]:
+        job = workbench.start(replace(base, np=p))
+        if job.wait(timeout_s) != "succeeded":
+            job.stop()
+            raise RuntimeError(f"calibration run at np={p} {job.status}: see {job.run_dir}")
+        measured[p] = job.metrics()
+    step_1 = median_step_time(measured[1])
+    rows = []
+    for p in workers:
+        pred = predict_epoch_time(p, base.samples, base.batch_size, step_1, n_bytes, alpha_s,
+                                  beta_s_per_byte, cores)
+        real = epoch_time(measured[p])
+        rows.append({**pred, "predicted_s": pred["epoch_time_s"], "measured_s": real,
+                     "error": pred["epoch_time_s"] / real - 1.0})
+    return {"step_time_1_s": step_1, "gradient_bytes": n_bytes, "cores": cores, "rows": rows}
