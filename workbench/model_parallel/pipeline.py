@@ -51,9 +51,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from workbench.model_parallel.memory import ActivationMeter, memory_breakdown
 from workbench.synchronization.processes import run_workers
 
 SCHEDULES = ("gpipe", "1f1b")
+OPTIMIZERS = ("sgd", "adam")
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class PipelineConfig:
     width: int = 128
     layers: int = 4
     lr: float = 0.1
+    optimizer: str = "sgd"
     compute_ms: float = 20.0
     seed: int = 0
 
@@ -86,6 +89,9 @@ class PipelineConfig:
                              f"({self.batch_size}), got {self.microbatches}")
         if self.steps < 1 or self.width < 1:
             raise ValueError("steps and width must be at least 1")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, "
+                             f"got {self.optimizer!r}")
         if self.compute_ms < 0:
             raise ValueError(f"compute_ms must be ≥ 0 milliseconds, got {self.compute_ms}")
         return self
@@ -112,6 +118,11 @@ def make_blocks(in_features: int, width: int, layers: int, n_classes: int,
         linear = nn.Linear(sizes[i], sizes[i + 1])
         blocks.append(linear if i == layers - 1 else nn.Sequential(linear, nn.ReLU()))
     return blocks
+
+
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    """Plain SGD, or Adam (which keeps two extra tensors per parameter)."""
+    return torch.optim.Adam(params, lr=lr) if name == "adam" else torch.optim.SGD(params, lr=lr)
 
 
 def stage_slice(layers: int, stages: int, stage: int) -> slice:
@@ -150,7 +161,8 @@ class _Stage:
         self.rank, self.cfg = rank, cfg
         blocks = make_blocks(in_features, cfg.width, cfg.layers, n_classes, cfg.seed)
         self.layers = nn.Sequential(*blocks[stage_slice(cfg.layers, cfg.stages, rank)])
-        self.optimizer = torch.optim.SGD(self.layers.parameters(), lr=cfg.lr)
+        self.optimizer = make_optimizer(cfg.optimizer, self.layers.parameters(), cfg.lr)
+        self.activations = ActivationMeter(self.layers.parameters())
         self.first, self.last = rank == 0, rank == cfg.stages - 1
         self.in_width = in_features if self.first else cfg.width
         self.events: list[dict[str, Any]] = []
@@ -179,7 +191,7 @@ class _Stage:
 
     def run_step(self, xs: list[torch.Tensor], ys: list[torch.Tensor], batch: int) -> float:
         """One training step over the micro-batches; returns the batch loss (last stage)."""
-        saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        saved: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}
         loss_total = 0.0
         self.optimizer.zero_grad()
         for kind, mb in schedule_ops(self.cfg.schedule, self.rank, self.cfg.stages, len(xs)):
@@ -187,18 +199,20 @@ class _Stage:
                 inp = xs[mb] if self.first else self._recv((len(xs[mb]), self.in_width),
                                                            self.rank - 1)
                 inp.requires_grad_(not self.first)
-                out = self._compute("fwd", mb, lambda inp=inp, mb=mb: self._forward(
-                    inp, ys[mb], len(xs[mb]) / batch))
+                with self.activations.recording() as n_saved:
+                    out = self._compute("fwd", mb, lambda inp=inp, mb=mb: self._forward(
+                        inp, ys[mb], len(xs[mb]) / batch))
                 if self.last:
                     loss_total += out.item()
                 else:
                     self._send(out.detach(), self.rank + 1)
-                saved[mb] = (inp, out)
+                saved[mb] = (inp, out, n_saved[0])
                 self.peak_in_flight = max(self.peak_in_flight, len(saved))
             else:
-                inp, out = saved.pop(mb)
+                inp, out, n_saved = saved.pop(mb)
                 grad = None if self.last else self._recv(tuple(out.shape), self.rank + 1)
                 self._compute("bwd", mb, lambda out=out, grad=grad: out.backward(grad))
+                self.activations.release(n_saved)
                 if not self.first:
                     self._send(inp.grad, self.rank - 1)
         for handle, _ in self.pending:
@@ -226,7 +240,7 @@ class _Stage:
         return buf
 
 
-def _train_stage(rank: int, cfg: PipelineConfig, x: torch.Tensor, y: torch.Tensor,
+def train_stage(rank: int, cfg: PipelineConfig, x: torch.Tensor, y: torch.Tensor,
                  n_classes: int) -> dict[str, Any]:
     """Stage ``rank`` trains ``cfg.steps`` steps; returns its timings and losses."""
     stage = _Stage(rank, cfg, x.shape[1], n_classes)
@@ -238,15 +252,16 @@ def _train_stage(rank: int, cfg: PipelineConfig, x: torch.Tensor, y: torch.Tenso
         start = time.perf_counter()
         losses.append(stage.run_step(xs, ys, len(idx)))
         windows.append((start, time.perf_counter()))
+    memory = memory_breakdown(stage.layers, stage.optimizer, stage.activations.peak)
     return {"stage": rank, "events": stage.events, "windows": windows, "losses": losses,
             "bytes_sent": stage.bytes_sent, "peak_in_flight": stage.peak_in_flight,
-            "params": sum(p.numel() for p in stage.layers.parameters())}
+            "params": sum(p.numel() for p in stage.layers.parameters()), "memory": memory}
 
 
 def _stage_process(rank: int, world: int, cfgs: list[PipelineConfig], x: torch.Tensor,
                    y: torch.Tensor, n_classes: int) -> list[dict[str, Any]]:
     """Entry point of process ``rank``: run one pipeline per config, in the same processes."""
-    return [_train_stage(rank, cfg, x, y, n_classes) for cfg in cfgs]
+    return [train_stage(rank, cfg, x, y, n_classes) for cfg in cfgs]
 
 
 # --- measuring the bubble ------------------------------------------------------------------
@@ -279,20 +294,21 @@ def measure_bubble(stage_results: list[dict[str, Any]], skip_first: bool = True)
 
 def run_pipeline(stages: int = 2, microbatches: int = 4, schedule: str = "gpipe", *,
                  steps: int = 3, batch_size: int = 64, width: int = 128, layers: int = 4,
-                 lr: float = 0.1, compute_ms: float = 20.0, seed: int = 0,
-                 timeout: float = 180.0) -> dict[str, Any]:
+                 lr: float = 0.1, optimizer: str = "sgd", compute_ms: float = 20.0,
+                 seed: int = 0, timeout: float = 180.0) -> dict[str, Any]:
     """Train the MLP on the digits with a P-stage pipeline; measure its bubble.
 
     Returns a dict with ``measured_bubble`` (idle share of the stages' time),
     ``theoretical_bubble`` ((P−1)/(M+P−1)), ``time_s`` (seconds for all steps), ``losses``
     (batch loss per step), ``per_stage`` (``busy_s``, ``idle_s``, ``idle_share``,
-    ``bytes_sent``, ``peak_in_flight`` micro-batches of activations held, ``params``),
+    ``bytes_sent``, ``peak_in_flight`` micro-batches of activations held, ``params``,
+    ``memory``: bytes of parameters, gradients, optimizer state and peak activations),
     ``events`` (``stage, step, microbatch, kind, start, end``; seconds since the first step
     began) and the ``config``.
     """
     cfg = PipelineConfig(stages=stages, microbatches=microbatches, schedule=schedule,
                          steps=steps, batch_size=batch_size, width=width, layers=layers, lr=lr,
-                         compute_ms=compute_ms, seed=seed)
+                         optimizer=optimizer, compute_ms=compute_ms, seed=seed)
     return run_pipelines([cfg], timeout=timeout)[0]
 
 
@@ -335,7 +351,7 @@ def _summarise(cfg: PipelineConfig, results: list[dict[str, Any]]) -> dict[str, 
     bubble = measure_bubble(results)
     for s, r in zip(bubble["per_stage"], results, strict=True):
         s.update(bytes_sent=r["bytes_sent"], peak_in_flight=r["peak_in_flight"],
-                 params=r["params"])
+                 params=r["params"], memory=r["memory"])
     events = sorted(({**e, "start": e["start"] - t0, "end": e["end"] - t0}
                      for r in results for e in r["events"]), key=lambda e: e["start"])
     return {"stages": cfg.stages, "microbatches": cfg.microbatches, "schedule": cfg.schedule,
@@ -348,7 +364,7 @@ def _summarise(cfg: PipelineConfig, results: list[dict[str, Any]]) -> dict[str, 
 
 
 def train_unsplit(steps: int = 3, batch_size: int = 64, width: int = 128, layers: int = 4,
-                  lr: float = 0.1, seed: int = 0) -> list[float]:
+                  lr: float = 0.1, optimizer: str = "sgd", seed: int = 0) -> list[float]:
     """The reference: the same MLP, batches and SGD in one process, no pipeline.
 
     Returns the batch loss of every step; a correct pipeline returns the same numbers.
@@ -357,15 +373,16 @@ def train_unsplit(steps: int = 3, batch_size: int = 64, width: int = 128, layers
 
     data = load_dataset("digits")
     cfg = PipelineConfig(stages=1, microbatches=1, steps=steps, batch_size=batch_size,
-                         width=width, layers=layers, lr=lr, seed=seed).validate()
+                         width=width, layers=layers, lr=lr, optimizer=optimizer,
+                         seed=seed).validate()
     model = nn.Sequential(*make_blocks(data.x.shape[1], width, layers, data.n_classes, seed))
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    opt = make_optimizer(optimizer, model.parameters(), lr)
     losses = []
     for idx in batches(len(data.x), cfg):
-        optimizer.zero_grad()
+        opt.zero_grad()
         loss = nn.functional.cross_entropy(model(data.x[idx]), data.y[idx])
         loss.backward()
-        optimizer.step()
+        opt.step()
         losses.append(loss.item())
     return losses
 
