@@ -1,0 +1,256 @@
+"""The live panels, headless: real Horovod jobs, real metrics, no browser.
+
+The panels are driven the way a kernel drives them: a button ``click()`` and then either the
+asyncio loop (as in Jupyter) or explicit ``refresh()`` calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from workbench.records import MetricsReader
+from workbench.ui import ScalingPanel, TrainingPanel, charts
+from workbench.ui.run_charts import RunCharts
+
+SMALL = dict(engine="horovod", np=2, model="mlp", dataset="digits", epochs=1, batch_size=32,
+             threads_per_rank=1)
+
+
+def _wait(predicate, timeout_s: float, step_s: float = 0.25, tick=None) -> bool:
+    """Poll ``predicate`` (calling ``tick`` first each time) until true or timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if tick:
+            tick()
+        if predicate():
+            return True
+        time.sleep(step_s)
+    return False
+
+
+def _alive_ranks(run_dir: Path) -> list[int]:
+    """Pids from the run's pid files that still belong to a live (non-zombie) process."""
+    alive = []
+    for f in (run_dir / "pids").glob("rank*.pid"):
+        pid = int(f.read_text())
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def _text(widget) -> str:
+    return widget.value
+
+
+# ---------------------------------------------------------------------- no processes
+
+
+def test_run_charts_turn_rows_into_per_rank_and_overall_series():
+    rc = RunCharts(np=2)
+    rows = []
+    for step in range(3):
+        for rank in range(2):
+            rows.append({"kind": "step", "rank": rank, "epoch": 0, "step": step,
+                         "loss": 1.0 + rank + step, "accuracy": 0.5 * rank, "samples": 10,
+                         "time": 1.0 + step + 0.1 * rank, "compute_s": 0.3, "sync_s": 0.1 * rank})
+    assert rc.add(rows[:1]) == 1
+    assert len(rc.sources["rank0"].data["loss"]) == 1
+    assert rc.sources["overall"].data["loss"] == []          # rank 1 has not reported step 0
+    rc.add(rows[1:])
+    overall = rc.sources["overall"].data
+    assert overall["loss"] == [1.5, 2.5, 3.5]                # mean of the two ranks
+    assert overall["time"] == [1.1, 2.1, 3.1]                # the slower rank ends the step
+    # samples/s: 2 ranks x 10 samples per step over the last two steps' span (2 s)
+    assert overall["samples_per_s"][-1] == pytest.approx(40 / 2.0)
+    share = rc.sources["share"].data
+    assert share["compute"] == [1.0, pytest.approx(0.75)]
+    assert share["sync"] == [0.0, pytest.approx(0.25)]
+    assert rc.add([{"kind": "step", "rank": 7, "epoch": 0, "step": 0}]) == 0   # not a rank
+
+
+def test_chart_helpers_build_gantt_and_bars():
+    fig, src = charts.gantt([{"lane": "rank 0", "start": 0, "end": 1.5, "kind": "compute"},
+                             {"lane": "rank 1", "start": 1.0, "end": 2.0, "kind": "sync"}],
+                            "timeline")
+    assert list(fig.y_range.factors) == ["rank 1", "rank 0"]    # first lane on top
+    assert src.data["duration"] == [1.5, 1.0]
+    assert src.data["color"] == [charts.kind_color("compute"), charts.kind_color("sync")]
+    _, bars = charts.stacked_bar(["a", "b"], {"x": [1, 2], "y": [3, 4]}, "t")
+    assert bars.data["y"] == [3, 4]
+    assert charts.to_widget(fig).render_bundle["docs_json"]
+
+
+def test_training_panel_refuses_bad_values(tmp_path):
+    panel = TrainingPanel(runs_dir=str(tmp_path), **SMALL)
+    try:
+        for name, bad, expected in [("np", 0, "--np 0"), ("lr", -1.0, "--lr -1.0"),
+                                    ("epochs", 0, "--epochs 0")]:
+            good = panel.controls[name].value
+            panel.controls[name].value = bad
+            panel.start_button.click()
+            assert "not valid" in _text(panel.status)
+            assert expected in _text(panel.alert), _text(panel.alert)
+            assert panel.job is None
+            panel.controls[name].value = good
+        panel.controls["dataset"].value = "digits"
+        panel.controls["model"].value = "cnn"                 # a CNN needs image data
+        panel.start_button.click()
+        assert "--model &#x27;cnn&#x27;" in _text(panel.alert)
+        assert not any(tmp_path.iterdir()), "a refused job must not create a run folder"
+    finally:
+        panel.close()
+    with pytest.raises(Exception, match="unknown configuration field"):
+        TrainingPanel(runs_dir=str(tmp_path), nprocs=2)
+
+
+def test_scaling_panel_refuses_bad_worker_counts(tmp_path):
+    panel = ScalingPanel(runs_dir=str(tmp_path))
+    try:
+        for bad in ("", "1,two", "0,2", "2,2"):
+            panel.controls["np_values"].value = bad
+            panel.run_button.click()
+            assert "not valid" in _text(panel.status) and "worker counts" in _text(panel.alert)
+            assert not panel.running()
+    finally:
+        panel.close()
+
+
+# ---------------------------------------------------------------------- real Horovod jobs
+
+
+@pytest.mark.timeout(240)
+def test_training_panel_live_on_the_event_loop(tmp_path):
+    """Start from a click inside a running asyncio loop, as in a kernel: the panel's own task
+    fills the charts while the loop stays free for other events."""
+    panel = TrainingPanel(runs_dir=str(tmp_path), refresh_s=0.1, **SMALL)
+    seen_during_run: list[int] = []
+    worst_lag_s = 0.0
+
+    async def drive() -> None:
+        nonlocal worst_lag_s
+        panel.start_button.click()                       # must return at once
+        assert panel.running() and panel._task is not None
+        panel.start_button.click()                       # a second Start is refused
+        assert "already running" in _text(panel.status)
+        deadline = time.monotonic() + 180
+        while panel.running() and time.monotonic() < deadline:
+            t0 = time.monotonic()
+            await asyncio.sleep(0.05)                    # a widget event would wait like this
+            worst_lag_s = max(worst_lag_s, time.monotonic() - t0 - 0.05)
+            seen_during_run.append(len(panel.sources["overall"].data["loss"]))
+        await asyncio.wait_for(panel._task, 10)
+
+    try:
+        asyncio.run(drive())
+        assert panel.job.status == "succeeded", _text(panel.alert)
+        assert "succeeded" in _text(panel.status)
+        assert 0 < max(seen_during_run[:-1]), "the charts must fill while the job runs"
+        assert worst_lag_s < 1.0, f"the event loop was blocked for {worst_lag_s:.2f} s"
+
+        records = MetricsReader(panel.job.run_dir / "metrics.jsonl").all()
+        steps = [r for r in records if r["kind"] == "step"]
+        for rank in (0, 1):
+            mine = [r["loss"] for r in steps if r["rank"] == rank]
+            assert panel.sources[f"rank{rank}"].data["loss"] == mine
+        by_step = {}
+        for r in steps:
+            by_step.setdefault(r["step"], []).append(r["loss"])
+        expected = [sum(v) / 2 for _, v in sorted(by_step.items())]
+        assert panel.sources["overall"].data["loss"] == pytest.approx(expected)
+        share = panel.sources["share"].data
+        assert all(0 < c <= 1 for c in share["compute"])
+        assert share["compute"][0] + share["sync"][0] == pytest.approx(1.0)
+        assert panel.progress.value == panel.progress.max == len(by_step)
+        assert "rank 0" in " ".join(panel.logs.titles)
+
+        # the run picker reopens the same run from its record, in a new panel
+        again = TrainingPanel(runs_dir=str(tmp_path), np=1)
+        try:
+            assert again.run_picker.value == str(panel.job.run_dir)
+            again.open_run(again.run_picker.value)
+            assert again.controls["np"].value == 2
+            assert again.sources["rank1"].data["loss"] == panel.sources["rank1"].data["loss"]
+            assert "succeeded" in _text(again.status)
+        finally:
+            again.close()
+    finally:
+        panel.close()
+    assert not _alive_ranks(panel.job.run_dir)
+
+
+@pytest.mark.timeout(180)
+def test_training_panel_stop_and_close_leave_no_rank(tmp_path):
+    panel = TrainingPanel(runs_dir=str(tmp_path), **{**SMALL, "epochs": 50})
+    try:
+        panel.start_button.click()
+        assert _wait(lambda: len(panel.sources["rank0"].data["loss"]) > 0, 120,
+                     tick=panel.refresh), _text(panel.status)
+        run_dir = panel.job.run_dir
+        panel.stop_button.click()
+        assert panel.job.status == "stopped"
+        assert "stopped" in _text(panel.status)
+        assert not _alive_ranks(run_dir)
+        panel.stop_button.click()
+        assert "No job is running" in _text(panel.status)
+
+        # closing the panel while a job runs stops it
+        panel.start_button.click()
+        job = panel.job
+        assert _wait(lambda: len(list((job.run_dir / "pids").glob("*.pid"))) == 2, 60)
+    finally:
+        panel.close()
+    assert job.status == "stopped"
+    assert not _alive_ranks(job.run_dir)
+
+
+@pytest.mark.timeout(120)
+def test_training_panel_shows_the_failed_rank_and_its_log(tmp_path):
+    # 1797 digits cannot fill one global batch of 2 x 5000: every rank raises at start
+    panel = TrainingPanel(runs_dir=str(tmp_path), **{**SMALL, "batch_size": 5000})
+    try:
+        panel.start_button.click()
+        assert _wait(lambda: not panel.running(), 100, tick=panel.refresh)
+        assert panel.job.status == "failed"
+        assert "failed" in _text(panel.status)
+        alert = _text(panel.alert)
+        assert "fewer than one global batch" in alert
+        assert "last lines of the log of rank" in alert and "Traceback" in alert
+    finally:
+        panel.close()
+
+
+@pytest.mark.timeout(240)
+def test_scaling_panel_runs_a_sweep_and_plots_each_point(tmp_path):
+    panel = ScalingPanel(np_values="1,2", preset="comm-bound", mode="strong",
+                         runs_dir=str(tmp_path), epochs=1, max_steps=15)
+    try:
+        panel.run_button.click()
+        assert panel.running()
+        first = panel.job
+        assert _wait(lambda: len(panel.points) == 1, 120, tick=panel.refresh)
+        assert panel.sources["points"].data["np"] == [1]      # plotted before run 2 ends
+        assert panel.running() and panel.job is not first
+        assert _wait(lambda: not panel.running(), 120, tick=panel.refresh)
+        assert "Sweep finished" in _text(panel.status), _text(panel.alert)
+        pts = panel.sources["points"].data
+        assert pts["np"] == [1, 2]
+        sps = [p.samples_per_s for p in panel.points]
+        assert pts["speedup"] == pytest.approx([1.0, sps[1] / sps[0]])
+        assert pts["efficiency"][1] == pytest.approx(pts["speedup"][1] / 2)
+        assert len(panel.sources["fit"].data["x"]) > 0         # the fitted law is drawn
+        assert "Karp–Flatt" in _text(panel.table) and "<td>2</td>" in _text(panel.table)
+        cfgs = [json.loads((Path(p.summary["run_dir"]) / "config.json").read_text())
+                for p in panel.points]
+        assert [c["np"] for c in cfgs] == [1, 2]
+        assert cfgs[0]["batch_size"] == 2 * cfgs[1]["batch_size"]   # strong: global batch kept
+    finally:
+        panel.close()
