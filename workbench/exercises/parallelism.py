@@ -151,3 +151,15 @@ def _hints(s: Scenario, choice: str) -> list[str]:
         hints.append(f"Bits are not bytes: {s.link_gbit_s:g} Gbit/s is "
                      f"{s.link_gbit_s / 8:g} GB/s. Divide by 8 before dividing bytes by it.")
     return hints
+
+
+def numbers_table() -> str:
+    """Every scenario's deciding numbers and the course's choice, as aligned text."""
+    head = f"{'scenario':<46}{'needs GB':>9}{'has GB':>8}{'allreduce s':>12}" \
+           f"{'compute s':>10}{'cuts s':>8}  choice"
+    rows = [head, "-" * len(head)]
+    for s in SCENARIOS:
+        rows.append(f"{s.name:<46}{memory_needed_gb(s):>9.3g}{s.device_memory_gb:>8g}"
+                    f"{allreduce_s(s):>12.3g}{s.compute_s:>10g}{model_parallel_s(s):>8.3g}"
+                    f"  {reference_choice(s)}")
+    return "\n".join(rows)

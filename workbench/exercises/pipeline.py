@@ -103,6 +103,10 @@ def smallest_micro_batches(stages: int, max_bubble: float) -> int:
 def check_micro_batches(answer: object, stages: int = 4, max_bubble: float = 0.10) -> Feedback:
     """Check the smallest number of micro-batches that keeps the bubble within `max_bubble`."""
     want = smallest_micro_batches(stages, max_bubble)
+    if answer is None:
+        return not_yet("no answer yet.",
+                       f"Set the variable to the smallest whole M for which "
+                       f"(P − 1) / (M + P − 1) ≤ {max_bubble:g} with P = {stages}.")
     try:
         m = int(answer)
         if m != answer:

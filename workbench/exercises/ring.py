@@ -300,3 +300,15 @@ def _end_to_end(fn, phase: str) -> Feedback:
         "the same sums as the send/recv implementation for 2, 3 and 5 ranks. Each rank sent "
         "2(p − 1) chunks of n/p elements: about 2n, whatever p is."
     )
+
+
+def show_ring(p: int, reduce_scatter_step: StepFn = _reduce_scatter_step,
+              allgather_step: StepFn = allgather_step) -> None:
+    """Print the labelled state after every step of a ring over `p` simulated ranks.
+
+    A step function that is not finished, or that crashes, is reported instead of raised.
+    """
+    _, crash = call_student(simulated_ring_allreduce, label_tensors(p),
+                            reduce_scatter_step, allgather_step, trace=True)
+    if crash:
+        print(crash)

@@ -119,3 +119,14 @@ def _partition_problem(shards: list[list[int]], n: int) -> Feedback | None:
     if not problems:
         return None
     return not_yet(f"{case}: " + "; ".join(problems) + ".", *hints)
+
+
+def show_shards(fn, n_samples: int, world_size: int) -> str:
+    """The shards `fn` gives every rank, one line per rank; or why they cannot be shown."""
+    lines = []
+    for rank in range(world_size):
+        out, crash = call_student(fn, n_samples, rank, world_size)
+        if crash:
+            return str(crash)
+        lines.append(f"rank {rank}: {list(out) if out is not None else None}")
+    return "\n".join(lines)

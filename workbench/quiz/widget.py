@@ -190,6 +190,16 @@ class Quiz(widgets.VBox):
             card.check()
         return self.score
 
+    def reveal(self) -> float:
+        """Fill in every right answer (the model answer for explanations) and check them all.
+
+        For teachers and for answer keys: every explanation is then on display.
+        """
+        for q in self.questions:
+            response = q.model_answer if q.kind == "explain" else q.answer
+            self.answer(q.id, response, covered=range(len(q.rubric)))
+        return self.check_all()
+
     def retry(self, qid: str | None = None) -> None:
         """Clear one question (or all) so the student can try again."""
         cards = [self._card(qid)] if qid else list(self.cards.values())
