@@ -67,8 +67,8 @@ LOG_EVERY = 4
 def _make_control(name: str, label: str, kind: Any, value: Any) -> widgets.Widget:
     """One input widget. Numbers use plain text boxes, not bounded ones, so that a bad value
     reaches ``JobConfig.validate()`` and the student sees *why* it is refused."""
-    style = {"description_width": "82px"}
-    layout = widgets.Layout(width="180px")
+    style = {"description_width": "92px"}
+    layout = widgets.Layout(width="186px")
     if isinstance(kind, tuple):
         return widgets.Dropdown(options=list(kind), value=value, description=label,
                                 style=style, layout=layout)
@@ -139,7 +139,7 @@ class TrainingPanel(widgets.VBox):
     def _layout(self) -> list[widgets.Widget]:
         ctl = list(self.controls.values())
         grid = widgets.GridBox(ctl, layout=widgets.Layout(
-            grid_template_columns="repeat(5, 182px)", grid_gap="4px 6px"))
+            grid_template_columns="repeat(5, 188px)", grid_gap="4px 6px"))
         buttons = widgets.HBox([self.start_button, self.stop_button, self.status],
                                layout=widgets.Layout(align_items="center"))
         progress = widgets.HBox([self.progress, self.progress_label])
@@ -370,6 +370,10 @@ def _summary_text(summary: dict) -> str:
     parts = []
     if summary.get("duration_s") is not None:
         parts.append(f"took {live.fmt_seconds(float(summary['duration_s']))}")
+    if summary.get("startup_s") is not None and summary.get("train_time_s") is not None:
+        # launching ranks and importing torch often costs more than training a small model
+        parts.append(f"start-up {live.fmt_seconds(float(summary['startup_s']))}, "
+                     f"training {live.fmt_seconds(float(summary['train_time_s']))}")
     loss = summary.get("final_loss", summary.get("last_epoch_loss"))
     acc = summary.get("final_accuracy", summary.get("last_epoch_accuracy"))
     if loss is not None:
