@@ -309,18 +309,16 @@ outgoing chunks before you change any (`.clone()` them).
         exercise=r'''
 def reduce_scatter_step(chunks, step):
     """One reduce-scatter step: rank r sends a chunk to rank (r + 1) % p, which adds it."""
-    p = len(chunks)
-    # Your code here.
+    # Your code here (p = len(chunks) is the number of ranks).
     raise NotImplementedError
 ''',
         solution=r'''
 def reduce_scatter_step(chunks, step):
     """One reduce-scatter step: rank r sends a chunk to rank (r + 1) % p, which adds it."""
     p = len(chunks)
-    outgoing = [(rank, (rank - step) % p) for rank in range(p)]
-    sent = [chunks[rank][index].clone() for rank, index in outgoing]  # all sends at once
-    for (rank, index), data in zip(outgoing, sent):
-        receiver = (rank + 1) % p
+    sent = [chunks[rank][(rank - step) % p].clone() for rank in range(p)]  # all sends at once
+    for rank, data in enumerate(sent):
+        index, receiver = (rank - step) % p, (rank + 1) % p
         chunks[receiver][index] = chunks[receiver][index] + data
 '''),
     code("ex.check_reduce_scatter_step(reduce_scatter_step)"),
@@ -342,9 +340,9 @@ def my_allgather_step(chunks, step):
 def my_allgather_step(chunks, step):
     """One allgather step: rank r passes a complete chunk to rank (r + 1) % p."""
     p = len(chunks)
-    outgoing = [(rank, (rank + 1 - step) % p) for rank in range(p)]
-    sent = [chunks[rank][index].clone() for rank, index in outgoing]
-    for (rank, index), data in zip(outgoing, sent):
+    sent = [chunks[rank][(rank + 1 - step) % p].clone() for rank in range(p)]
+    for rank, data in enumerate(sent):
+        index = (rank + 1 - step) % p
         chunks[(rank + 1) % p][index] = data  # the chunk is already the full sum: copy it
 '''),
     code("ex.check_allgather_step(my_allgather_step)"),

@@ -1,0 +1,353 @@
+"""The exercise checkers: every worked solution passes, typical wrong answers get the hint
+that names their mistake, nothing raises, and the notebooks are saved as the course needs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from workbench.exercises import (
+    Feedback,
+    allreduce,
+    build_notebooks,
+    parallelism,
+    pipeline,
+    ring,
+    scaling,
+    sharding,
+)
+from workbench.exercises.feedback import call_student
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parents[1]
+EXERCISES, SOLUTIONS = REPO / "notebooks" / "exercises", REPO / "notebooks" / "solutions"
+
+
+def solution(notebook: str, name: str):
+    """The function (or value) `name` defined by the saved worked-solution notebook."""
+    nb = nbformat.read(SOLUTIONS / notebook, as_version=4)
+    namespace: dict = {}
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            exec(compile(cell.source, f"{notebook}:{cell.id}", "exec"), namespace)
+    return namespace[name]
+
+
+def assert_rejected(fb: Feedback, *phrases: str) -> None:
+    """The answer failed, and the message or a hint contains every phrase."""
+    assert isinstance(fb, Feedback)
+    assert not fb.passed, str(fb)
+    assert fb.hints, "a failing answer always gets a hint"
+    text = fb.message + "\n" + "\n".join(fb.hints)
+    for phrase in phrases:
+        assert phrase in text, f"{phrase!r} not in:\n{fb}"
+
+
+# --- 1. average gradients -----------------------------------------------------------------------
+
+def test_average_gradients_solution_passes():
+    fb = allreduce.check_average_gradients(solution("01_average_gradients.ipynb",
+                                                    "average_gradients"))
+    assert fb.passed and not fb.hints, str(fb)
+
+
+def test_average_gradients_sum_instead_of_average():
+    assert_rejected(allreduce.check_average_gradients(allreduce.allreduce_sum),
+                    "sum of the gradients", "divide by the world size")
+
+
+def test_average_gradients_fixed_divisor_instead_of_world_size():
+    fb = allreduce.check_average_gradients(
+        lambda grads: [t / 2 for t in allreduce.allreduce_sum(grads)])
+    assert_rejected(fb, "always divide by 2", "len(rank_grads)")
+
+
+def test_average_gradients_divided_twice():
+    fb = allreduce.check_average_gradients(
+        lambda grads: [t / len(grads) ** 2 for t in allreduce.allreduce_sum(grads)])
+    assert_rejected(fb, "divided by the world size twice")
+
+
+def test_average_gradients_without_communication():
+    assert_rejected(allreduce.check_average_gradients(lambda grads: grads),
+                    "Nothing was communicated")
+    assert_rejected(allreduce.check_average_gradients(lambda g: [t / len(g) for t in g]),
+                    "never combined the ranks")
+
+
+def test_average_gradients_bad_shapes_and_none():
+    assert_rejected(allreduce.check_average_gradients(lambda grads: None), "returned None")
+    assert_rejected(allreduce.check_average_gradients(
+        lambda grads: allreduce.allreduce_sum(grads)[0]), "one per rank")
+    assert_rejected(allreduce.check_average_gradients(
+        lambda grads: [t.sum() for t in grads]), "shape")
+
+
+# --- 2. sharding --------------------------------------------------------------------------------
+
+def test_shard_solution_passes_and_strided_answer_too():
+    assert sharding.check_shard(solution("02_shard_a_dataset.ipynb", "shard")).passed
+    assert sharding.check_shard(lambda n, rank, p: range(rank, n, p)).passed
+
+
+def test_shard_drops_the_remainder():
+    def blocks(n, rank, p):
+        size = n // p
+        return list(range(rank * size, (rank + 1) * size))
+    assert_rejected(sharding.check_shard(blocks), "Dropped samples", "on no rank")
+
+
+def test_shard_last_rank_takes_the_rest():
+    def last_takes_rest(n, rank, p):
+        size = n // p
+        return list(range(rank * size, n if rank == p - 1 else (rank + 1) * size))
+    assert_rejected(sharding.check_shard(last_takes_rest), "Unequal shards", "hangs")
+
+
+def test_shard_overlapping_and_identical_shards():
+    def overlap(n, rank, p):
+        size = -(-n // p)
+        return list(range(rank * size, min(n, (rank + 1) * size + 1)))
+    assert_rejected(sharding.check_shard(overlap), "Overlapping shards")
+    assert_rejected(sharding.check_shard(lambda n, rank, p: range(n)), "same shard")
+
+
+def test_shard_indices_out_of_range():
+    assert_rejected(sharding.check_shard(lambda n, rank, p: range(rank, n + 1, p)),
+                    "outside 0..")
+
+
+# --- 3. speedup and efficiency --------------------------------------------------------------------
+
+def test_scaling_table_solution_passes():
+    fb = scaling.check_scaling_table(solution("03_speedup_and_efficiency.ipynb",
+                                              "scaling_table"))
+    assert fb.passed, str(fb)
+
+
+def test_scaling_table_inverted_ratio():
+    fb = scaling.check_scaling_table(
+        lambda t: {p: (tp / t[1], tp / t[1] / p) for p, tp in t.items()})
+    assert_rejected(fb, "Inverted ratio", "T(1) / T(p)")
+
+
+def test_scaling_table_efficiency_not_divided_by_p():
+    fb = scaling.check_scaling_table(lambda t: {p: (t[1] / tp, t[1] / tp) for p, tp in t.items()})
+    assert_rejected(fb, "Efficiency not divided by p")
+
+
+def test_scaling_table_compared_with_previous_row_and_bad_shape():
+    def previous(t):
+        ps = sorted(t)
+        out = {1: (1.0, 1.0)}
+        for a, b in zip(ps, ps[1:], strict=False):
+            out[b] = (t[a] / t[b], t[a] / t[b] / b)
+        return out
+    assert_rejected(scaling.check_scaling_table(previous), "row before it")
+    assert_rejected(scaling.check_scaling_table(lambda t: [1, 2]), "expected a dict")
+    assert_rejected(scaling.check_scaling_table(lambda t: {p: 1.0 for p in t}),
+                    "not a pair of numbers")
+
+
+def test_scaling_reference_comes_from_the_scaling_metrics():
+    from workbench.scaling import metrics
+    s, e = scaling.reference_table(scaling.TIMES_S)[8]
+    assert s == pytest.approx(96.0 / 21.0) and e == pytest.approx(metrics.efficiency(s, 8))
+
+
+# --- 4. ring allreduce --------------------------------------------------------------------------
+
+def _rs_variant(offset: int, direction: int, add: bool):
+    def step(chunks, s):
+        p = len(chunks)
+        for r in range(p):
+            i, dst = (r + offset - s) % p, (r + direction) % p
+            data = chunks[r][i].clone()
+            chunks[dst][i] = chunks[dst][i] + data if add else data
+    return step
+
+
+def test_ring_solutions_pass():
+    rs = solution("04_ring_allreduce.ipynb", "reduce_scatter_step")
+    ag = solution("04_ring_allreduce.ipynb", "my_allgather_step")
+    assert ring.check_reduce_scatter_step(rs).passed
+    assert ring.check_allgather_step(ag).passed
+    gen = torch.Generator().manual_seed(1)
+    tensors = [torch.randn(10, generator=gen) for _ in range(4)]
+    total = torch.stack(tensors).sum(0)
+    for out in ring.simulated_ring_allreduce(tensors, rs, ag):
+        assert torch.allclose(out, total, atol=1e-6)
+
+
+def test_ring_reduce_scatter_copy_instead_of_add():
+    assert_rejected(ring.check_reduce_scatter_step(_rs_variant(0, +1, add=False)),
+                    "replaced its chunk instead of adding", "should hold A2 + C2 but holds C2")
+
+
+def test_ring_reduce_scatter_wrong_chunk_and_wrong_direction():
+    assert_rejected(ring.check_reduce_scatter_step(_rs_variant(1, +1, add=True)),
+                    "wrong chunk", "(r − s) mod p")
+    assert_rejected(ring.check_reduce_scatter_step(_rs_variant(0, -1, add=True)),
+                    "wrong way round")
+
+
+def test_ring_reduce_scatter_that_does_nothing_or_crashes():
+    assert_rejected(ring.check_reduce_scatter_step(lambda chunks, step: None),
+                    "Nothing changed")
+    assert_rejected(ring.check_reduce_scatter_step(lambda chunks, step: chunks[99]),
+                    "IndexError")
+
+
+def test_ring_allgather_add_instead_of_copy_and_wrong_chunk():
+    assert_rejected(ring.check_allgather_step(_rs_variant(1, +1, add=True)),
+                    "added the chunk instead of replacing", "2×")
+    assert_rejected(ring.check_allgather_step(_rs_variant(0, +1, add=False)), "wrong chunk")
+
+
+def test_ring_labels_decode_back_to_their_pieces():
+    labels = ring.label_tensors(3)
+    total = sum(labels)
+    assert ring.name(ring.decode(float(total[1]), 3)) == "A1 + B1 + C1"
+    assert ring.decode(0.5, 3) is None
+
+
+# --- 5. pipeline bubble ---------------------------------------------------------------------------
+
+def test_pipeline_solutions_pass():
+    assert pipeline.check_bubble_fraction(solution("05_pipeline_bubble.ipynb",
+                                                   "bubble_fraction")).passed
+    answer = solution("05_pipeline_bubble.ipynb", "micro_batches_needed")
+    assert pipeline.check_micro_batches(answer, stages=4, max_bubble=0.10).passed
+
+
+def test_pipeline_schedule_counts_match_the_formula():
+    for p, m in [(2, 3), (4, 8), (5, 20)]:
+        assert pipeline.idle_fraction(p, m) == pytest.approx((p - 1) / (m + p - 1))
+
+
+def test_pipeline_bubble_wrong_denominators():
+    assert_rejected(pipeline.check_bubble_fraction(lambda p, m: (p - 1) / m), "busy slots M")
+    assert_rejected(pipeline.check_bubble_fraction(lambda p, m: (p - 1) / p),
+                    "does not depend on M")
+    assert_rejected(pipeline.check_bubble_fraction(lambda p, m: (p - 1) / (m + p)),
+                    "Off by one slot")
+    assert_rejected(pipeline.check_bubble_fraction(lambda p, m: m / (m + p - 1)), "busy share")
+
+
+def test_pipeline_micro_batches_wrong_answers():
+    assert_rejected(pipeline.check_micro_batches(16), "not enough", "M ≥ 4P")
+    assert_rejected(pipeline.check_micro_batches(30), "not the smallest")
+    assert_rejected(pipeline.check_micro_batches(None), "no answer yet")
+    assert_rejected(pipeline.check_micro_batches(27.5), "whole number")
+
+
+# --- 6. data or model parallelism ---------------------------------------------------------------
+
+def _rule(gb_per_s, state_bytes=None, with_activations=True, compare_cuts=True):
+    """The course's rule with one slip built in, as a student might write it."""
+    def choose(s):
+        per_param = s.state_bytes_per_param if state_bytes is None else state_bytes
+        need = s.params * per_param / 1e9 + (s.activations_gb if with_activations else 0)
+        if need > s.device_memory_gb:
+            return "model"
+        bandwidth = gb_per_s(s)
+        ar = 2 * (s.workers - 1) / s.workers * 4 * s.params / bandwidth
+        if ar <= s.compute_s:
+            return "data"
+        if not compare_cuts:
+            return "model"
+        return "model" if 2 * s.cut_activations_mb * 1e6 / bandwidth < ar else "data"
+    return choose
+
+
+def test_parallelism_solution_passes():
+    fb = parallelism.check_parallelism_choice(solution("06_data_or_model_parallelism.ipynb",
+                                                       "choose"))
+    assert fb.passed, str(fb)
+    assert parallelism.check_parallelism_choice(_rule(lambda s: s.link_gbit_s * 1e9 / 8)).passed
+
+
+def test_parallelism_bits_taken_for_bytes():
+    assert_rejected(parallelism.check_parallelism_choice(_rule(lambda s: s.link_gbit_s * 1e9)),
+                    "Bits are not bytes", "1.25 GB/s")
+
+
+def test_parallelism_memory_slips():
+    bytes_ok = lambda s: s.link_gbit_s * 1e9 / 8  # noqa: E731
+    assert_rejected(parallelism.check_parallelism_choice(_rule(bytes_ok, state_bytes=4)),
+                    "16 bytes per parameter")
+    assert_rejected(parallelism.check_parallelism_choice(
+        _rule(bytes_ok, with_activations=False)), "Activations count too")
+    assert_rejected(parallelism.check_parallelism_choice(lambda s: "data"), "Memory")
+
+
+def test_parallelism_model_whenever_communication_bound():
+    fb = parallelism.check_parallelism_choice(
+        _rule(lambda s: s.link_gbit_s * 1e9 / 8, compare_cuts=False))
+    assert_rejected(fb, "large feature maps", "even more")
+    assert_rejected(parallelism.check_parallelism_choice(lambda s: 42), "'data' or 'model'")
+
+
+# --- every checker: never raises, same shape ----------------------------------------------------
+
+CHECKERS = [allreduce.check_average_gradients, sharding.check_shard,
+            scaling.check_scaling_table, ring.check_reduce_scatter_step,
+            ring.check_allgather_step, pipeline.check_bubble_fraction,
+            parallelism.check_parallelism_choice]
+
+
+@pytest.mark.parametrize("checker", CHECKERS, ids=lambda c: c.__name__)
+def test_checkers_never_raise_on_bad_answers(checker):
+    def unfinished(*args):
+        raise NotImplementedError
+
+    for answer in (unfinished, lambda *a: 1 / 0, lambda *a: "nonsense", 42, None):
+        fb = checker(answer)
+        assert isinstance(fb, Feedback) and not fb.passed and fb.hints
+    assert "not written yet" in checker(unfinished).message
+    assert "ZeroDivisionError" in checker(lambda *a: 1 / 0).message
+
+
+def test_feedback_renders_as_text_and_html():
+    fb = Feedback(False, "a < b", ["use <b>bold</b>"])
+    assert str(fb) == "Not yet: a < b\n  Hint: use <b>bold</b>"
+    page = fb._repr_html_()
+    assert "a &lt; b" in page and "&lt;b&gt;bold" in page and "Not yet" in page
+    assert "Correct" in Feedback(True, "fine")._repr_html_()
+    _, crash = call_student(len)  # len() without an argument: a TypeError, as feedback
+    assert crash is not None and "TypeError" in crash.message and "line" in crash.hints[0]
+
+
+# --- the notebooks ----------------------------------------------------------------------------
+
+def test_notebooks_are_up_to_date_with_their_description():
+    assert build_notebooks.write_all(check=True) == []
+
+
+def test_at_least_six_exercises_each_with_a_solution_of_the_same_name():
+    names = sorted(p.name for p in EXERCISES.glob("*.ipynb"))
+    assert len(names) >= 6
+    assert names == sorted(p.name for p in SOLUTIONS.glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", sorted(EXERCISES.glob("*.ipynb")) + sorted(
+    SOLUTIONS.glob("*.ipynb")), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_notebook_saved_clean_with_goals_time_and_summary(path):
+    raw = json.loads(path.read_text())
+    assert raw["metadata"]["kernelspec"] == {"name": "python3", "display_name": "Python 3",
+                                             "language": "python"}
+    nb = nbformat.reads(path.read_text(), as_version=4)
+    nbformat.validate(nb)
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code_cells)
+    first, last = nb.cells[0], nb.cells[-1]
+    assert first.cell_type == "markdown" and "**Goals.**" in first.source
+    assert "**Time:** about" in first.source
+    assert last.cell_type == "markdown" and last.source.startswith("## Summary")
+    assert all(len(c.source.splitlines()) <= 20 for c in code_cells), "logic lives in the package"
+    unfinished = any("NotImplementedError" in c.source for c in code_cells)
+    assert unfinished == (path.parent == EXERCISES and path.name != "07_review_questions.ipynb")
