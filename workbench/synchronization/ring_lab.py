@@ -142,3 +142,38 @@ def run_ring_lab(np_: int = 2, sizes: Sequence[int] = (7, 1001, 65536, 1 << 20),
     return {"np": np_, "checks": checks, "alpha_s": alpha, "beta_s_per_byte": beta,
             "pingpong_bytes": list(PINGPONG_BYTES), "pingpong_s": report["pingpong_s"],
             "rows": rows}
+
+
+def check_against_horovod(np_: int = 2, sizes: Sequence[int] = (7, 1001), *,
+                          runs_dir: str = "runs", timeout: float = 300.0) -> dict[str, Any]:
+    """Compare the from-scratch ring with ``hvd.allreduce(op=hvd.Sum)`` in a Horovod job.
+
+    The parent hosts the ``torch.distributed`` rendezvous on a free port and passes it to
+    the ranks (:mod:`workbench.synchronization.ring_rank`), which also run Horovod. Returns
+    the rank module's result: ``{"np", "rows": [{"n", "max_abs_diff_vs_torch_distributed",
+    "max_abs_diff_vs_horovod"}], "run_id"}``. Differences of about 1e-15 are rounding
+    (float64 sums in a different order); a wrong ring gives differences of order 1.
+    """
+    import datetime
+
+    from workbench.launch import start_module
+
+    if np_ < 2:
+        raise ValueError(f"a ring needs at least 2 processes, got np={np_}")
+    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=timeout))
+    job = start_module("horovod", np=np_, module="workbench.synchronization.ring_rank",
+                       args=["--port", str(store.port),
+                             "--sizes", ",".join(str(int(n)) for n in sizes)],
+                       runs_dir=runs_dir, name="ring-check")
+    try:
+        status = job.wait(timeout=timeout)
+    finally:
+        if not job.done:
+            job.stop()
+        del store
+    result = job.result()
+    if status != "succeeded" or result is None:
+        raise RuntimeError(f"the Horovod ring check {job.status}; see the logs in "
+                           f"{job.run_dir / 'logs'}")
+    return {**result, "run_id": job.run_id}
