@@ -188,6 +188,10 @@ def shard(n_samples, rank, world_size):
 - PyTorch's `DistributedSampler` makes shards exactly equal by repeating a few samples
   (`drop_last=False`) or by dropping the remainder (`drop_last=True`), and reshuffles each
   epoch when you call `set_epoch`.
+- The workbench's own training loop (`workbench/training/sharding.py`) shuffles every epoch
+  with a seed all ranks share and drops the incomplete last global batch, so every rank
+  takes exactly the same number of steps; as the order changes each epoch, no sample is
+  left out for good.
 """),
 ]
 
