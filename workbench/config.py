@@ -54,7 +54,7 @@ class JobConfig:
     features: int = 32
     epochs: int = 3
     batch_size: int = 32
-    lr: float = 0.05
+    lr: float = 0.1
     optimizer: str = "sgd"
     momentum: float = 0.0
     weight_decay: float = 0.0

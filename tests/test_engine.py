@@ -1,0 +1,280 @@
+"""The job engine, with real horovodrun and real torchrun (no mocks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+import workbench
+from workbench.cli import main as cli_main
+from workbench.launch.processes import job_processes, rank_pids
+from workbench.records import MetricsReader, load_run, of_kind
+
+SMALL = dict(model="mlp", width=32, dataset="digits", epochs=1, threads_per_rank=1,
+             stall_timeout=120.0)
+
+
+def run_job(tmp_path: Path, **fields) -> workbench.Job:
+    job = workbench.start(workbench.JobConfig(runs_dir=str(tmp_path / "runs"),
+                                              **{**SMALL, **fields}))
+    assert job.wait(180) == "succeeded", job.summary
+    return job
+
+
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition") -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def no_process_left(job: workbench.Job) -> bool:
+    return job_processes(job.run_id, job.run_dir, None) == []
+
+
+# ----------------------------------------------------------------- the central invariant
+OPTIMIZERS = {
+    "sgd": dict(optimizer="sgd", lr=0.1),
+    "momentum+wd": dict(optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=1e-3),
+    "adam": dict(optimizer="adam", lr=0.01),
+}
+
+
+@pytest.fixture(scope="module")
+def serial_params(tmp_path_factory) -> dict:
+    """Serial runs with batch N*b, computed once per (optimizer, N)."""
+    cache: dict = {}
+
+    def get(opt: str, world: int):
+        if (opt, world) not in cache:
+            tmp = tmp_path_factory.mktemp(f"serial-{opt}-{world}")
+            job = run_job(tmp, engine="serial", np=1, batch_size=16 * world, **OPTIMIZERS[opt])
+            cache[opt, world] = job.record().model_state()
+        return cache[opt, world]
+
+    return get
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("opt", list(OPTIMIZERS))
+@pytest.mark.parametrize("engine", ["horovod", "torch"])
+def test_n_ranks_with_batch_b_equal_serial_with_batch_nb(tmp_path, serial_params, engine,
+                                                         opt, world):
+    job = run_job(tmp_path, engine=engine, np=world, batch_size=16, **OPTIMIZERS[opt])
+    parallel = job.record().model_state()
+    serial = serial_params(opt, world)
+    assert parallel.keys() == serial.keys()
+    worst = max(float((parallel[k] - serial[k]).abs().max()) for k in serial)
+    assert worst < 1e-5, f"{engine} np={world} {opt}: parameters differ by {worst:g}"
+    assert job.summary["steps_completed"] == 1797 // (16 * world)  # a full epoch ran
+
+
+# ----------------------------------------------------------------- lifecycle
+def test_stop_ends_every_process_within_5_seconds(tmp_path):
+    job = workbench.start(workbench.JobConfig(
+        engine="horovod", np=2, runs_dir=str(tmp_path), **{**SMALL, "epochs": 500}))
+    wait_for(lambda: of_kind(job.metrics(), "step"), what="first step")
+    pids = rank_pids(job.run_dir)
+    assert len(pids) == 2
+    t0 = time.time()
+    job.stop()
+    assert time.time() - t0 < 5.0
+    assert job.status == "stopped"
+    assert no_process_left(job)
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+                   for p in pids.values())
+    assert json.loads((job.run_dir / "summary.json").read_text())["status"] == "stopped"
+
+
+def test_kill_9_of_one_rank_fails_the_job_and_names_it(tmp_path):
+    job = workbench.start(workbench.JobConfig(
+        engine="horovod", np=2, runs_dir=str(tmp_path), **{**SMALL, "epochs": 500}))
+    wait_for(lambda: of_kind(job.metrics(), "step") and len(rank_pids(job.run_dir)) == 2,
+             what="both ranks training")
+    steps_before = len(of_kind(job.metrics(), "step"))
+    os.kill(rank_pids(job.run_dir)[1], signal.SIGKILL)
+    t0 = time.time()
+    assert job.wait(15) == "failed"
+    assert time.time() - t0 < 10.0
+    summary = job.summary
+    assert summary["failure"]["rank"] == 1
+    assert "without reporting" in summary["failure"]["error"]
+    assert no_process_left(job)
+    # the record written before the crash stays readable
+    record = load_run(job.run_dir)
+    assert record.status == "failed"
+    assert len(of_kind(record.metrics(), "step")) >= steps_before
+
+
+def test_exception_in_a_rank_is_reported_with_its_traceback(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DATA", str(tmp_path / "nothing-here"))
+    job = workbench.start(workbench.JobConfig(engine="torch", np=2, runs_dir=str(tmp_path),
+                                              **{**SMALL, "dataset": "mnist", "model": "mlp"}))
+    assert job.wait(120) == "failed"
+    failure = job.summary["failure"]
+    assert failure["rank"] in (0, 1)
+    assert "FileNotFoundError" in failure["error"] and "never downloads" in failure["error"]
+    assert "Traceback" in failure["traceback"]
+    assert no_process_left(job)
+
+
+def test_no_progress_marks_the_job_stalled(tmp_path):
+    job = workbench.start(workbench.JobConfig(
+        engine="horovod", np=2, runs_dir=str(tmp_path),
+        **{**SMALL, "epochs": 50, "straggler_delay": 30.0, "stall_timeout": 3.0}))
+    assert job.wait(90) == "stalled"
+    assert "no progress" in job.summary["failure"]["error"]
+    assert no_process_left(job)
+
+
+def test_two_jobs_run_at_once_on_free_ports(tmp_path):
+    jobs = [workbench.start(workbench.JobConfig(engine=e, np=2, runs_dir=str(tmp_path), **SMALL))
+            for e in ("horovod", "horovod", "torch", "torch")]
+    assert [j.wait(240) for j in jobs] == ["succeeded"] * 4
+    assert len({j.run_id for j in jobs}) == 4
+
+
+def test_ranks_exit_when_the_process_that_started_them_dies(tmp_path):
+    script = textwrap.dedent(f"""
+        import time, workbench
+        job = workbench.start(workbench.JobConfig(engine="horovod", np=2,
+              runs_dir={str(tmp_path)!r}, model="mlp", dataset="digits", epochs=500,
+              threads_per_rank=1))
+        print(job.run_dir, flush=True)
+        time.sleep(600)
+    """)
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    run_dir = Path(owner.stdout.readline().strip())
+    wait_for(lambda: len(rank_pids(run_dir)) == 2, what="ranks to start")
+    owner.kill()
+    owner.wait()
+    wait_for(lambda: job_processes(run_dir.name, run_dir, None) == [], timeout=15,
+             what="ranks to exit after their owner died")
+
+
+def test_ctrl_c_during_workbench_run_stops_the_job(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "run", "--engine", "horovod",
+                             "--np", "2", "--epochs", "500", "--threads-per-rank", "1",
+                             "--runs-dir", str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()
+    assert first.startswith("run ")
+    run_dir = Path(first.rsplit("-> ", 1)[1].strip())
+    wait_for(lambda: (run_dir / "metrics.jsonl").exists()
+             and of_kind(MetricsReader(run_dir / "metrics.jsonl").all(), "step"),
+             what="training to start")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(20) == 130
+    assert load_run(run_dir).status == "stopped"
+    assert job_processes(run_dir.name, run_dir, None) == []
+
+
+def test_threads_are_recorded_and_oversubscription_warns(tmp_path):
+    cores = os.cpu_count() or 1
+    with pytest.warns(UserWarning, match="speedups will flatten"):
+        job = workbench.start(workbench.JobConfig(engine="torch", np=cores + 1,
+                                                  runs_dir=str(tmp_path), **SMALL))
+    assert job.wait(180) == "succeeded"
+    assert job.summary["threads_per_rank"] == 1
+    assert job.summary["warnings"]
+
+
+# ----------------------------------------------------------------- the record of a run
+def test_run_record_holds_config_metrics_logs_summary_and_model(tmp_path):
+    job = run_job(tmp_path, engine="horovod", np=2, epochs=2, lr=0.2)
+    d = job.run_dir
+    assert json.loads((d / "config.json").read_text())["engine"] == "horovod"
+    steps = of_kind(job.metrics(), "step")
+    assert {s["rank"] for s in steps} == {0, 1}
+    assert all(s["compute_s"] >= 0 and s["sync_s"] >= 0 for s in steps)
+    assert {"loss", "accuracy", "samples", "time", "epoch", "step"} <= set(steps[0])
+    assert (d / "logs" / "rank0.log").exists() and (d / "logs" / "rank1.log").exists()
+    summary = job.summary
+    assert summary["status"] == "succeeded" and summary["samples_per_s"] > 0
+    assert summary["versions"]["torch"] and summary["versions"]["horovod"]
+    assert summary["final_loss"] < 2.0  # started near ln(10) = 2.30: it learned
+    state = job.record().model_state()
+    assert all(isinstance(v, torch.Tensor) for v in state.values())
+
+
+def test_metrics_reader_holds_back_a_partial_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"kind": "step", "a": 1}\n{"kind": "st')
+    reader = MetricsReader(path)
+    assert reader.read_new() == [{"kind": "step", "a": 1}]
+    with open(path, "a") as f:
+        f.write('ep", "a": 2}\n')
+    assert reader.read_new() == [{"kind": "step", "a": 2}]
+
+
+def test_runs_and_show_read_records_back(tmp_path, capsys):
+    job = run_job(tmp_path, engine="serial", np=1)
+    assert cli_main(["runs", "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["run_id"] for r in listed] == [job.run_id]
+    assert cli_main(["show", job.run_id[-4:], "--runs-dir", str(tmp_path / "runs"),
+                     "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["run_id"] == job.run_id and shown["status"] == "succeeded"
+
+
+def test_run_json_prints_the_summary_alone(tmp_path, capsys):
+    code = cli_main(["run", "--engine", "serial", "--np", "1", "--epochs", "1",
+                     "--runs-dir", str(tmp_path), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["status"] == "succeeded"
+    assert Path(out["run_dir"]).name == out["run_id"]
+
+
+# ----------------------------------------------------------------- rejected configurations
+BAD_INPUTS = [
+    (["--engine", "mpi"], "--engine"),
+    (["--np", "0"], "--np"),
+    (["--np", "two"], "--np"),
+    (["--np", "1000"], "--np"),
+    (["--engine", "serial", "--np", "4"], "--np"),
+    (["--model", "resnet"], "--model"),
+    (["--dataset", "imagenet"], "--dataset"),
+    (["--epochs", "0"], "--epochs"),
+    (["--batch-size", "-3"], "--batch-size"),
+    (["--lr", "0"], "--lr"),
+    (["--lr", "fast"], "--lr"),
+    (["--optimizer", "rmsprop"], "--optimizer"),
+    (["--momentum", "1.5"], "--momentum"),
+    (["--weight-decay", "-1"], "--weight-decay"),
+    (["--seed", "-1"], "--seed"),
+    (["--threads-per-rank", "-2"], "--threads-per-rank"),
+    (["--engine", "torch", "--hosts", "a:1,b:1"], "--hosts"),
+    (["--hosts", "a:0"], "--hosts"),
+    (["--hosts", "a:1", "--np", "2"], "--np"),
+    (["--model", "cnn", "--dataset", "digits"], "--model"),
+    (["--preset", "huge"], "--preset"),
+    (["--stall-timeout", "0"], "--stall-timeout"),
+    (["--engine", "torch", "--timeline"], "--timeline"),
+    (["--straggler-delay", "1", "--straggler-rank", "5"], "--straggler-rank"),
+]
+
+
+@pytest.mark.parametrize("flags,field", BAD_INPUTS, ids=[" ".join(f) for f, _ in BAD_INPUTS])
+def test_bad_input_is_rejected_in_one_line_before_launch(tmp_path, capsys, flags, field):
+    runs = tmp_path / "runs"
+    try:
+        code = cli_main(["run", *flags, "--runs-dir", str(runs)])
+    except SystemExit as exc:  # argparse's own type errors
+        code = exc.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1, err
+    assert field in err and "Traceback" not in err
+    assert not runs.exists() or not any(runs.iterdir()), "nothing may launch"

@@ -1,0 +1,175 @@
+"""`workbench run`, `workbench runs` and `workbench show`.
+
+Every `JobConfig` field is a flag of `workbench run` (underscores become dashes). Flags that
+are not given keep the configuration's defaults (or the `--preset`'s values).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any
+
+from workbench.config import ConfigError, JobConfig
+from workbench.launch.job import Job, start
+from workbench.records import MetricsReader, list_runs, load_run, of_kind
+
+_SKIP = {"extra"}
+
+
+def add_job_flags(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per JobConfig field (used by `run`, and by `scale` for its run flags)."""
+    for f in dataclasses.fields(JobConfig):
+        if f.name in _SKIP:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, dest=f.name, action="store_true", default=None,
+                                help=f"(default {f.default})")
+            continue
+        kind = {"int": int, "float": float}.get(str(f.type), str)
+        parser.add_argument(flag, dest=f.name, type=_typed(f.name, kind), default=None,
+                            metavar=f.name.upper(), help=f"(default {f.default!r})")
+
+
+def config_from_args(args: argparse.Namespace, **overrides: Any) -> JobConfig:
+    """The JobConfig that the given flags describe (unset flags keep their defaults)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JobConfig)
+             if f.name not in _SKIP and getattr(args, f.name, None) is not None}
+    given.update(overrides)
+    return JobConfig(**given)
+
+
+def _typed(name: str, kind: type):
+    """An argparse type that names the flag and the expected kind in its one-line error."""
+    def convert(text: str):
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+    return convert
+
+
+# ---------------------------------------------------------------------- run
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        job = start(config_from_args(args))
+    except ConfigError as exc:
+        print(f"workbench: error: {exc}", file=sys.stderr)
+        return 2
+    quiet = args.json
+    if not quiet:
+        for warning in job.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        print(f"run {job.run_id}  ({job.config.engine}, {job.world_size} rank(s))  -> "
+              f"{job.run_dir}")
+    try:
+        follow(job, quiet=quiet)
+    except KeyboardInterrupt:  # job.wait() has already stopped every rank
+        print(f"\nstopped: {job.run_id}", file=sys.stderr)
+        return 130
+    summary = job.summary or {}
+    if quiet:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_summary(summary)
+    return 0 if job.status == "succeeded" else 1
+
+
+def follow(job: Job, quiet: bool = False, period_s: float = 0.5) -> None:
+    """Wait for `job`, printing one progress line per finished epoch (rank 0's view)."""
+    reader = MetricsReader(job.run_dir / "metrics.jsonl")
+    epochs = job.config.epochs
+    while True:
+        finished = job.wait(period_s) != "running"
+        for e in of_kind(reader.read_new(), "epoch"):
+            if e["rank"] == 0 and not quiet:
+                print(f"  epoch {e['epoch'] + 1}/{epochs}  loss {e['loss']:.4f}  "
+                      f"accuracy {e['accuracy']:.3f}  {e['samples_per_s'] * job.world_size:,.0f}"
+                      " samples/s", flush=True)
+        if finished:
+            return
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """A short human-readable summary of a finished run."""
+    status = summary.get("status", "?")
+    print(f"{status}: {summary.get('run_id')}")
+    rows = [("final loss", summary.get("final_loss"), "{:.4f}"),
+            ("final accuracy", summary.get("final_accuracy"), "{:.3f}"),
+            ("samples/s", summary.get("samples_per_s"), "{:,.0f}"),
+            ("training time", summary.get("train_time_s"), "{:.2f} s"),
+            ("start-up time", summary.get("startup_s"), "{:.2f} s"),
+            ("total time", summary.get("duration_s"), "{:.2f} s")]
+    for label, value, fmt in rows:
+        if value is not None:
+            print(f"  {label:<15} {fmt.format(value)}")
+    failure = summary.get("failure")
+    if failure:
+        who = f"rank {failure['rank']}" if failure.get("rank") is not None else "launcher"
+        print(f"  failed in {who}: {failure.get('error')}")
+        tail = failure.get("log_tail") or ""
+        if tail:
+            print("  last log lines:\n    " + "\n    ".join(tail.splitlines()[-10:]))
+
+
+# ---------------------------------------------------------------------- runs / show
+def cmd_runs(args: argparse.Namespace) -> int:
+    runs = list_runs(args.runs_dir)
+    if args.json:
+        print(json.dumps([{"run_id": r.run_id, "status": r.status, **_brief(r)} for r in runs],
+                         indent=2))
+        return 0
+    if not runs:
+        print(f"no runs in {args.runs_dir}")
+        return 0
+    print(f"{'run id':<40} {'status':<10} {'engine':<8} {'np':>3} {'loss':>8} {'samples/s':>10}")
+    for r in runs:
+        b = _brief(r)
+        loss = f"{b['final_loss']:.4f}" if b["final_loss"] is not None else "-"
+        sps = f"{b['samples_per_s']:,.0f}" if b["samples_per_s"] else "-"
+        print(f"{r.run_id:<40} {r.status:<10} {b['engine']:<8} {b['np']:>3} {loss:>8} {sps:>10}")
+    return 0
+
+
+def _brief(record) -> dict[str, Any]:
+    cfg, summary = record.config, record.summary or {}
+    return {"engine": cfg.get("engine"), "np": summary.get("np", cfg.get("np")),
+            "final_loss": summary.get("final_loss"), "samples_per_s": summary.get("samples_per_s")}
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    try:
+        record = load_run(args.run_id, args.runs_dir)
+    except FileNotFoundError as exc:
+        print(f"workbench: error: {exc}", file=sys.stderr)
+        return 2
+    summary = record.summary or {"run_id": record.run_id, "status": record.status}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print_summary(summary)
+    print("  config: " + ", ".join(f"{k}={v}" for k, v in record.config.items()
+                                    if v not in (None, "", {}, 0.0)))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser("run", help="run one training job", description=__doc__)
+    add_job_flags(run)
+    run.add_argument("--json", action="store_true", help="print only the summary, as JSON")
+    run.set_defaults(func=cmd_run)
+
+    runs = sub.add_parser("runs", help="list past runs")
+    runs.add_argument("--runs-dir", default="runs")
+    runs.add_argument("--json", action="store_true")
+    runs.set_defaults(func=cmd_runs)
+
+    show = sub.add_parser("show", help="show one run")
+    show.add_argument("run_id", help="run id, unique part of one, or run folder")
+    show.add_argument("--runs-dir", default="runs")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=cmd_show)
