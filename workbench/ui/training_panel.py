@@ -188,10 +188,18 @@ class TrainingPanel(widgets.VBox):
         except Exception as err:  # noqa: BLE001 - show any launch failure in the panel
             self._say("Could not start the job.", "error", detail=f"{type(err).__name__}: {err}")
             return
+        self.watch(job)
+
+    def watch(self, job: Any) -> None:
+        """Show a job that is already running, e.g. one started from code with
+        ``workbench.start(cfg)`` or ``start_module(...)``, and follow it live."""
+        if self.running():
+            raise RuntimeError(f"this panel already follows the running job {self.job.run_id}")
         self.job = job
-        self._watch(job.run_dir, cfg)
+        self._set_controls(job.config)
+        self._watch(job.run_dir, job.config)
         self._finished = False
-        self._say(f"Started run {job.run_id}: launching {cfg.world_size} rank(s) ...",
+        self._say(f"Started run {job.run_id}: launching {job.config.world_size} rank(s) ...",
                   detail="\n".join(f"Note: {w}" for w in job.warnings))
         self._task = live.start_task(self._poll)
 
