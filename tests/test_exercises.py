@@ -310,6 +310,7 @@ def test_checkers_never_raise_on_bad_answers(checker):
         assert isinstance(fb, Feedback) and not fb.passed and fb.hints
     assert "not written yet" in checker(unfinished).message
     assert "ZeroDivisionError" in checker(lambda *a: 1 / 0).message
+    assert "expected a function, got int" in checker(42).message
 
 
 def test_feedback_renders_as_text_and_html():

@@ -154,6 +154,9 @@ def check_allgather_step(fn) -> Feedback:
 
 
 def _check_step(fn, phase: str) -> Feedback:
+    if not callable(fn):
+        _, not_a_function = call_student(fn)
+        return not_a_function
     reference = _reduce_scatter_step if phase == "reduce-scatter" else allgather_step
     for p in LABEL_SIZES:
         chunks = split_into_chunks(label_tensors(p))
