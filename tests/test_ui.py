@@ -254,3 +254,33 @@ def test_scaling_panel_runs_a_sweep_and_plots_each_point(tmp_path):
         assert cfgs[0]["batch_size"] == 2 * cfgs[1]["batch_size"]   # strong: global batch kept
     finally:
         panel.close()
+
+
+@pytest.mark.timeout(180)
+def test_kernel_restart_leaves_no_rank_running(tmp_path):
+    """A student restarts the kernel mid-run: the launcher and every rank must end too."""
+    from jupyter_client.manager import start_new_kernel
+
+    code = (
+        "import json\n"
+        "from workbench.ui import TrainingPanel\n"
+        f"panel = TrainingPanel(runs_dir={str(tmp_path)!r}, engine='horovod', np=2,"
+        " model='mlp', dataset='digits', epochs=500, threads_per_rank=1)\n"
+        "panel.start_button.click()\n"
+        "print(json.dumps({'run_dir': str(panel.job.run_dir),"
+        " 'launcher': panel.job._proc.pid}))\n")
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        out: list[str] = []
+        kc.execute_interactive(code, timeout=60, output_hook=lambda m: out.append(
+            m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
+        info = json.loads("".join(out).strip().splitlines()[-1])
+        run_dir = Path(info["run_dir"])
+        assert _wait(lambda: len(_alive_ranks(run_dir)) == 2, 90), "ranks did not start"
+        km.restart_kernel(now=True)
+        assert _wait(lambda: not _alive_ranks(run_dir), 15), "ranks outlived the kernel"
+        assert _wait(lambda: not psutil.pid_exists(info["launcher"]) or psutil.Process(
+            info["launcher"]).status() == psutil.STATUS_ZOMBIE, 15), "horovodrun outlived it"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
