@@ -8,7 +8,8 @@ launcher (``start_module``), with Horovod (``hvd.allreduce_``) or PyTorch
 2. warm-up calls (the first call of a size sets up buffers and, for Horovod, negotiates);
 3. rank 0 picks how many timed calls fit the time budget and broadcasts that number, so every
    rank makes the same calls (a rank that made one call more would wait forever);
-4. a barrier, then the timed calls; each rank's mean time per call is averaged over ranks.
+4. a barrier, then the timed calls; each rank's *median* time per call (robust to a call
+   slowed down by another program on the machine) is averaged over ranks.
 
 Like nccl-tests, the result is the time of one allreduce of ``n`` bytes; the parent turns it
 into algbw and busbw and fits the α–β model.
@@ -17,6 +18,7 @@ into algbw and busbw and fits the α–β model.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -71,7 +73,7 @@ class Collective:
 
 def time_allreduce(comm: Collective, n_bytes: int, budget_s: float, min_iters: int,
                    max_iters: int, warmup: int) -> tuple[float, int]:
-    """Mean seconds per allreduce of ``n_bytes`` (averaged over ranks), and the call count."""
+    """Median seconds per allreduce of ``n_bytes`` (averaged over ranks), and the call count."""
     tensor = torch.ones(max(1, n_bytes // 4), dtype=torch.float32)
     name = f"bench.{n_bytes}"
     start = time.perf_counter()
@@ -81,12 +83,14 @@ def time_allreduce(comm: Collective, n_bytes: int, budget_s: float, min_iters: i
     iters = torch.tensor([min(max_iters, max(min_iters, int(budget_s / max(per_call, 1e-6))))])
     comm.broadcast(iters, f"{name}.iters")           # every rank must make the same calls
     comm.barrier()
-    start = time.perf_counter()
+    calls = []
     for _ in range(int(iters)):
+        start = time.perf_counter()
         comm.allreduce(tensor, name)
-    mean = torch.tensor([(time.perf_counter() - start) / int(iters)], dtype=torch.float64)
-    comm.allreduce(mean, f"{name}.time")
-    return float(mean) / _world_size(comm), int(iters)
+        calls.append(time.perf_counter() - start)
+    median = torch.tensor([statistics.median(calls)], dtype=torch.float64)
+    comm.allreduce(median, f"{name}.time")
+    return float(median) / _world_size(comm), int(iters)
 
 
 def _world_size(comm: Collective) -> int:

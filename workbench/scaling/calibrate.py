@@ -51,12 +51,28 @@ def median_step_time(metrics: Sequence[Mapping], skip: int = 3) -> float:
 
 
 def epoch_time(metrics: Sequence[Mapping]) -> float:
-    """Measured seconds per epoch: the last epoch's ``epoch_time_s``, slowest rank."""
+    """Measured seconds per epoch: the median over epochs of the slowest rank's
+    ``epoch_time_s``, leaving out the first epoch (warm-up) when there are more."""
     epochs = [m for m in metrics if m.get("kind") == "epoch"]
     if not epochs:
         raise ValueError("the run has no epoch metrics (did it finish an epoch?)")
-    last = max(m["epoch"] for m in epochs)
-    return max(m["epoch_time_s"] for m in epochs if m["epoch"] == last)
+    numbers = sorted({m["epoch"] for m in epochs})
+    numbers = numbers[1:] if len(numbers) > 1 else numbers
+    return statistics.median(max(m["epoch_time_s"] for m in epochs if m["epoch"] == e)
+                             for e in numbers)
+
+
+def steady_epoch_time(metrics: Sequence[Mapping], skip: int = 3) -> float:
+    """Steps per epoch × median step time (slowest rank per step): the epoch time without
+    the occasional step that another program on a shared machine slowed down."""
+    by_step: dict[int, float] = {}
+    for m in metrics:
+        if m.get("kind") == "step" and m.get("step", 0) >= skip:
+            by_step[m["step"]] = max(by_step.get(m["step"], 0.0), m["step_time_s"])
+    ready = [m for m in metrics if m.get("kind") == "event" and m.get("message") == "ready"]
+    if not by_step or not ready:
+        raise ValueError("the run has no step metrics to time (did it train at all?)")
+    return ready[0]["steps_per_epoch"] * statistics.median(by_step.values())
 
 
 def predict_epoch_time(p: int, samples: int, batch_size: int, step_time_1_s: float,
@@ -75,8 +91,10 @@ def run_calibration(base: JobConfig, alpha_s: float, beta_s_per_byte: float,
                     timeout_s: float = 300.0) -> dict:
     """Run ``base`` at np=1 (to time a step) and at each of ``workers``; compare to predictions.
 
-    Returns ``{"step_time_1_s", "gradient_bytes", "rows": [{np, predicted_s, measured_s,
-    error}]}`` where error = predicted ÷ measured − 1.
+    Returns ``{"step_time_1_s", "gradient_bytes", "cores", "rows": [...]}``; each row has
+    ``np, predicted_s, measured_s, error`` (error = predicted ÷ measured − 1) and the same
+    against :func:`steady_epoch_time` (``steady_measured_s, steady_error``), which a busy
+    shared machine disturbs less.
     """
     import workbench
 
@@ -95,7 +113,9 @@ def run_calibration(base: JobConfig, alpha_s: float, beta_s_per_byte: float,
     for p in workers:
         pred = predict_epoch_time(p, base.samples, base.batch_size, step_1, n_bytes, alpha_s,
                                   beta_s_per_byte, cores)
-        real = epoch_time(measured[p])
+        real, steady = epoch_time(measured[p]), steady_epoch_time(measured[p])
         rows.append({**pred, "predicted_s": pred["epoch_time_s"], "measured_s": real,
-                     "error": pred["epoch_time_s"] / real - 1.0})
+                     "error": pred["epoch_time_s"] / real - 1.0,
+                     "steady_measured_s": steady,
+                     "steady_error": pred["epoch_time_s"] / steady - 1.0})
     return {"step_time_1_s": step_1, "gradient_bytes": n_bytes, "cores": cores, "rows": rows}
