@@ -86,7 +86,8 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
     if cfg.max_steps:
         steps = min(steps, cfg.max_steps)
     loss_fn = nn.CrossEntropyLoss()  # mean over the batch: the invariant needs the mean
-    ctx.metric("event", message="ready", steps_per_epoch=steps, epochs=cfg.epochs)
+    ctx.metric("event", message="ready", steps_per_epoch=steps, epochs=cfg.epochs,
+               device=str(device), threads=torch.get_num_threads())
     for epoch in range(cfg.epochs):
         order = epoch_order(len(data), cfg.seed, epoch)
         epoch_start, loss_sum, correct = time.perf_counter(), 0.0, 0
