@@ -44,6 +44,10 @@ CAPTION = (
     "(communication), not serial code.</div>")
 
 
+#: What each scaling mode keeps fixed, shown in the mode picker.
+MODE_MEANING = {"strong": "fixed total work", "weak": "fixed work per rank"}
+
+
 def parse_np_values(text: str) -> list[int]:
     """Parse worker counts such as ``"1,2,4"``; raise ConfigError with a fix if they are bad."""
     parts = [p.strip() for p in str(text).replace(" ", ",").split(",") if p.strip()]
@@ -90,9 +94,9 @@ class ScalingPanel(widgets.VBox):
                                       placeholder="e.g. 1,2,4", style=style, layout=layout),
             "preset": widgets.Dropdown(options=list(PRESETS), value=preset,
                                        description="model", style=style, layout=layout),
-            "mode": widgets.ToggleButtons(options=list(MODES), value=mode,
-                                          description="scaling", style=style,
-                                          tooltips=["fixed total work", "fixed work per rank"]),
+            "mode": widgets.Dropdown(options=[(f"{m} ({MODE_MEANING[m]})", m) for m in MODES],
+                                     value=mode, description="scaling", style=style,
+                                     layout=widgets.Layout(width="320px")),
         }
         self.run_button = widgets.Button(description="Run", button_style="success",
                                          tooltip="Run the sweep, one job after another")
@@ -111,7 +115,7 @@ class ScalingPanel(widgets.VBox):
         self._task: asyncio.Task | None = None
         self._closed = False
         self._charts = ScalingCharts([], mode)
-        self._chart_widget = charts.to_widget(charts.grid(self._charts.figures, ncols=3))
+        self._chart_widget = charts.to_widget(charts.grid(self._charts.figures, ncols=2))
         self._chart_box = widgets.Box([self._chart_widget])
         super().__init__(children=self._layout())
         self._say("Choose the workers and the model, then press Run.")
@@ -165,7 +169,7 @@ class ScalingPanel(widgets.VBox):
         self.sweep, self._queue = sweep, list(sweep.configs)
         self._charts = ScalingCharts([], sweep.mode)
         old, self._chart_widget = self._chart_widget, charts.to_widget(
-            charts.grid(self._charts.figures, ncols=3))
+            charts.grid(self._charts.figures, ncols=2))
         self._chart_box.children = [self._chart_widget]
         old.close()
         self.table.value = ""
