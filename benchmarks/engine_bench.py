@@ -47,7 +47,7 @@ def workbench_latency(runs: str) -> float:
         PRESET, engine="horovod", np=2, epochs=1, max_steps=1, threads_per_rank=1, runs_dir=runs))
     assert job.wait(300) == "succeeded", job.summary
     ready = [e for e in of_kind(job.metrics(), "event") if e.get("message") == "ready"]
-    return max(e["time"] for e in ready) + (job._started - t0)
+    return max(e["time"] for e in ready) + (job.started_at - t0)
 
 
 def workbench_rate(runs: str, engine: str, np: int, epochs: int) -> float:

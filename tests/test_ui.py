@@ -268,7 +268,7 @@ def test_kernel_restart_leaves_no_rank_running(tmp_path):
         " model='mlp', dataset='digits', epochs=500, threads_per_rank=1)\n"
         "panel.start_button.click()\n"
         "print(json.dumps({'run_dir': str(panel.job.run_dir),"
-        " 'launcher': panel.job._proc.pid}))\n")
+        " 'launcher': panel.job.launcher_pid}))\n")
     km, kc = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
     try:
         out: list[str] = []

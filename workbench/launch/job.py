@@ -74,6 +74,16 @@ class Job:
         return self._done.is_set()
 
     @property
+    def started_at(self) -> float:
+        """When the launcher was started, in seconds since the epoch."""
+        return self._started
+
+    @property
+    def launcher_pid(self) -> int:
+        """Pid of the engine's launcher (horovodrun, torchrun, or the serial rank itself)."""
+        return self._proc.pid
+
+    @property
     def summary(self) -> dict[str, Any] | None:
         """The contents of summary.json once the job has ended, else None."""
         return read_json(self.run_dir / "summary.json") if self.done else None

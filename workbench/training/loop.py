@@ -107,8 +107,8 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
             t2 = _sync_clock(device)
             backward_wait = min(sync.backward_wait_s(), t1 - t0)
             hits = int((out.argmax(1) == y).sum())
-            loss_sum, correct = loss_sum + float(loss), correct + hits
-            ctx.metric("step", epoch=epoch, step=epoch * steps + step, loss=float(loss),
+            loss_sum, correct = loss_sum + loss.item(), correct + hits
+            ctx.metric("step", epoch=epoch, step=epoch * steps + step, loss=loss.item(),
                        accuracy=hits / len(y), samples=len(y), step_time_s=t2 - t0,
                        compute_s=(t1 - t0) - backward_wait, sync_s=backward_wait + update_wait)
         elapsed = time.perf_counter() - epoch_start
