@@ -61,3 +61,18 @@ def test_ring_equals_horovod_allreduce(tmp_path):
     for row in r["rows"]:
         assert row["max_abs_diff_vs_horovod"] < 1e-12, row
         assert row["max_abs_diff_vs_torch_distributed"] < 1e-12, row
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--np", "1"], "at least 2 processes"),
+    (["--sizes", "7,abc"], "cannot read count"),
+    (["--sizes", "1.5"], "whole element counts"),
+])
+def test_cli_rejects_bad_input(args, message):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", "ring", *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
