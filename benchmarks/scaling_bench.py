@@ -72,7 +72,8 @@ def main() -> None:
               f"{at16['busbw_GBps']:.3f} GB/s   α = {1e6 * b['alpha_s']:.0f} µs, "
               f"1/β = {1e-9 / b['beta_s_per_byte']:.2f} GB/s")
     print(f"3. simulator vs measured epoch time ({calib['gradient_bytes'] / 1e6:.2f} MB of "
-          f"gradients, np=1 step {1e3 * calib['step_time_1_s']:.2f} ms, {calib['cores']} cores)")
+          f"gradients in {calib['messages']} messages, np=1 step "
+          f"{1e3 * calib['step_time_1_s']:.2f} ms, {calib['cores']} cores)")
     for r in calib["rows"]:
         print(f"   np={r['np']}: predicted {r['predicted_s']:.3f} s | measured epoch "
               f"{r['measured_s']:.3f} s, error {r['error']:+.0%} | steps x median step "

@@ -236,3 +236,27 @@ def test_pure_math_imports_no_torch_and_no_bokeh():
             "print(sorted(m for m in ('torch', 'bokeh', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- calibration arithmetic ---------------------------------------------------------------
+
+def test_calibrated_epoch_prediction_counts_latency_per_message_and_oversubscription():
+    from workbench.scaling.calibrate import predict_epoch_time
+
+    alpha, beta = 1e-3, 1e-9
+    two = predict_epoch_time(2, 4096, 32, 0.002, [1000] * 6, alpha, beta, cores=2)
+    assert two["steps"] == 64
+    assert two["comm_s"] == pytest.approx(6 * (2 * alpha + 1000 * beta))
+    assert two["epoch_time_s"] == pytest.approx(64 * (0.002 + two["comm_s"]))
+    three = predict_epoch_time(3, 4096, 32, 0.002, [1000] * 6, alpha, beta, cores=2)
+    assert three["steps"] == 42
+    assert three["compute_s"] == pytest.approx(0.003)              # 3 ranks on 2 cores
+    assert three["comm_s"] == pytest.approx(1.5 * 6 * (4 * alpha + 2 / 3 * 2 * 1000 * beta))
+
+
+def test_ddp_sends_buckets_and_horovod_one_message_per_tensor():
+    from workbench.scaling.calibrate import message_bytes
+
+    tensors = [4 << 20] * 10                                       # 40 MB of gradients
+    assert message_bytes("torch", tensors) == [1 << 20, 25 << 20, 14 << 20]
+    assert message_bytes("horovod", tensors) == tensors

@@ -4,12 +4,17 @@ Three measurements are enough to predict a data-parallel job's epoch time at p w
 
 1. α and β of allreduce, from the benchmark (:func:`workbench.scaling.bench.run_allreduce_bench`);
 2. the time of one training step on one worker, from an np=1 run (median ``step_time_s``);
-3. the gradient size n = parameters × bytes per parameter, from the model itself.
+3. the messages each step sends: their sizes come from the model itself.
 
 Then, with the job's usual sharding (``batch_size`` per rank, so an epoch of N samples has
 ⌊N / (p·b)⌋ steps):
 
-    epoch time(p) = steps(p) × (compute(p) + ring allreduce(n, p, α, β))
+    epoch time(p) = steps(p) × (compute(p) + Σ over messages ring allreduce(nᵢ, p, α, β))
+
+The messages matter because each one pays the latency α. Horovod's timeline of these small
+models shows one ``ALLREDUCE`` per gradient tensor per step (nothing was fused), so a
+3-layer MLP pays 6 latencies per step; DDP sends buckets (the first one capped at 1 MB, the
+rest at 25 MB, Li et al., VLDB 2020).
 
 where compute(p) is the np=1 step time. When the ranks outnumber the cores (3 ranks on 2
 cores) they take turns, so both terms are stretched by p / cores: gloo's allreduce copies and
@@ -27,18 +32,37 @@ from workbench.config import JobConfig
 from workbench.scaling.costmodel import ring_allreduce_time
 from workbench.scaling.simulate import compute_time_per_rank, oversubscription
 
+#: PyTorch DDP's bucket caps in bytes: the first bucket, then every other (Li et al. 2020).
+DDP_FIRST_BUCKET = 1 << 20
+DDP_BUCKET = 25 << 20
 
-def gradient_bytes(cfg: JobConfig) -> int:
-    """Bytes allreduced per step: the model's trainable parameters × bytes per element."""
+
+def tensor_bytes(cfg: JobConfig) -> list[int]:
+    """Bytes of each trainable parameter tensor of the job's model (its gradients' sizes)."""
     import torch
 
     from workbench.data import load_dataset
-    from workbench.models import build_model, count_parameters
+    from workbench.models import build_model
 
     data = load_dataset(cfg.dataset, samples=min(cfg.samples, 64), features=cfg.features,
                         seed=cfg.seed)
     model = build_model(cfg.model, tuple(data.x.shape[1:]), data.n_classes, cfg.width)
-    return count_parameters(model) * torch.finfo(getattr(torch, cfg.dtype)).bits // 8
+    size = torch.finfo(getattr(torch, cfg.dtype)).bits // 8
+    return [p.numel() * size for p in model.parameters() if p.requires_grad]
+
+
+def message_bytes(engine: str, tensors: Sequence[int]) -> list[int]:
+    """The allreduce messages of one step: one per tensor (Horovod, as its timeline shows for
+    these models), or DDP's buckets (1 MB first, then 25 MB)."""
+    if engine != "torch":
+        return list(tensors)
+    total, out = sum(tensors), []
+    cap = DDP_FIRST_BUCKET
+    while total > 0:
+        out.append(min(total, cap))
+        total -= out[-1]
+        cap = DDP_BUCKET
+    return out
 
 
 def median_step_time(metrics: Sequence[Mapping], skip: int = 3) -> float:
@@ -76,12 +100,16 @@ def steady_epoch_time(metrics: Sequence[Mapping], skip: int = 3) -> float:
 
 
 def predict_epoch_time(p: int, samples: int, batch_size: int, step_time_1_s: float,
-                       n_bytes: float, alpha_s: float, beta_s_per_byte: float,
+                       messages: Sequence[float], alpha_s: float, beta_s_per_byte: float,
                        cores: int) -> dict:
-    """Predicted seconds per epoch at ``p`` ranks (see the module docstring for the model)."""
+    """Predicted seconds per epoch at ``p`` ranks (see the module docstring for the model).
+
+    ``messages`` are the byte sizes of the allreduces of one step.
+    """
     steps = samples // (p * batch_size)
     compute = compute_time_per_rank(step_time_1_s, p, "weak", cores)
-    comm = ring_allreduce_time(n_bytes, p, alpha_s, beta_s_per_byte) * oversubscription(p, cores)
+    comm = sum(ring_allreduce_time(n, p, alpha_s, beta_s_per_byte) for n in messages)
+    comm *= oversubscription(p, cores)
     return {"np": p, "steps": steps, "compute_s": compute, "comm_s": comm,
             "epoch_time_s": steps * (compute + comm)}
 
@@ -91,16 +119,16 @@ def run_calibration(base: JobConfig, alpha_s: float, beta_s_per_byte: float,
                     timeout_s: float = 300.0) -> dict:
     """Run ``base`` at np=1 (to time a step) and at each of ``workers``; compare to predictions.
 
-    Returns ``{"step_time_1_s", "gradient_bytes", "cores", "rows": [...]}``; each row has
-    ``np, predicted_s, measured_s, error`` (error = predicted ÷ measured − 1) and the same
-    against :func:`steady_epoch_time` (``steady_measured_s, steady_error``), which a busy
-    shared machine disturbs less.
+    Returns ``{"step_time_1_s", "gradient_bytes", "messages", "cores", "rows": [...]}``;
+    each row has ``np, predicted_s, measured_s, error`` (error = predicted ÷ measured − 1)
+    and the same against :func:`steady_epoch_time` (``steady_measured_s, steady_error``),
+    which a busy shared machine disturbs less.
     """
     import workbench
 
     cores = cores or os.cpu_count() or 1
     base = replace(base, threads_per_rank=base.threads_per_rank or 1)
-    n_bytes = gradient_bytes(base)
+    messages = message_bytes(base.engine, tensor_bytes(base))
     measured: dict[int, list] = {}
     for p in [1, *workers]:
         job = workbench.start(replace(base, np=p))
@@ -111,11 +139,12 @@ def run_calibration(base: JobConfig, alpha_s: float, beta_s_per_byte: float,
     step_1 = median_step_time(measured[1])
     rows = []
     for p in workers:
-        pred = predict_epoch_time(p, base.samples, base.batch_size, step_1, n_bytes, alpha_s,
+        pred = predict_epoch_time(p, base.samples, base.batch_size, step_1, messages, alpha_s,
                                   beta_s_per_byte, cores)
         real, steady = epoch_time(measured[p]), steady_epoch_time(measured[p])
         rows.append({**pred, "predicted_s": pred["epoch_time_s"], "measured_s": real,
                      "error": pred["epoch_time_s"] / real - 1.0,
                      "steady_measured_s": steady,
                      "steady_error": pred["epoch_time_s"] / steady - 1.0})
-    return {"step_time_1_s": step_1, "gradient_bytes": n_bytes, "cores": cores, "rows": rows}
+    return {"step_time_1_s": step_1, "gradient_bytes": sum(messages),
+            "messages": len(messages), "cores": cores, "rows": rows}
