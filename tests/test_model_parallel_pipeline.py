@@ -118,3 +118,18 @@ def test_cli_rejects_bad_input_with_exit_code_2(args, message):
     assert out.returncode == 2
     assert message in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_cli_json_and_html(tmp_path):
+    import json
+
+    html = tmp_path / "schedule.html"
+    out = run_cli("pipeline", "--stages", "2", "--microbatches", "2", "--schedule", "1f1b",
+                  "--steps", "2", "--compute-ms", "5", "--html", str(html), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert {"measured_bubble", "theoretical_bubble", "time_s", "per_stage",
+            "events"} <= set(doc)
+    assert {"stage", "microbatch", "kind", "start", "end"} <= set(doc["events"][0])
+    assert doc["theoretical_bubble"] == pytest.approx(1 / 3)
+    assert "Bokeh" in html.read_text()
