@@ -260,3 +260,22 @@ def test_ddp_sends_buckets_and_horovod_one_message_per_tensor():
     tensors = [4 << 20] * 10                                       # 40 MB of gradients
     assert message_bytes("torch", tensors) == [1 << 20, 25 << 20, 14 << 20]
     assert message_bytes("horovod", tensors) == tensors
+
+
+# --- sweep configurations -----------------------------------------------------------------
+
+def test_sweep_configs_fix_total_work_or_work_per_worker():
+    from workbench.config import ConfigError, JobConfig
+    from workbench.scaling.sweep import sweep_config
+
+    base = JobConfig(dataset="synthetic", samples=2048, batch_size=32, epochs=2)
+    strong = sweep_config(base, 4, "strong")
+    assert (strong.np, strong.batch_size, strong.samples, strong.threads_per_rank) == (
+        4, 8, 2048, 1)                                    # global batch 32 split 4 ways
+    weak = sweep_config(base, 4, "weak")
+    assert (weak.batch_size, weak.samples, weak.epochs) == (32, 8192, 2)
+    digits = sweep_config(JobConfig(dataset="digits", epochs=2), 2, "weak")
+    assert digits.epochs == 4                             # a fixed dataset: more epochs
+    assert sweep_config(JobConfig(threads_per_rank=2), 2, "weak").threads_per_rank == 2
+    with pytest.raises(ConfigError, match="multiple of 3"):
+        sweep_config(base, 3, "strong")
