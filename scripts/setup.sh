@@ -28,8 +28,8 @@ want=$(cat pyproject.toml scripts/setup.sh scripts/build_horovod.sh | sha256sum 
 if [ -x "$PY" ] && [ -f "$STAMP" ] && [ "$(head -n 1 "$STAMP")" = "$want" ]; then
     echo "Environment up to date (.venv/)."
     if grep -q "^horovod=failed" "$STAMP" && ! "$PY" -c "import horovod" 2>/dev/null; then
-        echo "Horovod is not installed (its build failed; see .cache/horovod-build.log)." \
-            "Retry with: make horovod" >&2
+        echo "Horovod is not installed: its build failed. 'make horovod' says why and" \
+            "tries again." >&2
     fi
     exit 0
 fi
