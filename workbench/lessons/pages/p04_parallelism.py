@@ -1,0 +1,256 @@
+"""Notebook 04: types of parallelism: model and pipeline parallelism vs data parallelism."""
+
+from workbench.exercises.build_notebooks import code, md
+from workbench.lessons.pages import md_table
+
+NAME = "04_types_of_parallelism.ipynb"
+
+CELLS = [
+    md(r"""
+# 04 · Types of parallelism: data, model and pipeline
+
+**Goals.** After this notebook you can
+- contrast data parallelism and model parallelism: what is split, what is exchanged, what
+  must fit on one device,
+- explain the *bubble* of a pipeline and compute it, $(P-1)/(M+P-1)$,
+- read a pipeline schedule (GPipe, 1F1B) as a Gantt chart,
+- decide from memory and communication numbers which kind of parallelism wins.
+
+**Time:** about 45 minutes.
+"""),
+    md(r"""
+## 1. Two ways to split the training of one model
+
+""" + md_table(
+        ("", "**data parallelism**", "**model parallelism** (network parallelism)"),
+        ("what is split", "the *data*: each worker gets different samples",
+         "the *model*: each worker holds some of its layers (or parts of layers)"),
+        ("each worker holds", "the whole model", "its part of the model"),
+        ("each worker sees", "its shard of each batch", "every sample, for its part of the model"),
+        ("exchanged per step", "the gradients of *all* parameters (an allreduce)",
+         "the *activations* at each cut, forward, and their gradients, backward"),
+        ("limit", "the whole model must fit on every worker",
+         "how much of the model can run at the same time; harder to implement"),
+    ) + r"""
+
+Data parallelism scales with the amount of data and is simple (notebook 02). Model
+parallelism is how models that do not fit on one device are trained at all: with $P$ workers,
+each holds about $1/P$ of the parameters. It sends only what crosses the cuts, which can be
+much less than the gradients of a big model, and it works best between devices joined by a
+fast bus, such as the GPUs of one server. How well it scales depends on how much of the
+model can work in parallel, which brings us to pipelines.
+
+## 2. From naive model parallelism to a pipeline
+
+Cut a 4-layer network in two: stage 0 holds layers 1–2, stage 1 layers 3–4. A batch must go
+through stage 0 before stage 1 can start, and the backward pass runs the other way: only one
+stage works at a time. **Pipelining** (GPipe: Huang et al., "GPipe: Efficient Training of
+Giant Neural Networks using Pipeline Parallelism", NeurIPS 2019) cuts each batch into $M$
+*micro-batches*: while stage 1 works on micro-batch 0, stage 0 already computes micro-batch
+1. Gradients of all micro-batches are accumulated, then every stage takes one optimizer
+step, so the update is exactly that of the whole batch.
+
+Below, a GPipe forward pass with 4 stages and 6 micro-batches: each row is a stage, each
+column a time slot, each number the micro-batch in work, `.` an idle slot.
+"""),
+    code(r"""
+from workbench.exercises.pipeline import show_schedule
+from workbench.lessons.show import curves, figure_widget, table
+from workbench.ui import charts
+
+charts.load_bokehjs()
+print(show_schedule(stages=4, micro_batches=6))
+"""),
+    md(r"""
+The forward pass takes $M + P - 1$ slots, and each stage is busy in $M$ of them. The idle
+share, the **bubble**, is
+
+$$\text{bubble} = \frac{P-1}{M+P-1},$$
+
+the same for the backward pass. More micro-batches shrink it; more stages grow it. It is
+small once $M \ge 4P$.
+
+## 3. Lab: a real pipeline, and its measured bubble
+
+The lab splits an MLP over `STAGES` processes that pass activations and gradients with real
+`torch.distributed` send/recv, and records when each stage computes what. A tiny MLP computes
+in well under a millisecond, about what one message costs, so each forward pass is padded to
+`COMPUTE_MS` milliseconds (and each backward to twice that), as on an accelerator with a fixed
+speed per stage. Set `COMPUTE_MS = 0` to time the bare computation instead.
+"""),
+    code(r"""
+from workbench.model_parallel.pipeline import PipelineConfig, pipeline_figure, run_pipelines
+
+STAGES = 2                   # processes, one per stage; try 4
+MICROBATCHES = [1, 2, 4, 8]  # micro-batches per batch of 64
+COMPUTE_MS = 10              # milliseconds per forward pass of one micro-batch
+STEPS = 3                    # training steps (the first one is left out of the bubble)
+
+common = dict(stages=STAGES, steps=STEPS, compute_ms=COMPUTE_MS)
+configs = [PipelineConfig(microbatches=m, **common) for m in MICROBATCHES]
+configs.append(PipelineConfig(microbatches=max(MICROBATCHES), schedule="1f1b", **common))
+results = run_pipelines(configs)   # one set of processes runs every configuration
+gpipe, one_f_one_b = results[:-1], results[-1]
+"""),
+    code(r"""
+figure_widget(pipeline_figure(gpipe[len(gpipe) // 2]))  # the middle M
+"""),
+    md(r"""
+Green bars are forward passes, purple ones backward passes, grey ones the bubble. Each stage
+waits at the start of the forward pass and at the end of the backward pass. Now the bubble
+for every $M$, measured against the formula:
+"""),
+    code(r"""
+table(gpipe, [("microbatches", "micro-batches M", "d"),
+              ("theoretical_bubble", "bubble, theory", ".2f"),
+              ("measured_bubble", "bubble, measured", ".2f"), ("time_s", "time (s)", ".2f")])
+"""),
+    code(r"""
+ms = [r["microbatches"] for r in gpipe]
+curves(f"Pipeline bubble, P = {STAGES} stages", "micro-batches M", "idle share of the stages",
+       {"theory (P−1)/(M+P−1)": (ms, [r["theoretical_bubble"] for r in gpipe]),
+        "measured": (ms, [r["measured_bubble"] for r in gpipe])}, markers=True)
+"""),
+    md(r"""
+The measured bubble follows the formula and is a little larger: messages take time, the last
+stage also computes the loss, and on a shared machine the processes are not always scheduled
+at once.
+
+### Memory: GPipe against 1F1B
+
+GPipe runs all $M$ forward passes first, so each stage keeps the activations of all $M$
+micro-batches until their backward pass. **1F1B** (PipeDream-Flush; Narayanan et al.,
+"PipeDream: Generalized Pipeline Parallelism for DNN Training", SOSP 2019) starts each
+micro-batch's backward pass as early as possible, alternating one forward and one backward:
+at most $P$ micro-batches are in flight, not $M$, with the same bubble. Megatron-LM's
+*interleaved* schedule goes further and divides the bubble by the number of model chunks
+each stage holds.
+"""),
+    code(r"""
+rows = [{"schedule": r["schedule"], "stage": s["stage"], "in_flight": s["peak_in_flight"],
+         "activations": s["memory"]["activations_bytes"] / 1024, "bubble": r["measured_bubble"]}
+        for r in (gpipe[-1], one_f_one_b) for s in r["per_stage"]]
+table(rows, [("schedule", "schedule", "s"), ("stage", "stage", "d"),
+             ("in_flight", "micro-batches held at most", "d"),
+             ("activations", "peak activations (KiB)", ".0f"),
+             ("bubble", "measured bubble", ".2f")],
+      caption=f"M = {gpipe[-1]['microbatches']} micro-batches")
+"""),
+    code(r"""
+figure_widget(pipeline_figure(one_f_one_b))
+"""),
+    md(r"""
+The pipeline trains exactly the model that one process would: its losses equal those of the
+same MLP trained without splitting, on the same batches.
+"""),
+    code(r"""
+from workbench.model_parallel.pipeline import train_unsplit
+
+print("unsplit model :", [round(x, 5) for x in train_unsplit(steps=STEPS)])
+print("pipeline      :", [round(x, 5) for x in gpipe[-1]["losses"]])
+"""),
+    md(r"""
+## 4. Data and model parallelism side by side
+
+The comparison trains the *same* MLP on the *same* batches with 2 workers, once data-parallel
+(each worker the whole model and half of each batch; a ring allreduce of the gradients) and
+once pipeline-parallel (each worker half of the layers; GPipe with 4 micro-batches), and
+measures, per worker: memory (parameters, gradients, optimizer state, activations), bytes
+sent per step, and seconds per step.
+"""),
+    code(r"""
+from workbench.model_parallel.compare import compare, memory_figure
+
+WIDTH = 512   # units per hidden layer: the model grows as WIDTH²
+BATCH = 64    # samples per step; try WIDTH = 64, BATCH = 1024
+
+cmp = compare(2, width=WIDTH, batch_size=BATCH, steps=4)
+rows = [{"strategy": name.replace("_", " "), "memory": r["memory_per_worker"]["total_bytes"],
+         "sent": r["comm_bytes_per_step"], "predicted": r["predicted_comm_bytes_per_step"],
+         "step": r["step_time_s"]}
+        for name, r in cmp.items() if name in ("data_parallel", "model_parallel")]
+print(f"{cmp['model']['params']:,} parameters ({cmp['model']['params_bytes'] / 2**20:.1f} MiB)")
+table(rows, [("strategy", "strategy", "s"), ("memory", "memory per worker (MiB)",
+                                                lambda b: f"{b / 2**20:.2f}"),
+             ("sent", "bytes sent per step", ",.0f"), ("predicted", "predicted", ",.0f"),
+             ("step", "seconds per step", ".4f")])
+"""),
+    code(r"""
+figure_widget(memory_figure(cmp))
+"""),
+    md(r"""
+- **Memory**: data parallelism keeps the full parameters, gradients and optimizer state (Adam:
+  two more tensors per parameter) on every worker; model parallelism splits them over the
+  workers but keeps the activations of every micro-batch.
+- **Communication**: data parallelism sends about $2\frac{P-1}{P}$ times the gradient's bytes
+  per worker and step, *whatever the batch size*; model parallelism sends the activations at
+  each cut, forward and backward, $\text{batch} \times \text{width} \times 4$ bytes each way,
+  *whatever the number of parameters*.
+- **Time**: data parallelism keeps every worker busy (no bubble); a pipeline idles in its
+  bubble.
+
+### When each wins
+
+The two communication formulas cross. For this model, bytes sent per worker and step as the
+batch grows:
+"""),
+    code(r"""
+P, params = 2, cmp["model"]["params"]
+batches = [2 ** k for k in range(4, 14)]
+data_parallel = [2 * (P - 1) / P * 4 * params for _ in batches]  # the gradients: no batch
+model_parallel = [b * WIDTH * 4 for b in batches]               # the activations at the cut
+curves(f"Bytes per worker and step, width {WIDTH}, P = {P}", "batch size (log)", "bytes (log)",
+       {"data parallel": (batches, data_parallel), "model parallel": (batches, model_parallel)},
+       log_x=True, log_y=True)
+"""),
+    md(r"""
+- **Model parallelism wins** when the model (with gradients and optimizer state) does not fit
+  on one device, which settles it, or when its gradients are much larger than the
+  activations at a cut: wide layers, small batches, and devices joined by a fast bus.
+- **Data parallelism wins** when the model fits and the batch is large: no bubble, traffic
+  independent of the batch, and much simpler code. It is the default.
+- **Both**: the largest models combine them. Megatron-LM splits each layer over the GPUs of
+  a server (tensor parallelism), runs a pipeline across servers, and replicates the whole
+  pipeline data-parallel.
+
+## Summary
+
+- Data parallelism splits the data and exchanges gradients; model parallelism splits the
+  model and exchanges activations. Data parallelism needs the whole model on every worker.
+- A pipeline keeps several stages busy by cutting a batch into $M$ micro-batches; its bubble
+  is $(P-1)/(M+P-1)$, small once $M \ge 4P$.
+- GPipe keeps $M$ micro-batches of activations per stage, 1F1B at most $P$, with the same
+  bubble.
+- Memory decides first; then compare the gradient bytes of an allreduce with the activation
+  bytes at the cuts.
+
+## Exercises
+
+1. [Predict a pipeline bubble](exercises/05_pipeline_bubble.ipynb).
+2. [Data or model parallelism?](exercises/06_data_or_model_parallelism.ipynb)
+3. Set `STAGES = 4`. How many micro-batches does the bubble need to fall below 20%? Check
+   with the formula first, then with the lab.
+4. Set `WIDTH = 64, BATCH = 1024` in section 4. Which strategy sends fewer bytes now?
+
+## Check yourself
+
+1. A model has 8 pipeline stages and 24 micro-batches per batch. What is its bubble?
+2. Why does GPipe need more activation memory than 1F1B, although their bubbles are equal?
+3. A 2-billion-parameter model is trained with Adam in fp32 (16 bytes per parameter for
+   weights, gradients and two moments) on 40 GB GPUs. Can a data-parallel replica fit?
+4. Does doubling the batch size change the bytes that data parallelism sends per step? And
+   those that model parallelism sends?
+
+<details><summary>Answers</summary>
+
+1. $7 / (24 + 7) = 7/31 \approx 0.23$.
+2. GPipe runs every forward pass before any backward pass, so each stage holds the
+   activations of all $M$ micro-batches; 1F1B frees a micro-batch's activations after its
+   backward pass and never holds more than $P$.
+3. No: $2 \times 10^9 \times 16$ bytes = 32 GB before any activation, and activations come on
+   top; model parallelism (or sharding the optimizer state) is needed.
+4. Data parallelism: no, it sends the gradients, whose size depends on the parameters only.
+   Model parallelism: yes, the activations at the cuts double.
+</details>
+"""),
+]

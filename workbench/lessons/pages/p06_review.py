@@ -1,0 +1,117 @@
+"""Notebook 06: review of the course, with the question bank as an interactive quiz."""
+
+from workbench.exercises.build_notebooks import code, md
+
+NAME = "06_review.ipynb"
+
+CELLS = [
+    md(r"""
+# 06 · Review
+
+**Goals.** After this notebook you can
+- explain in a few sentences how distributed training saves time, what it costs, and how
+  data and model parallelism differ,
+- answer questions on every part of the course, and see where to look again when an answer
+  is wrong.
+
+**Time:** about 45 minutes (you can do one topic at a time).
+"""),
+    md(r"""
+## The course on one page
+
+1. **Why distribute.** Several devices compute at the same time, so the same training takes
+   less wall-clock time, and datasets or models too large for one device's memory can be
+   spread over several. The aim is the same accuracy, reached sooner (notebooks 01, 02).
+2. **Two ways to split.** Data parallelism replicates the model and splits the data; the
+   gradients are averaged with an allreduce every step. Model parallelism splits the model
+   and sends activations across the cuts; pipelining with micro-batches reduces its bubble to
+   $(P-1)/(M+P-1)$ (notebooks 02, 04).
+3. **Synchronization is the price.** Synchronous SGD keeps the replicas consistent but
+   waits for the slowest worker and pays for every exchange; asynchronous SGD never waits but
+   applies stale gradients. Ring allreduce, overlap with the backward pass, tensor fusion,
+   backup workers and staleness-aware learning rates reduce the price (notebook 03).
+4. **Frameworks do the plumbing.** Horovod (TensorFlow, PyTorch, Keras, MXNet), PyTorch DDP
+   and TensorFlow's `tf.distribute` add data parallelism to a training script in a few lines
+   (notebook 02).
+5. **Measure it.** Speedup $T_1/T_p$, efficiency $S/p$, scalability: efficiency as $p$ grows.
+   Amdahl, Gustafson and Karp–Flatt explain the curves; cost models predict them (notebook 05).
+
+| formula | meaning |
+| --- | --- |
+| $\nabla L_B = \frac1N \sum_k \nabla L_{B_k}$ | mean of shard gradients = global batch's gradient |
+| $w \leftarrow w - \eta\, g(w_{t-\tau})$ | an asynchronous update with staleness $\tau$ |
+| $2(p-1)\alpha + 2\frac{p-1}{p} n\beta$ | time of a ring allreduce of $n$ bytes |
+| $2pn$ | bytes on a single parameter server's link per step |
+| $(P-1)/(M+P-1)$ | pipeline bubble, $P$ stages, $M$ micro-batches |
+| $1/((1-f) + f/p)$, $(1-f) + fp$ | Amdahl, Gustafson |
+| $(1/S - 1/p)/(1 - 1/p)$ | Karp–Flatt serial fraction |
+"""),
+    md(r"""
+## 1. Three questions to answer in writing
+
+Write your answer in the box, then press **Check**: the model answer appears with its
+rubric. Tick the points your answer made to score it honestly, and compare your wording with
+the model answer. **Try again** clears the question.
+"""),
+    code(r"""
+from workbench.quiz import TOPICS, Quiz
+
+Quiz(ids=["review-efficiency", "review-synchronization", "review-parallelism"])
+"""),
+    md(r"""
+## 2. Practise by topic
+
+The question bank covers every notebook: definitions, calculations (type a number) and
+choices (one or several answers). Each **Check** explains the answer, right or wrong. Pick a
+topic, or leave `TOPIC = None` for every question.
+"""),
+    code(r"""
+for key, title in TOPICS.items():
+    print(f"{key:18s} {title}")
+"""),
+    code(r"""
+TOPIC = "metrics"   # one of the keys above, or None for the whole bank
+
+quiz = Quiz(topic=TOPIC)
+quiz
+"""),
+    md(r"""
+When you are done, this shows your score:
+"""),
+    code(r"""
+print(quiz.summary())
+"""),
+    md(r"""
+## Summary
+
+- Distributed training trades communication and waiting for parallel computation and more
+  memory; speedup and efficiency measure the deal.
+- Data parallelism is the default; model and pipeline parallelism are for models that do not
+  fit, or whose gradients are much larger than their activations.
+- Synchronous training is consistent but waits; asynchronous training does not wait but is
+  stale.
+
+## Exercises
+
+1. [Review questions](exercises/07_review_questions.ipynb): the same bank, also in a version
+   that works without a kernel.
+2. Every exercise of the course, with worked solutions in [`solutions/`](solutions/):
+   [average the gradients](exercises/01_average_gradients.ipynb),
+   [shard a dataset](exercises/02_shard_a_dataset.ipynb),
+   [speedup and efficiency](exercises/03_speedup_and_efficiency.ipynb),
+   [ring allreduce](exercises/04_ring_allreduce.ipynb),
+   [pipeline bubble](exercises/05_pipeline_bubble.ipynb),
+   [data or model parallelism](exercises/06_data_or_model_parallelism.ipynb).
+
+## Check yourself
+
+1. Could you explain to a classmate, without notes, why 4 workers with batch 32 train like
+   one worker with batch 128?
+2. Could you sketch the reduce-scatter and allgather phases of a ring allreduce with 3
+   workers?
+3. Given a model's parameter count, its compute time per step and the link bandwidth, could
+   you estimate its efficiency on 64 workers?
+
+If not, notebooks 02, 03 and 05 are the places to look again.
+"""),
+]

@@ -1,0 +1,44 @@
+"""Read finished runs back to compare them: their loss per step and their final parameters.
+
+Notebook 02 uses this to check the data-parallel invariant: N ranks with batch b follow the
+same trajectory as one process with batch N·b (see :mod:`workbench.training.sharding`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workbench.records import RunRecord, load_run, of_kind, overall_by_step
+
+
+def record(run: Any) -> RunRecord:
+    """A :class:`RunRecord` from a job, a record, a run folder or a run id."""
+    if isinstance(run, RunRecord):
+        return run
+    if hasattr(run, "record"):          # a workbench Job
+        return run.record()
+    return load_run(Path(run))
+
+
+def step_losses(run: Any) -> tuple[list[int], list[float]]:
+    """``(steps, losses)``: the loss of each global batch, the mean over the ranks.
+
+    Each rank logs the mean loss on its own shard; shards are equal, so the mean of the
+    ranks' losses is the mean loss over the whole global batch, what one process with the
+    global batch would log.
+    """
+    rows = overall_by_step(of_kind(record(run).metrics(), "step"))
+    return [r["step"] for r in rows], [r["loss"] for r in rows]
+
+
+def parameter_gap(run_a: Any, run_b: Any) -> float:
+    """The largest absolute difference between the final parameters of two runs.
+
+    Both runs must train the same model (the same parameter names and shapes).
+    """
+    a, b = record(run_a).model_state(), record(run_b).model_state()
+    if a.keys() != b.keys():
+        raise ValueError("the two runs trained different models: compare runs with the same "
+                         f"model (parameters {sorted(a)} vs {sorted(b)})")
+    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
