@@ -35,9 +35,10 @@ sysdeps:  ## install the Debian packages the tests need (as root, only if missin
 	  || echo "Not root: tests that need these packages will be skipped."; fi
 
 lab: setup  ## start JupyterLab on 127.0.0.1 (token authentication), opened on the first notebook
-	@target=$$( [ -f $(FIRST_NOTEBOOK) ] && echo $(FIRST_NOTEBOOK) ); \
-	exec $(BIN)/jupyter lab $$target --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) \
-	  --ServerApp.root_dir=$(CURDIR)
+	@open=$$( [ -f $(FIRST_NOTEBOOK) ] && echo --LabApp.default_url=/lab/tree/$(FIRST_NOTEBOOK) ); \
+	root=$$( [ "$$(id -u)" = 0 ] && echo --allow-root ); \
+	exec $(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) \
+	  --ServerApp.root_dir=$(CURDIR) $$open $$root
 
 # One pytest run over tests/ and the notebooks, so its closing line counts everything.
 # A failing test, or no test at all (pytest's exit code 5), makes the target fail.

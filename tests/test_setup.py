@@ -138,6 +138,8 @@ def test_make_lab_listens_on_localhost_with_a_token() -> None:
     out = run(["make", "-n", "lab"], timeout=60, cwd=ROOT).stdout
     lab_line = next(line for line in out.splitlines() if "jupyter lab" in line)
     assert "--ServerApp.ip=127.0.0.1" in lab_line
+    if (ROOT / "notebooks" / "00_welcome.ipynb").exists():
+        assert "default_url=/lab/tree/notebooks/00_welcome.ipynb" in lab_line
     # Token authentication is JupyterLab's default: nothing may switch it off.
     assert "token=''" not in lab_line and 'token=""' not in lab_line
 
