@@ -54,6 +54,15 @@ def sgd_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> f
     return loss.item()
 
 
+def _check(batch_size: int, lr: float, n: int) -> None:
+    """Refuse settings that cannot train, saying what would work."""
+    if not 1 <= batch_size <= n:
+        raise ValueError(f"batch_size must be between 1 and {n} (the number of digits), "
+                         f"got {batch_size}")
+    if lr <= 0:
+        raise ValueError(f"lr must be positive, got {lr}")
+
+
 def minibatch_sgd(batch_size: int, lr: float, epochs: int = 1, seed: int = 0,
                   points: int = 100) -> dict[str, list[float]]:
     """Train a fresh softmax regression with mini-batch SGD; return its learning curve.
@@ -65,11 +74,7 @@ def minibatch_sgd(batch_size: int, lr: float, epochs: int = 1, seed: int = 0,
     """
     data = digits()
     n = len(data)
-    if not 1 <= batch_size <= n:
-        raise ValueError(f"batch_size must be between 1 and {n} (the number of digits), "
-                         f"got {batch_size}")
-    if lr <= 0:
-        raise ValueError(f"lr must be positive, got {lr}")
+    _check(batch_size, lr, n)
     model, gen = logreg(seed), torch.Generator().manual_seed(seed)
     steps_per_epoch = n // batch_size
     every = max(1, steps_per_epoch // points)

@@ -50,7 +50,9 @@ are small so that every notebook runs in about a minute.
 from workbench.lessons.show import table, until_finished
 from workbench.ui import TrainingPanel, charts
 
-charts.load_bokehjs()  # the live charts need BokehJS in the page (loaded from disk, no network)
+# The live charts need BokehJS in the page; it is loaded from disk, no network needed.
+charts.load_bokehjs()
+print("Charts ready.")
 """),
     md(r"""
 ## 1. Check the set-up

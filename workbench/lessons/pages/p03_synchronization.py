@@ -53,7 +53,8 @@ from workbench.lessons.show import curves, figure_widget, table, until_finished
 from workbench.synchronization.async_ps import run_parameter_server
 from workbench.ui import TrainingPanel, charts
 
-charts.load_bokehjs()
+charts.load_bokehjs()  # BokehJS into the page, once, for the charts below
+torch.set_num_threads(1)  # this kernel only coordinates: leave the cores to the workers
 """),
     md(r"""
 ## 2. Lab: a parameter server, synchronous and asynchronous
