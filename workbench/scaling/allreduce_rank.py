@@ -4,15 +4,20 @@ Started on every rank by :func:`workbench.scaling.bench.run_allreduce_bench` thr
 launcher (``start_module``), with Horovod (``hvd.allreduce_``) or PyTorch
 (``torch.distributed.all_reduce`` on gloo), so both engines are timed the same way:
 
-1. for each size, a float32 tensor of that many bytes;
+1. for each size, float32 tensors of that many bytes;
 2. warm-up calls (the first call of a size sets up buffers and, for Horovod, negotiates);
-3. rank 0 picks how many timed calls fit the time budget and broadcasts that number, so every
-   rank makes the same calls (a rank that made one call more would wait forever);
-4. a barrier, then the timed calls; each rank's *median* time per call (robust to a call
-   slowed down by another program on the machine) is averaged over ranks.
+3. rank 0 picks how many timed rounds fit the time budget and broadcasts that number, so
+   every rank makes the same calls (a rank that made one call more would wait forever);
+4. a barrier, then the timed rounds. As nccl-tests does, a round launches several
+   allreduces back to back and waits for all of them, so a round's time ÷ its calls is the
+   cost of one allreduce in a stream of them — what a training step's gradients pay. Each
+   rank's *median* round (robust to a round slowed down by another program on the machine)
+   is averaged over ranks.
 
-Like nccl-tests, the result is the time of one allreduce of ``n`` bytes; the parent turns it
-into algbw and busbw and fits the α–β model.
+Horovod would fuse the calls of a round into one message (Tensor Fusion); the benchmark turns
+fusion off (``HOROVOD_FUSION_THRESHOLD=0``) so every call is one message of n bytes.
+``--blocking`` instead waits for each call before the next: then the time includes the
+round trip through Horovod's background thread, which a stream hides.
 """
 
 from __future__ import annotations
@@ -32,8 +37,11 @@ class Collective:
     def __init__(self, engine: str) -> None:
         self.engine = engine
         if engine == "horovod":
+            import os
+
             import horovod.torch as hvd
 
+            os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"   # one message per call, read by init
             hvd.init()
             self.hvd = hvd
         else:
@@ -46,10 +54,18 @@ class Collective:
 
     def allreduce(self, tensor: torch.Tensor, name: str) -> None:
         """Sum ``tensor`` over all ranks, in place, and wait for the result."""
+        self.allreduce_many([tensor], name)
+
+    def allreduce_many(self, tensors: list[torch.Tensor], name: str) -> None:
+        """Start an in-place sum of every tensor, then wait for all of them."""
         if self.engine == "horovod":
-            self.hvd.allreduce_(tensor, op=self.hvd.Sum, name=name)
+            handles = [self.hvd.allreduce_async_(t, op=self.hvd.Sum, name=f"{name}.{i}")
+                       for i, t in enumerate(tensors)]
+            for h in handles:
+                self.hvd.synchronize(h)
         else:
-            self.dist.all_reduce(tensor)
+            for work in [self.dist.all_reduce(t, async_op=True) for t in tensors]:
+                work.wait()
 
     def broadcast(self, tensor: torch.Tensor, name: str) -> None:
         """Copy rank 0's ``tensor`` to every rank, in place."""
@@ -71,26 +87,39 @@ class Collective:
             self.dist.destroy_process_group()
 
 
-def time_allreduce(comm: Collective, n_bytes: int, budget_s: float, min_iters: int,
-                   max_iters: int, warmup: int) -> tuple[float, int]:
-    """Median seconds per allreduce of ``n_bytes`` (averaged over ranks), and the call count."""
-    tensor = torch.ones(max(1, n_bytes // 4), dtype=torch.float32)
+#: Bytes of tensors one round may hold at once (a 64 MB size gets 2 calls per round).
+ROUND_BYTES = 128 << 20
+
+
+def time_allreduce(comm: Collective, n_bytes: int, budget_s: float, min_rounds: int,
+                   max_rounds: int, warmup: int, blocking: bool = False) -> tuple[float, int]:
+    """Seconds per allreduce of ``n_bytes`` (median round, averaged over ranks) and the
+    number of timed rounds."""
+    calls = 1 if blocking else max(1, min(8, ROUND_BYTES // max(n_bytes, 1)))
+    tensors = [torch.ones(max(1, n_bytes // 4), dtype=torch.float32) for _ in range(calls)]
     name = f"bench.{n_bytes}"
+
+    def one_round() -> None:
+        if blocking:
+            comm.allreduce(tensors[0], name)
+        else:
+            comm.allreduce_many(tensors, name)
+
     start = time.perf_counter()
     for _ in range(warmup):
-        comm.allreduce(tensor, name)
-    per_call = (time.perf_counter() - start) / max(warmup, 1)
-    iters = torch.tensor([min(max_iters, max(min_iters, int(budget_s / max(per_call, 1e-6))))])
-    comm.broadcast(iters, f"{name}.iters")           # every rank must make the same calls
+        one_round()
+    per_round = (time.perf_counter() - start) / max(warmup, 1)
+    rounds = torch.tensor([min(max_rounds, max(min_rounds, int(budget_s / max(per_round, 1e-6))))])
+    comm.broadcast(rounds, f"{name}.rounds")           # every rank must make the same calls
     comm.barrier()
-    calls = []
-    for _ in range(int(iters)):
+    times = []
+    for _ in range(int(rounds)):
         start = time.perf_counter()
-        comm.allreduce(tensor, name)
-        calls.append(time.perf_counter() - start)
-    median = torch.tensor([statistics.median(calls)], dtype=torch.float64)
+        one_round()
+        times.append((time.perf_counter() - start) / calls)
+    median = torch.tensor([statistics.median(times)], dtype=torch.float64)
     comm.allreduce(median, f"{name}.time")
-    return float(median) / _world_size(comm), int(iters)
+    return float(median) / _world_size(comm), int(rounds)
 
 
 def _world_size(comm: Collective) -> int:
@@ -102,9 +131,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sizes", required=True, help="bytes, comma-separated: 4096,1048576")
     parser.add_argument("--budget-s", type=float, default=0.5,
                         help="time to spend on the timed calls of each size (seconds)")
-    parser.add_argument("--min-iters", type=int, default=3)
-    parser.add_argument("--max-iters", type=int, default=200)
+    parser.add_argument("--min-rounds", type=int, default=3)
+    parser.add_argument("--max-rounds", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--blocking", action="store_true",
+                        help="wait for each allreduce before starting the next")
     return parser.parse_args(argv)
 
 
@@ -117,10 +148,10 @@ def main(argv: list[str] | None = None) -> None:
         rows = []
         for n in sizes:
             n = 4 * max(1, n // 4)                    # whole float32 elements
-            t, iters = time_allreduce(comm, n, args.budget_s, args.min_iters, args.max_iters,
-                                      args.warmup)
-            ctx.metric("bench", size_bytes=n, time_s=t, iters=iters)
-            rows.append({"size_bytes": n, "time_s": t, "iters": iters})
+            t, rounds = time_allreduce(comm, n, args.budget_s, args.min_rounds, args.max_rounds,
+                                      args.warmup, args.blocking)
+            ctx.metric("bench", size_bytes=n, time_s=t, rounds=rounds)
+            rows.append({"size_bytes": n, "time_s": t, "rounds": rounds})
         if ctx.rank == 0:
             ctx.write_result({"engine": ctx.config.engine, "np": ctx.size, "rows": rows})
         comm.close()

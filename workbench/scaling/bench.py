@@ -34,7 +34,7 @@ def bench_rows(result_rows: Sequence[dict], p: int) -> list[dict]:
         rows.append({"size_bytes": n, "time_s": t,
                      "algbw_GBps": costmodel.algbw(n, t) / 1e9,
                      "busbw_GBps": costmodel.busbw(n, t, p) / 1e9 if p > 1 else 0.0,
-                     "iters": r.get("iters")})
+                     "rounds": r.get("rounds")})
     return rows
 
 
@@ -53,9 +53,11 @@ def summarize(result: dict) -> dict:
 
 def run_allreduce_bench(engine: str, np: int, sizes: Sequence[int], runs_dir: str = "runs",
                         budget_s: float = 0.3, timeout_s: float = 300.0,
-                        threads_per_rank: int = 1) -> dict:
+                        threads_per_rank: int = 1, blocking: bool = False) -> dict:
     """Run the benchmark as a real job and return :func:`summarize` of its result.
 
+    By default each size is timed as a stream of back-to-back allreduces, as nccl-tests does;
+    ``blocking=True`` waits for each call before starting the next (see allreduce_rank).
     Raises ``workbench.config.ConfigError`` for bad settings and :class:`BenchError` when the
     job fails or takes longer than ``timeout_s`` seconds (its processes are stopped).
     """
@@ -64,7 +66,7 @@ def run_allreduce_bench(engine: str, np: int, sizes: Sequence[int], runs_dir: st
     job = start_module(engine, np=np, module=RANK_MODULE, runs_dir=runs_dir,
                        name=f"bench-{engine}", threads_per_rank=threads_per_rank,
                        args=["--sizes", ",".join(str(int(n)) for n in sizes),
-                             "--budget-s", str(budget_s)])
+                             "--budget-s", str(budget_s)] + (["--blocking"] if blocking else []))
     status = job.wait(timeout=timeout_s)
     if not job.done:
         job.stop()

@@ -126,7 +126,7 @@ def cmd_bench_allreduce(args: argparse.Namespace) -> int:
         raise UsageError(f"--np {args.np}: an allreduce needs at least 2 ranks, use --np 2")
     try:
         result = run_allreduce_bench(args.engine, args.np, sizes, runs_dir=args.runs_dir,
-                                     budget_s=args.budget_s)
+                                     budget_s=args.budget_s, blocking=args.blocking)
     except BenchError as exc:
         print(f"workbench: {exc}", file=sys.stderr)
         return 1
@@ -310,6 +310,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                            help="message sizes, e.g. 4KB,1MB,64MB (KB = 1024 bytes)")
     allreduce.add_argument("--budget-s", type=float, default=0.3,
                            help="seconds of timed calls per size (default 0.3)")
+    allreduce.add_argument("--blocking", action="store_true",
+                           help="wait for each allreduce before the next (default: a stream "
+                                "of back-to-back calls, as nccl-tests times them)")
     allreduce.add_argument("--runs-dir", default="runs")
     allreduce.add_argument("--json", action="store_true")
     allreduce.set_defaults(func=_guard(cmd_bench_allreduce))
