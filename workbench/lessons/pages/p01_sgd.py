@@ -113,7 +113,10 @@ curves("Loss per sample seen", "samples seen", "loss on all samples",
     md(r"""
 **What to notice.**
 
-- *Per step*, large batches make more progress: their gradient is closer to the true one.
+- *Per step*, the curves start out together: far from the minimum even a small batch points
+  downhill, and the learning rate sets how far a step goes. Nearer the minimum the small
+  batch's curve wiggles: its gradient noise is now as large as the gradient itself. Larger
+  batches give cleaner steps.
 - *Per sample seen*, small batches learn more: they update the model more often for the
   same work. With one worker, small batches are usually the better deal.
 - But a step on 256 samples does not cost 256 times a step on one sample: the matrix
@@ -131,7 +134,7 @@ initial weights, over 50 random batches of each size:
 """),
     code(r"""
 noise = sgd.gradient_noise([1, 4, 16, 64, 256, 1024], trials=50)
-sigma2 = noise[0]["noise"]  # b = 1: the variance of one sample's gradient
+sigma2 = sum(r["noise"] * r["batch_size"] for r in noise) / len(noise)  # σ² = b × noise
 curves("Gradient noise", "batch size b (log)", "mean ‖g_B − ∇L‖² (log)",
        {"measured": ([r["batch_size"] for r in noise], [r["noise"] for r in noise])},
        log_x=True, log_y=True, markers=True,
