@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _setup_helpers import run_reaped
 
 from workbench import doctor
 
@@ -139,3 +140,40 @@ def test_widget_check_again_refreshes(report: dict[str, Any]) -> None:
     assert widget.button.disabled is False
     assert widget.table.value == doctor.render_html(widget.report)
     assert widget.report["horovod"]["version"] == report["horovod"]["version"]
+
+
+UNRESOLVABLE = "wb-no-such-hostname"
+
+ALLREDUCE = """
+import torch, horovod.torch as hvd
+torch.set_num_threads(1)
+hvd.init()
+print("SUM", hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item())
+"""
+
+
+def with_hostname(name: str, *cmd: str) -> list[str]:
+    """`cmd` in a UTS namespace of its own whose hostname is `name` (needs root)."""
+    return ["unshare", "--uts", "sh", "-c", f'hostname {name} && exec "$@"', "sh", *cmd]
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: gives the doctor a hostname of "
+                                              "its own (unshare --uts)")
+def test_unresolvable_hostname_breaks_horovod_and_the_doctor_says_so(tmp_path: Path) -> None:
+    result = run_reaped(with_hostname(UNRESOLVABLE, sys.executable, "-m", "workbench.cli",
+                                      "doctor", "--json"), timeout=180, merge=False)
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert data["network"] == {"hostname": UNRESOLVABLE, "addresses": [],
+                               "error": data["network"]["error"]}
+    check = next(c for c in data["checks"] if c["name"] == "Hostname")
+    assert check["status"] == "fail" and UNRESOLVABLE in check["fix"] and not data["ready"]
+
+    # ... and the doctor is right: a real 2-rank job fails under that hostname.
+    script = tmp_path / "allreduce.py"
+    script.write_text(ALLREDUCE)
+    job = run_reaped(with_hostname(UNRESOLVABLE, str(VENV_BIN / "horovodrun"), "-np", "2",
+                                   "-H", "localhost:2", "--gloo", "--gloo-timeout-seconds",
+                                   "30", sys.executable, str(script)), timeout=180)
+    assert job.returncode != 0 and "SUM 2.0" not in job.stdout, job.stdout[-2000:]

@@ -12,16 +12,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import psutil
 import pytest
+from _setup_helpers import run_reaped
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -29,43 +26,9 @@ BUILD_SCRIPT = ROOT / "scripts" / "build_horovod.sh"
 
 
 # ---------------------------------------------------------------------------- helpers
-@contextmanager
-def reaped(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
-    """Yield `proc`; afterwards end it and every process it started, even on failure.
-
-    horovodrun starts each rank in a session of its own, so killing its process group is
-    not enough: we collect the whole tree first, then end it.
-    """
-    try:
-        yield proc
-    finally:
-        try:
-            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            tree = []
-        for p in tree:
-            try:
-                p.send_signal(signal.SIGTERM)
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(tree, timeout=5)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=5)
-        if proc.returncode is None:
-            proc.wait(timeout=5)
-
-
 def run(cmd: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
-    """Run `cmd` to the end (reaping it on timeout) and return its result."""
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          stdin=subprocess.DEVNULL, start_new_session=True,
-                          **kwargs) as proc, reaped(proc):
-        out, _ = proc.communicate(timeout=timeout)
-        return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
+    """Run `cmd` to the end (reaping everything it started) and return its result."""
+    return run_reaped(cmd, timeout, **kwargs)
 
 
 def site_packages() -> Path:

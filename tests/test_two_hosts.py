@@ -40,8 +40,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 import pytest
+from _setup_helpers import run_reaped
 
 pytestmark = [
     pytest.mark.root,
@@ -139,33 +139,6 @@ def end_processes_in(netns: str) -> None:
         time.sleep(0.5)
 
 
-def run_reaped(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """Run `cmd`; whatever happens, end it and every process it started (horovodrun starts
-    its ranks in sessions of their own, so we walk the process tree rather than a group)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-    finally:
-        try:
-            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            tree = []
-        for p in tree:
-            try:
-                p.terminate()
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(tree, timeout=5)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        proc.communicate()
-
-
 @pytest.fixture
 def two_hosts(tmp_path: Path) -> Iterator[Cluster]:
     """Two namespaces with sshd, joined by a bridge; everything removed afterwards."""
@@ -235,7 +208,7 @@ def test_horovod_job_across_two_hosts(two_hosts: Cluster, tmp_path: Path) -> Non
            "--hosts", f"{a.address}:1,{b.address}:1", "--np", "2", "--model", "mlp",
            "--dataset", "digits", "--epochs", "4", "--lr", "0.1", "--threads-per-rank", "1",
            "--runs-dir", str(runs), "--stall-timeout", "120", "--json"]
-    result = run_reaped(cmd, env=two_hosts.env(), timeout=400)
+    result = run_reaped(cmd, timeout=400, merge=False, env=two_hosts.env())
     run_dirs = list(runs.iterdir()) if runs.exists() else []
     logs = "".join(p.read_text(errors="replace")[-2000:]
                    for d in run_dirs for p in sorted((d / "logs").glob("*.log")))

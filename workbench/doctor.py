@@ -10,7 +10,8 @@ It checks what a job needs, in the order a job needs it:
    distributed deep learning in TensorFlow", arXiv:1802.05799. We ask Horovod itself
    (`horovod.torch.gloo_built()`, `mpi_built()`, `nccl_built()`, ...), which is where
    `horovodrun --check-build` gets the same answers.
-3. The CPU cores and GPUs the ranks will run on.
+3. The hostname, which gloo needs to resolve, and the CPU cores and GPUs the ranks will
+   run on.
 4. The notebook side: JupyterLab, ipywidgets, Bokeh and the jupyter_bokeh lab extension
    that draws the live charts.
 
@@ -32,6 +33,7 @@ import os
 import platform
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -181,6 +183,20 @@ def _gpus(torch_info: dict[str, Any]) -> dict[str, Any]:
     return {"count": len(names), "names": names, "driver_gpus": len(driver)}
 
 
+def _network() -> dict[str, Any]:
+    """This machine's hostname and the addresses it resolves to.
+
+    Gloo (in Horovod 0.28.1) binds each rank to the address its hostname resolves to,
+    so a hostname that does not resolve makes every rank crash, even on one machine.
+    """
+    hostname = socket.gethostname()
+    try:
+        infos = socket.getaddrinfo(hostname, None, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return {"hostname": hostname, "addresses": [], "error": str(exc)}
+    return {"hostname": hostname, "addresses": sorted({info[4][0] for info in infos})}
+
+
 def _version(dist_name: str) -> str | None:
     try:
         return metadata.version(dist_name)
@@ -313,6 +329,16 @@ def _horovod_checks(h: dict[str, Any]) -> list[Check]:
     return checks
 
 
+def _network_check(net: dict[str, Any]) -> Check:
+    if net["addresses"]:
+        return Check("Hostname", "ok", f"{net['hostname']} resolves to "
+                                       f"{', '.join(net['addresses'])}")
+    return Check("Hostname", "fail",
+                 f"{net['hostname']} does not resolve ({net.get('error')}): gloo binds each "
+                 "rank to its hostname's address, so Horovod's ranks crash",
+                 f"add the line `127.0.1.1 {net['hostname']}` to /etc/hosts", required=True)
+
+
 def _machine_checks(cpu: dict[str, Any], gpus: dict[str, Any]) -> list[Check]:
     cores = (f"{cpu['usable']} usable ({cpu['logical']} logical, "
              f"{cpu['physical'] or '?'} physical)")
@@ -356,12 +382,13 @@ def _jupyter_checks(j: dict[str, Any]) -> list[Check]:
 def diagnose() -> dict[str, Any]:
     """Check everything; return the report as a JSON-ready dict.
 
-    Keys: `python`, `torch`, `horovod`, `cpu`, `gpus`, `jupyter`, `checks` (one dict per
-    line of the report) and `ready` (True when Horovod jobs can run here).
+    Keys: `python`, `torch`, `horovod`, `network`, `cpu`, `gpus`, `jupyter`, `checks` (one
+    dict per line of the report) and `ready` (True when Horovod jobs can run here).
     """
     probe = _start_horovod_probe()          # runs while we look at the rest
     try:
-        report: dict[str, Any] = {"python": _python(), "torch": _torch(), "cpu": _cpu()}
+        report: dict[str, Any] = {"python": _python(), "torch": _torch(), "cpu": _cpu(),
+                                  "network": _network()}
         report["gpus"] = _gpus(report["torch"])
         report["jupyter"] = _jupyter()
         report["horovod"] = _finish_horovod_probe(probe)
@@ -373,6 +400,7 @@ def diagnose() -> dict[str, Any]:
                                     f"({report['python']['executable']})"),
               _torch_check(report["torch"]),
               *_horovod_checks(report["horovod"]),
+              _network_check(report["network"]),
               *_machine_checks(report["cpu"], report["gpus"]),
               *_jupyter_checks(report["jupyter"])]
     report["checks"] = [asdict(c) for c in checks]
