@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -130,7 +131,8 @@ def test_widget_shows_one_row_per_check_with_marks(report: dict[str, Any],
 
     broken = json.loads(workbench("doctor", "--json", env=broken_horovod).stdout)
     red = doctor.DoctorWidget(broken).table.value
-    assert "color:#cf222e;font-weight:bold'>✘</span></td><td><b>Horovod</b>" in red
+    assert re.search(r"#cf222e;font-weight:bold'>✘</span></td><td[^>]*><b>Horovod</b>", red)
+    assert "<th style='text-align:left;padding-right:1em'>fix</th>" in red
     assert "make horovod" in red
 
 

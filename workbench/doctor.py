@@ -428,23 +428,33 @@ def render_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _html(text: str) -> str:
+    """Escape `text` for HTML, showing `backquoted` parts as code."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
 def render_html(report: dict[str, Any]) -> str:
-    """The report as an HTML table with green, amber and red marks (for notebooks)."""
+    """The report as an HTML table with green, amber and red marks (for notebooks).
+    The "fix" column appears only when something needs fixing."""
     colours = {"ok": "#1a7f37", "warn": "#b35900", "fail": "#cf222e"}
+    fixes = any(c["status"] != "ok" and c["fix"] for c in report["checks"])
+    left = "style='text-align:left;padding-right:1em'"
     rows = []
     for c in report["checks"]:
         mark = (f"<span style='color:{colours[c['status']]};font-weight:bold'>"
                 f"{_SYMBOLS[c['status']]}</span>")
-        fix = html.escape(c["fix"]) if c["status"] != "ok" else ""
-        rows.append(f"<tr><td>{mark}</td><td><b>{html.escape(c['name'])}</b></td>"
-                    f"<td>{html.escape(c['detail'])}</td><td><i>{fix}</i></td></tr>")
+        fix = _html(c["fix"]) if c["status"] != "ok" else ""
+        rows.append(f"<tr><td>{mark}</td><td {left}><b>{html.escape(c['name'])}</b></td>"
+                    f"<td {left}>{_html(c['detail'])}</td>"
+                    + (f"<td {left}><i>{fix}</i></td>" if fixes else "") + "</tr>")
     verdict = ("<p style='color:#1a7f37'><b>✔ Horovod jobs can run here.</b></p>"
                if report["ready"] else
                "<p style='color:#cf222e'><b>✘ Horovod jobs cannot run here yet: "
                "see the fixes in the table.</b></p>")
-    return ("<table class='workbench-doctor'><thead><tr><th></th><th>check</th>"
-            "<th>result</th><th>fix</th></tr></thead><tbody>" + "".join(rows) +
-            "</tbody></table>" + verdict)
+    header = (f"<tr><th></th><th {left}>check</th><th {left}>result</th>"
+              + (f"<th {left}>fix</th>" if fixes else "") + "</tr>")
+    return ("<table class='workbench-doctor'><thead>" + header + "</thead><tbody>"
+            + "".join(rows) + "</tbody></table>" + verdict)
 
 
 # ---------------------------------------------------------------------------- widget
