@@ -2,7 +2,8 @@
 
 Three measurements are enough to predict a data-parallel job's epoch time at p workers:
 
-1. α and β of allreduce, from the benchmark (:func:`workbench.scaling.bench.run_allreduce_bench`);
+1. α and β of allreduce at np=2, from the benchmark
+   (:func:`workbench.scaling.bench.run_allreduce_bench`);
 2. the time of one training step on one worker, from an np=1 run (median ``step_time_s``);
 3. the messages each step sends: their sizes come from the model itself.
 
@@ -11,14 +12,13 @@ Then, with the job's usual sharding (``batch_size`` per rank, so an epoch of N s
 
     epoch time(p) = steps(p) × (compute(p) + Σ over messages ring allreduce(nᵢ, p, α, β))
 
-The messages matter because each one pays the latency α. Horovod's timeline of these small
-models shows one ``ALLREDUCE`` per gradient tensor per step (nothing was fused), so a
-3-layer MLP pays 6 latencies per step; DDP sends buckets (the first one capped at 1 MB, the
-rest at 25 MB, Li et al., VLDB 2020).
-
-where compute(p) is the np=1 step time. When the ranks outnumber the cores (3 ranks on 2
-cores) they take turns, so both terms are stretched by p / cores: gloo's allreduce copies and
-adds the bytes with the same CPU cores (see :func:`workbench.scaling.simulate.oversubscription`).
+* compute(p) is the np=1 step time; when the ranks outnumber the cores (3 ranks on 2 cores)
+  they take turns, so compute *and* communication are stretched by p / cores (gloo copies and
+  adds the bytes with the same cores; see :func:`workbench.scaling.simulate.oversubscription`).
+* The messages matter because each one pays the latency α. Horovod's timeline of these small
+  models shows one ``ALLREDUCE`` per gradient tensor per step (nothing was fused), so a
+  3-layer MLP pays 6 latencies per step; DDP sends buckets (the first one capped at 1 MB, the
+  rest at 25 MB, Li et al., VLDB 2020).
 """
 
 from __future__ import annotations
