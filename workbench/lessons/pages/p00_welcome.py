@@ -157,7 +157,11 @@ table(rows, [("run", "run", "s"), ("status", "status", "s"), ("engine", "engine"
       caption="The last runs in runs/")
 """),
     md(r"""
-Everything the panel does is also one line of Python or one command in a terminal:
+The other panel of the course, the **scaling panel** (notebook 05), works the same way: choose
+the numbers of workers, press **Run**, and it runs the same job at each size, one after the
+other, adding a point to its speedup and efficiency charts as each run ends.
+
+Everything the panels do is also one line of Python or one command in a terminal:
 
 ```python
 import workbench

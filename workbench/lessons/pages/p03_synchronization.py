@@ -205,6 +205,14 @@ table(stragglers["if_dropped"], [("dropped", "slowest gradients dropped", "d"),
 The parameter-server lab runs the backup-worker scheme for real:
 `run_parameter_server("backup", workers=2, backup_workers=1, straggler_delay=0.05)`.
 
+**When a worker fails.** A straggler that never arrives is a failed worker: a crashed
+process, a lost machine, a broken link. In synchronous training the others would wait for it
+at the next allreduce for ever. The workbench watches every rank; when one dies it ends the
+job and names the rank (its log is in the panel and in `runs/<run id>/logs/`). Production
+systems add *elastic* training (Horovod Elastic, `torchrun` with a range of nodes): the job
+continues with the workers that are left, from the last state they agreed on, and
+checkpoints saved now and then bound what a crash can lose.
+
 ## 5. The ring allreduce, from scratch
 
 How can $p$ workers each end up with the sum of $p$ vectors of $n$ bytes without a central
