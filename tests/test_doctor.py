@@ -164,7 +164,7 @@ def with_hostname(name: str, *cmd: str) -> list[str]:
                                               "its own (unshare --uts)")
 def test_unresolvable_hostname_breaks_horovod_and_the_doctor_says_so(tmp_path: Path) -> None:
     result = run_reaped(with_hostname(UNRESOLVABLE, sys.executable, "-m", "workbench.cli",
-                                      "doctor", "--json"), timeout=180, merge=False)
+                                      "doctor", "--json"), timeout=120, merge=False)
     assert result.returncode == 1, result.stderr
     data = json.loads(result.stdout)
     assert data["network"] == {"hostname": UNRESOLVABLE, "addresses": [],
@@ -177,5 +177,5 @@ def test_unresolvable_hostname_breaks_horovod_and_the_doctor_says_so(tmp_path: P
     script.write_text(ALLREDUCE)
     job = run_reaped(with_hostname(UNRESOLVABLE, str(VENV_BIN / "horovodrun"), "-np", "2",
                                    "-H", "localhost:2", "--gloo", "--gloo-timeout-seconds",
-                                   "30", sys.executable, str(script)), timeout=180)
+                                   "30", sys.executable, str(script)), timeout=120)
     assert job.returncode != 0 and "SUM 2.0" not in job.stdout, job.stdout[-2000:]

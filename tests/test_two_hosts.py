@@ -208,7 +208,7 @@ def test_horovod_job_across_two_hosts(two_hosts: Cluster, tmp_path: Path) -> Non
            "--hosts", f"{a.address}:1,{b.address}:1", "--np", "2", "--model", "mlp",
            "--dataset", "digits", "--epochs", "4", "--lr", "0.1", "--threads-per-rank", "1",
            "--runs-dir", str(runs), "--stall-timeout", "120", "--json"]
-    result = run_reaped(cmd, timeout=400, merge=False, env=two_hosts.env())
+    result = run_reaped(cmd, timeout=240, merge=False, env=two_hosts.env())
     run_dirs = list(runs.iterdir()) if runs.exists() else []
     logs = "".join(p.read_text(errors="replace")[-2000:]
                    for d in run_dirs for p in sorted((d / "logs").glob("*.log")))
