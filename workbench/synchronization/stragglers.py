@@ -60,9 +60,15 @@ def _run_job(delay: float, np_: int, straggler_rank: int, steps: int, batch_size
 
 
 def step_table(step_metrics: list[dict]) -> list[list[dict]]:
-    """Group step records by step number: one list (indexed by rank) per step."""
+    """Group step records by step number: one list (indexed by rank) per step.
+
+    Other records of a run's metrics (epochs, events) are skipped, so a job's whole
+    `job.metrics()` can be passed in.
+    """
     by_step: dict[int, dict[int, dict]] = {}
     for m in step_metrics:
+        if m.get("kind", "step") != "step":
+            continue
         by_step.setdefault(int(m["step"]), {})[int(m["rank"])] = m
     ranks = max(len(v) for v in by_step.values())
     return [[v[r] for r in range(ranks)] for _, v in sorted(by_step.items()) if len(v) == ranks]

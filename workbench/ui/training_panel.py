@@ -139,7 +139,7 @@ class TrainingPanel(widgets.VBox):
     def _layout(self) -> list[widgets.Widget]:
         ctl = list(self.controls.values())
         grid = widgets.GridBox(ctl, layout=widgets.Layout(
-            grid_template_columns="repeat(5, 188px)", grid_gap="4px 6px"))
+            grid_template_columns="repeat(auto-fill, 188px)", grid_gap="4px 6px"))
         buttons = widgets.HBox([self.start_button, self.stop_button, self.status],
                                layout=widgets.Layout(align_items="center"))
         progress = widgets.HBox([self.progress, self.progress_label])
