@@ -119,7 +119,8 @@ def run_calibration(base: JobConfig, alpha_s: float, beta_s_per_byte: float,
                     timeout_s: float = 300.0) -> dict:
     """Run ``base`` at np=1 (to time a step) and at each of ``workers``; compare to predictions.
 
-    Returns ``{"step_time_1_s", "gradient_bytes", "messages", "cores", "rows": [...]}``;
+    Returns ``{"step_time_1_s", "gradient_bytes", "messages", "message_sizes", "cores",
+    "rows": [...]}``;
     each row has ``np, predicted_s, measured_s, error`` (error = predicted ÷ measured − 1)
     and the same against :func:`steady_epoch_time` (``steady_measured_s, steady_error``),
     which a busy shared machine disturbs less.
@@ -147,4 +148,4 @@ def run_calibration(base: JobConfig, alpha_s: float, beta_s_per_byte: float,
                      "steady_measured_s": steady,
                      "steady_error": pred["epoch_time_s"] / steady - 1.0})
     return {"step_time_1_s": step_1, "gradient_bytes": sum(messages),
-            "messages": len(messages), "cores": cores, "rows": rows}
+            "messages": len(messages), "message_sizes": messages, "cores": cores, "rows": rows}
