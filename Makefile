@@ -43,7 +43,8 @@ lab: setup  ## start JupyterLab on 127.0.0.1 (token authentication), opened on t
 # One pytest run over tests/ and the notebooks, so its closing line counts everything.
 # A failing test, or no test at all (pytest's exit code 5), makes the target fail.
 test: setup sysdeps  ## run tests/ and every notebook (nbmake), browser tests included
-	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbmake --nbmake-timeout=600 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbmake --nbmake-timeout=600 --durations=15 \
+	  $(PYTEST_ARGS)
 
 demo: setup  ## headless strong-scaling sweep, written to demo-report.html
 	$(BIN)/workbench scale --engine horovod --np 1,2 --mode strong --report demo-report.html
