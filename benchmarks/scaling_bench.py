@@ -59,9 +59,10 @@ def print_calibration(rounds: list[dict]) -> None:
     print(f"3. simulator vs measured epoch time ({first['gradient_bytes'] / 1e6:.2f} MB of "
           f"gradients in {first['messages']} messages, {first['cores']} cores)")
     for i, c in enumerate(rounds, start=1):
-        print(f"   round {i}: α = {1e6 * c['alpha_s']:.0f} µs, 1/β = "
-              f"{gbps(c['beta_s_per_byte'])} GB/s, "
-              f"np=1 step {1e3 * c['step_time_1_s']:.2f} ms")
+        print(f"   round {i}: α bench {1e6 * c['alpha_s']:.0f} µs, fitted on np=1,2 "
+              f"{1e6 * c['alpha_fit_s']:.0f} µs, 1/β = {gbps(c['beta_s_per_byte'])} GB/s, "
+              f"np=1 step {1e3 * c['step_time_1_s']:.2f} ms, contention κ "
+              f"{c['contention']:.2f}")
         for r in c["rows"]:
             print(f"     np={r['np']}: predicted {r['predicted_s']:.3f} s | measured epoch "
                   f"{r['measured_s']:.3f} s, error {r['error']:+.0%} | steps x median step "
@@ -80,14 +81,16 @@ def pooled_prediction(rounds: list[dict]) -> list[dict]:
     landing on one side of the comparison."""
     med = statistics.median
     first = rounds[0]
-    alpha, beta = med(c["alpha_s"] for c in rounds), med(c["beta_s_per_byte"] for c in rounds)
-    step_1 = med(c["step_time_1_s"] for c in rounds)
+    alpha = med(c["alpha_fit_s"] for c in rounds)
+    beta = med(c["beta_s_per_byte"] for c in rounds)
+    step_1, kappa = med(c["step_time_1_s"] for c in rounds), med(c["contention"] for c in rounds)
     sizes = first["message_sizes"]
     out = []
     for row in first["rows"]:
         p = row["np"]
         pred = predict_epoch_time(p, CALIBRATION_JOB["samples"], CALIBRATION_JOB["batch_size"],
-                                  step_1, sizes, alpha, beta, first["cores"])["epoch_time_s"]
+                                  step_1, sizes, alpha, beta, first["cores"],
+                                  kappa)["epoch_time_s"]
         real = med(r["measured_s"] for c in rounds for r in c["rows"] if r["np"] == p)
         steady = med(r["steady_measured_s"] for c in rounds for r in c["rows"] if r["np"] == p)
         out.append({"np": p, "predicted_s": pred, "measured_s": real, "error": pred / real - 1,

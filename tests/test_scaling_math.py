@@ -254,6 +254,26 @@ def test_calibrated_epoch_prediction_counts_latency_per_message_and_oversubscrip
     assert three["comm_s"] == pytest.approx(1.5 * 6 * (4 * alpha + 2 / 3 * 2 * 1000 * beta))
 
 
+def _steps(step_s: float, compute_s: float, ranks: int, n: int = 20) -> list[dict]:
+    return [{"kind": "step", "step": i, "rank": r, "step_time_s": step_s, "compute_s": compute_s}
+            for i in range(n) for r in range(ranks)]
+
+
+def test_fit_on_np1_and_np2_recovers_contention_and_latency_and_reproduces_np2():
+    from workbench.scaling.calibrate import fit_step_model, predict_epoch_time
+
+    beta, messages, alpha = 1e-9, [4000] * 6, 5e-4
+    one = _steps(0.010, 0.008, 1)
+    sync = sum(2 * alpha + 4000 * beta for _ in messages)        # ring at p=2, per message
+    two = _steps(1.25 * 0.010 + sync, 1.25 * 0.008, 2)            # ranks compute 25% slower
+    fit = fit_step_model(one, two, messages, beta)
+    assert fit["contention"] == pytest.approx(1.25)
+    assert fit["alpha_fit_s"] == pytest.approx(alpha)
+    pred = predict_epoch_time(2, 4096, 32, fit["step_time_1_s"], messages, fit["alpha_fit_s"],
+                              beta, cores=2, contention=fit["contention"])
+    assert pred["epoch_time_s"] == pytest.approx(64 * (1.25 * 0.010 + sync))
+
+
 def test_ddp_sends_buckets_and_horovod_one_message_per_tensor():
     from workbench.scaling.calibrate import message_bytes
 

@@ -1,24 +1,30 @@
-"""Calibrate the simulator on this machine, then check its predictions against real runs.
+"""Calibrate the simulator on this machine (np=1 and np=2), then check it against real runs.
 
-Three measurements are enough to predict a data-parallel job's epoch time at p workers:
+The model of one synchronous data-parallel step at p ranks:
 
-1. α and β of allreduce at np=2, from the benchmark
+    step(p) = compute(p) + Σ over the step's messages ring allreduce(nᵢ, p, α, β)
+    epoch time(p) = steps(p) × step(p),   steps(p) = ⌊N / (p·b)⌋ (b = batch per rank)
+
+Calibration takes three measurements, all from this machine:
+
+1. β (seconds per byte) from the allreduce benchmark at np=2
    (:func:`workbench.scaling.bench.run_allreduce_bench`);
-2. the time of one training step on one worker, from an np=1 run (median ``step_time_s``);
-3. the messages each step sends: their sizes come from the model itself.
+2. an np=1 run: the time of one step alone, and its compute part;
+3. an np=2 run: how much slower each rank computes when two ranks share the machine (the
+   *contention* factor κ: memory bandwidth, caches and the launchers' helper threads), and
+   how long a step waits for synchronization, from which the effective latency α per
+   message is solved. α measured by a benchmark of back-to-back allreduces is smaller than
+   what a training step pays: there, each gradient's allreduce is negotiated between the
+   ranks first (Horovod's coordinator) and waits for the slowest rank.
 
-Then, with the job's usual sharding (``batch_size`` per rank, so an epoch of N samples has
-⌊N / (p·b)⌋ steps):
+Then compute(p) = κ × step(1) × p / cores when the ranks outnumber the cores (3 ranks on 2
+cores take turns, and gloo's copies and additions use the same cores, so communication is
+stretched by the same factor; see :func:`workbench.scaling.simulate.oversubscription`).
 
-    epoch time(p) = steps(p) × (compute(p) + Σ over messages ring allreduce(nᵢ, p, α, β))
-
-* compute(p) is the np=1 step time; when the ranks outnumber the cores (3 ranks on 2 cores)
-  they take turns, so compute *and* communication are stretched by p / cores (gloo copies and
-  adds the bytes with the same cores; see :func:`workbench.scaling.simulate.oversubscription`).
-* The messages matter because each one pays the latency α. Horovod's timeline of these small
-  models shows one ``ALLREDUCE`` per gradient tensor per step (nothing was fused), so a
-  3-layer MLP pays 6 latencies per step; DDP sends buckets (the first one capped at 1 MB, the
-  rest at 25 MB, Li et al., VLDB 2020).
+The messages matter because each one pays α. Horovod's timeline of these small models shows
+one ``ALLREDUCE`` per gradient tensor per step (nothing was fused), so a 3-layer MLP pays 6
+latencies per step; DDP sends buckets (the first one capped at 1 MB, the rest at 25 MB,
+Li et al., VLDB 2020).
 """
 
 from __future__ import annotations
@@ -65,13 +71,17 @@ def message_bytes(engine: str, tensors: Sequence[int]) -> list[int]:
     return out
 
 
-def median_step_time(metrics: Sequence[Mapping], skip: int = 3) -> float:
-    """Median ``step_time_s`` over the steps of a run, leaving out the first ``skip`` (warm-up)."""
-    times = [m["step_time_s"] for m in metrics
-             if m.get("kind") == "step" and m.get("step", 0) >= skip]
-    if not times:
+def median_step_time(metrics: Sequence[Mapping], skip: int = 3,
+                     field: str = "step_time_s") -> float:
+    """Median over steps of the slowest rank's ``field`` (a synchronous step ends with its
+    slowest rank), leaving out the first ``skip`` steps (warm-up)."""
+    by_step: dict[int, float] = {}
+    for m in metrics:
+        if m.get("kind") == "step" and m.get("step", 0) >= skip:
+            by_step[m["step"]] = max(by_step.get(m["step"], 0.0), m[field])
+    if not by_step:
         raise ValueError("the run has no step metrics to time (did it train at all?)")
-    return statistics.median(times)
+    return statistics.median(by_step.values())
 
 
 def epoch_time(metrics: Sequence[Mapping]) -> float:
@@ -89,38 +99,56 @@ def epoch_time(metrics: Sequence[Mapping]) -> float:
 def steady_epoch_time(metrics: Sequence[Mapping], skip: int = 3) -> float:
     """Steps per epoch × median step time (slowest rank per step): the epoch time without
     the occasional step that another program on a shared machine slowed down."""
-    by_step: dict[int, float] = {}
-    for m in metrics:
-        if m.get("kind") == "step" and m.get("step", 0) >= skip:
-            by_step[m["step"]] = max(by_step.get(m["step"], 0.0), m["step_time_s"])
     ready = [m for m in metrics if m.get("kind") == "event" and m.get("message") == "ready"]
-    if not by_step or not ready:
+    if not ready:
         raise ValueError("the run has no step metrics to time (did it train at all?)")
-    return ready[0]["steps_per_epoch"] * statistics.median(by_step.values())
+    return ready[0]["steps_per_epoch"] * median_step_time(metrics, skip)
 
 
 def predict_epoch_time(p: int, samples: int, batch_size: int, step_time_1_s: float,
                        messages: Sequence[float], alpha_s: float, beta_s_per_byte: float,
-                       cores: int) -> dict:
+                       cores: int, contention: float = 1.0) -> dict:
     """Predicted seconds per epoch at ``p`` ranks (see the module docstring for the model).
 
-    ``messages`` are the byte sizes of the allreduces of one step.
+    ``messages`` are the byte sizes of the allreduces of one step; ``contention`` (κ ≥ 1)
+    stretches compute when more than one rank shares the machine.
     """
     steps = samples // (p * batch_size)
-    compute = compute_time_per_rank(step_time_1_s, p, "weak", cores)
+    kappa = contention if p > 1 else 1.0
+    compute = compute_time_per_rank(step_time_1_s * kappa, p, "weak", cores)
     comm = sum(ring_allreduce_time(n, p, alpha_s, beta_s_per_byte) for n in messages)
     comm *= oversubscription(p, cores)
     return {"np": p, "steps": steps, "compute_s": compute, "comm_s": comm,
             "epoch_time_s": steps * (compute + comm)}
 
 
+def fit_step_model(metrics_1: Sequence[Mapping], metrics_2: Sequence[Mapping],
+                   messages: Sequence[float], beta_s_per_byte: float) -> dict:
+    """Fit κ and the effective α from an np=1 and an np=2 run of the same job.
+
+    κ = compute(np=2) / compute(np=1); the np=2 step time left after κ × step(1) is the
+    synchronization the step waits for, = Σ over messages (2(p−1)·α + 2(p−1)/p·n·β) at p=2,
+    which is solved for α (clipped at 0).
+    """
+    step_1, step_2 = median_step_time(metrics_1), median_step_time(metrics_2)
+    kappa = max(1.0, median_step_time(metrics_2, field="compute_s")
+                / median_step_time(metrics_1, field="compute_s"))
+    sync_2 = max(0.0, step_2 - kappa * step_1)
+    bandwidth = sum(ring_allreduce_time(n, 2, 0.0, beta_s_per_byte) for n in messages)
+    alpha = max(0.0, (sync_2 - bandwidth) / (len(messages) * 2 * (2 - 1)))
+    return {"step_time_1_s": step_1, "step_time_2_s": step_2, "contention": kappa,
+            "alpha_fit_s": alpha}
+
+
 def run_calibration(base: JobConfig, alpha_s: float, beta_s_per_byte: float,
                     workers: Sequence[int] = (2, 3), cores: int | None = None,
                     timeout_s: float = 300.0) -> dict:
-    """Run ``base`` at np=1 (to time a step) and at each of ``workers``; compare to predictions.
+    """Run ``base`` at np=1 and np=2 to calibrate, and at each of ``workers``; compare.
 
-    Returns ``{"step_time_1_s", "gradient_bytes", "messages", "message_sizes", "cores",
-    "rows": [...]}``;
+    ``alpha_s`` is the benchmark's α, reported beside the fitted one; predictions use the
+    α fitted by :func:`fit_step_model` and ``beta_s_per_byte``.
+    Returns ``{"step_time_1_s", "contention", "alpha_fit_s", "gradient_bytes", "messages",
+    "message_sizes", "cores", "rows": [...]}``;
     each row has ``np, predicted_s, measured_s, error`` (error = predicted ÷ measured − 1)
     and the same against :func:`steady_epoch_time` (``steady_measured_s, steady_error``),
     which a busy shared machine disturbs less.
@@ -131,21 +159,22 @@ def run_calibration(base: JobConfig, alpha_s: float, beta_s_per_byte: float,
     base = replace(base, threads_per_rank=base.threads_per_rank or 1)
     messages = message_bytes(base.engine, tensor_bytes(base))
     measured: dict[int, list] = {}
-    for p in [1, *workers]:
+    for p in sorted({1, 2, *workers}):
         job = workbench.start(replace(base, np=p))
         if job.wait(timeout_s) != "succeeded":
             job.stop()
             raise RuntimeError(f"calibration run at np={p} {job.status}: see {job.run_dir}")
         measured[p] = job.metrics()
-    step_1 = median_step_time(measured[1])
+    fit = fit_step_model(measured[1], measured[2], messages, beta_s_per_byte)
     rows = []
     for p in workers:
-        pred = predict_epoch_time(p, base.samples, base.batch_size, step_1, messages, alpha_s,
-                                  beta_s_per_byte, cores)
+        pred = predict_epoch_time(p, base.samples, base.batch_size, fit["step_time_1_s"],
+                                  messages, fit["alpha_fit_s"], beta_s_per_byte, cores,
+                                  fit["contention"])
         real, steady = epoch_time(measured[p]), steady_epoch_time(measured[p])
         rows.append({**pred, "predicted_s": pred["epoch_time_s"], "measured_s": real,
                      "error": pred["epoch_time_s"] / real - 1.0,
                      "steady_measured_s": steady,
                      "steady_error": pred["epoch_time_s"] / steady - 1.0})
-    return {"step_time_1_s": step_1, "gradient_bytes": sum(messages),
+    return {**fit, "alpha_bench_s": alpha_s, "gradient_bytes": sum(messages),
             "messages": len(messages), "message_sizes": messages, "cores": cores, "rows": rows}
