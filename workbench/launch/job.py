@@ -133,6 +133,9 @@ class Job:
         }
         if cfg.timeline:
             env["HOROVOD_TIMELINE"] = str(self.run_dir / "timeline.json")
+            # Without the response cache every step is negotiated in full, so the timeline
+            # shows each rank's wait for the others at every step, not only the first.
+            env["HOROVOD_CACHE_CAPACITY"] = "0"
         if cfg.oversubscribed():
             self.warnings.append(
                 f"{cfg.world_size} ranks x {threads} threads exceed this machine's "
