@@ -109,6 +109,9 @@ build_wheel() {
         "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
     grep -q 'CMAKE_CXX_STANDARD 17' "$src/horovod/torch/CMakeLists.txt" \
         || fail "the C++17 patch did not apply" "report this: the sdist layout changed"
+    # Optimised without debug symbols (Horovod's default is RelWithDebInfo): compiles
+    # faster on 2 cores and makes a smaller wheel. HOROVOD_DEBUG=1 still gives Debug.
+    sed -i "s/else 'RelWithDebInfo'/else 'Release'/" "$src/setup.py"
 
     export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1
     export HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1
