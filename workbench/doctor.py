@@ -139,7 +139,10 @@ def _finish_horovod_probe(proc: subprocess.Popen[str]) -> dict[str, Any]:
         why = (f"the interpreter crashed (exit code {proc.returncode}) while importing Horovod"
                f": {err.strip()[-500:]}")
         return {"installed": False, "error": why}
-    info = json.loads(lines[-1])
+    try:
+        info = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return {"installed": False, "error": f"unexpected output from Horovod: {lines[-1]!r}"}
     info["installed"] = info.pop("stage") == "done"
     info["horovodrun"] = horovodrun_path()
     return info
@@ -275,10 +278,6 @@ def parse_labextension_list(text: str) -> dict[str, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------- verdicts
-def _mark(ok: bool) -> str:
-    return "yes" if ok else "no"
-
-
 def _names(flags: dict[str, bool]) -> str:
     """{"gloo": True, "mpi": False} -> "gloo" (the ones that are built), or "none"."""
     return ", ".join(name for name, on in flags.items() if on) or "none"
