@@ -68,7 +68,8 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"{job.run_dir}")
     try:
         follow(job, quiet=quiet)
-    except KeyboardInterrupt:  # job.wait() has already stopped every rank
+    except KeyboardInterrupt:  # Ctrl-C: end every rank before we go
+        job.stop()
         print(f"\nstopped: {job.run_id}", file=sys.stderr)
         return 130
     summary = job.summary or {}

@@ -156,6 +156,20 @@ class Job:
         threading.Thread(target=self._watch, name=f"watch-{self.run_id}", daemon=True).start()
 
     # ------------------------------------------------------------------ watching
+    def _vanished(self, exits: dict[int, dict[str, Any]]) -> list[tuple[int, int]]:
+        """(rank, pid) of ranks whose process is gone (or a zombie) without an exit record."""
+        out = []
+        for rank, pid in sorted(rank_pids(self.run_dir).items()):
+            if rank in exits:
+                continue
+            try:
+                gone = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                gone = True
+            if gone:
+                out.append((rank, pid))
+        return out
+
     def _watch(self) -> None:
         last_size, last_progress = -1, time.time()
         while not self._done.is_set():
@@ -170,20 +184,32 @@ class Job:
             if outcome is not None:
                 self._finish(*outcome)
 
-    def _check(self) -> tuple[str, dict[str, Any] | None] | None:
-        """The job's outcome if it has one now, else None."""
+    def _check(self) -> tuple[str, dict[str, Any]] | None:
+        """The job's outcome if it has one now, else None.
+
+        When one rank dies, the others usually fail a moment later on a broken connection,
+        so the culprit is chosen with care: first a rank that vanished without reporting
+        (kill -9, out of memory), else the rank that reported an error first.
+        """
         exits = _exit_records(self.run_dir)
-        for rank, rec in sorted(exits.items()):
-            if not rec.get("ok"):
-                return "failed", {"rank": rank, "error": rec.get("error"),
-                                  "traceback": rec.get("traceback")}
-        for rank, pid in sorted(rank_pids(self.run_dir).items()):
-            if rank not in exits and not psutil.pid_exists(pid):
-                time.sleep(POLL_S)  # it may have written its exit record as it ended
-                if rank not in _exit_records(self.run_dir):
-                    return "failed", {"rank": rank, "error": f"rank {rank} (pid {pid}) ended "
-                                      "without reporting: killed by a signal (e.g. kill -9) "
-                                      "or by the out-of-memory killer"}
+        vanished = self._vanished(exits)
+        if vanished:
+            time.sleep(POLL_S)  # it may have written its exit record as it ended
+            exits = _exit_records(self.run_dir)
+            vanished = [(r, pid) for r, pid in vanished if r not in exits]
+        if vanished:
+            rank, pid = vanished[0]
+            return "failed", {"rank": rank, "error": f"rank {rank} (pid {pid}) ended without "
+                              "reporting: killed by a signal (e.g. kill -9) or by the "
+                              "out-of-memory killer", "others": _errors(exits)}
+        errors = sorted((rec.get("time", 0.0), rank) for rank, rec in exits.items()
+                        if not rec.get("ok"))
+        if errors:
+            rank = errors[0][1]
+            rec = exits[rank]
+            return "failed", {"rank": rank, "error": rec.get("error"),
+                              "traceback": rec.get("traceback"),
+                              "others": _errors(exits, but=rank)}
         all_ok = len(exits) >= self.world_size
         rc = self._proc.poll()
         if all_ok and rc is None:
@@ -320,6 +346,11 @@ def _exit_records(run_dir: Path) -> dict[int, dict[str, Any]]:
         if rec is not None:
             out[int(f.stem[4:])] = rec
     return out
+
+
+def _errors(exits: dict[int, dict[str, Any]], but: int | None = None) -> dict[int, str]:
+    """{rank: error} of the ranks that reported one (often a consequence of the first)."""
+    return {r: rec.get("error") for r, rec in exits.items() if not rec.get("ok") and r != but}
 
 
 def _size(path: Path) -> int:

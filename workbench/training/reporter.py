@@ -75,7 +75,7 @@ class RankContext:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        record: dict[str, Any] = {"rank": self.rank, "ok": exc is None}
+        record: dict[str, Any] = {"rank": self.rank, "ok": exc is None, "time": time.time()}
         if exc is not None:
             record["error"] = f"{exc_type.__name__}: {exc}"
             record["traceback"] = "".join(traceback.format_exception(exc_type, exc, tb))
