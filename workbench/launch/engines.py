@@ -51,8 +51,8 @@ class HorovodEngine(Engine):
         try:
             import horovod.torch  # noqa: F401
         except ImportError as exc:
-            return (f"Horovod is not installed ({exc}). Build it with "
-                    "`bash scripts/build_horovod.sh .venv/bin/python`, or use --engine torch.")
+            return (f"Horovod is not installed ({exc}). Build it with `make horovod` (see"
+                    " `workbench doctor` for what its build needs), or use --engine torch.")
         return None
 
 
