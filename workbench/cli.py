@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
 #: Modules that add sub-commands, in the order `workbench --help` lists them.
 COMMAND_MODULES = [
@@ -28,6 +31,60 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+# ---------------------------------------------------------------- helpers for commands.py
+Handler = Callable[[argparse.Namespace], int]
+
+
+def guard(handler: Handler) -> Handler:
+    """Wrap a sub-command: bad input -> one line and exit code 2; a failed run -> one line
+    and exit code 1; Ctrl-C -> exit code 130. Never a traceback for the user's mistakes."""
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except (ValueError, FileNotFoundError) as exc:  # ConfigError is a ValueError
+            print(f"workbench: error: {exc}", file=sys.stderr)
+            return 2
+        except RuntimeError as exc:
+            print(f"workbench: {args.command} failed: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("\nstopped", file=sys.stderr)
+            return 130
+    return run
+
+
+def emit_json(doc: Any) -> None:
+    """Print one JSON document on stdout (what every `--json` flag does)."""
+    print(json.dumps(doc, indent=2, default=str))
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a number ≥ 0 (seconds, for example)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0 (a learning rate, for example)."""
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number ≥ 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 1, got {text!r}")
+    return int(text)
+
+
+# ---------------------------------------------------------------- the parser
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser with every registered sub-command."""
     parser = Parser(

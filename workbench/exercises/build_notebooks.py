@@ -572,31 +572,40 @@ def render(name: str, solution: bool) -> str:
     return nbformat.writes(build(NOTEBOOKS[name], solution)) + "\n"
 
 
-def write_all(root: Path = ROOT, check: bool = False) -> list[Path]:
-    """Write every notebook (or, with check=True, list those whose file differs)."""
+def sync_files(files: dict[Path, str], check: bool = False) -> list[Path]:
+    """Write each file whose text differs (with check=True, only list them)."""
     stale = []
-    for folder, solution in (("exercises", False), ("solutions", True)):
-        for name in NOTEBOOKS:
-            path = root / "notebooks" / folder / name
-            text = render(name, solution)
-            if path.exists() and path.read_text(encoding="utf-8") == text:
-                continue
-            stale.append(path)
-            if not check:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text, encoding="utf-8")
+    for path, text in files.items():
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            continue
+        stale.append(path)
+        if not check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
     return stale
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_builder(write_all, description: str, argv: list[str] | None = None) -> int:
+    """The command line of a notebook builder: write, or `--check` (exit 1 if out of date)."""
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
     parser.add_argument("--check", action="store_true",
-                        help="only report notebooks that differ from this description")
+                        help="only report notebooks that differ from their description")
     args = parser.parse_args(argv)
     stale = write_all(check=args.check)
     for path in stale:
         print(("out of date: " if args.check else "wrote ") + str(path.relative_to(ROOT)))
     return 1 if args.check and stale else 0
+
+
+def write_all(root: Path = ROOT, check: bool = False) -> list[Path]:
+    """Write every notebook (or, with check=True, list those whose file differs)."""
+    return sync_files({root / "notebooks" / folder / name: render(name, solution)
+                       for folder, solution in (("exercises", False), ("solutions", True))
+                       for name in NOTEBOOKS}, check)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_builder(write_all, __doc__, argv)
 
 
 if __name__ == "__main__":

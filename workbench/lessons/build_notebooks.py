@@ -12,13 +12,12 @@ regenerating gives identical files). Edit the pages, not the ``.ipynb`` files.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import nbformat
 
-from workbench.exercises.build_notebooks import ROOT, build
+from workbench.exercises.build_notebooks import ROOT, build, run_builder, sync_files
 from workbench.lessons.pages import (
     p00_welcome,
     p01_sgd,
@@ -49,27 +48,11 @@ def render(name: str) -> str:
 
 def write_all(root: Path = ROOT, check: bool = False) -> list[Path]:
     """Write every notebook (or, with check=True, only list those whose file differs)."""
-    stale = []
-    for name in NOTEBOOKS:
-        path = root / "notebooks" / name
-        text = render(name)
-        if path.exists() and path.read_text(encoding="utf-8") == text:
-            continue
-        stale.append(path)
-        if not check:
-            path.write_text(text, encoding="utf-8")
-    return stale
+    return sync_files({root / "notebooks" / name: render(name) for name in NOTEBOOKS}, check)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="only report notebooks that differ from their description")
-    args = parser.parse_args(argv)
-    stale = write_all(check=args.check)
-    for path in stale:
-        print(("out of date: " if args.check else "wrote ") + str(path.relative_to(ROOT)))
-    return 1 if args.check and stale else 0
+    return run_builder(write_all, __doc__, argv)
 
 
 if __name__ == "__main__":

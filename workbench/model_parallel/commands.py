@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from workbench.synchronization.commands import (
+from workbench.cli import (
     emit_json,
     guard,
     non_negative_float,

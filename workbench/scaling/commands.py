@@ -13,38 +13,18 @@ Bad input exits with code 2 and a one-line message; ``--json`` prints one JSON d
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workbench.cli import emit_json, guard
 from workbench.scaling import simulate as sim
 from workbench.scaling import units
 
 
 class UsageError(ValueError):
     """Bad command-line input: reported in one line, exit code 2."""
-
-
-def _guard(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Turn bad-input exceptions into ``workbench: error: ...`` and exit code 2."""
-    def run(args: argparse.Namespace) -> int:
-        from workbench.config import ConfigError
-
-        try:
-            return handler(args)
-        except (UsageError, ConfigError, ValueError, FileNotFoundError) as exc:
-            print(f"workbench: error: {exc}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print("\nstopped", file=sys.stderr)
-            return 130
-    return run
-
-
-def _emit_json(doc: Any) -> None:
-    print(json.dumps(doc, indent=2, default=str))
 
 
 # ---------------------------------------------------------------------- scale
@@ -72,7 +52,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
     failed = [p for p in sweep.points if not p.ok]
     report = _write_scale_report(args, sweep, rows) if args.report and rows else None
     if args.json:
-        _emit_json({"mode": args.mode, "engine": base.engine, "rows": rows,
+        emit_json({"mode": args.mode, "engine": base.engine, "rows": rows,
                     "runs": [p.run_id for p in sweep.points], "report": report,
                     "failed": [{"np": p.np, "run_id": p.run_id, "status": p.status,
                                 "failure": p.summary.get("failure")} for p in failed]})
@@ -131,7 +111,7 @@ def cmd_bench_allreduce(args: argparse.Namespace) -> int:
         print(f"workbench: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        _emit_json(result)
+        emit_json(result)
         return 0
     print(f"allreduce, {args.engine}, {args.np} ranks  (run {result['run_id']})")
     print(f"{'size':>8} {'time (ms)':>10} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}")
@@ -173,7 +153,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if preset:
             doc["published_efficiency"] = preset.published_efficiency
             doc["source"] = preset.source
-        _emit_json(doc)
+        emit_json(doc)
         return 0
     print(f"{algorithm} allreduce of {params * bpp / 1e6:.1f} MB over "
           f"{bandwidth * 8 / 1e9:g} Gbit/s, α = {latency * 1e6:g} µs, compute {compute:g} s/step, "
@@ -218,7 +198,7 @@ def _list_presets(args: argparse.Namespace) -> int:
                       "predicted_efficiency": p.predict().efficiency, "source": p.source}
                for name, p in sim.PRESETS.items()}
     if args.json:
-        _emit_json(presets)
+        emit_json(presets)
         return 0
     for name, p in presets.items():
         published = "-" if p["published_efficiency"] is None else f"{p['published_efficiency']:.0%}"
@@ -245,7 +225,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         _write_timeline_html(Path(args.html), record.run_id, horovod, metrics)
         doc["html"] = args.html
     if args.json:
-        _emit_json(doc)
+        emit_json(doc)
         return 0
     print(f"run {record.run_id}")
     if doc["timeline"]:
@@ -296,7 +276,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     scale.add_argument("--run-timeout", type=float, default=None, metavar="SECONDS",
                        help="stop a run that takes longer than this")
     scale.add_argument("--json", action="store_true", help='print {"rows": [...]} as JSON')
-    scale.set_defaults(func=_guard(cmd_scale))
+    scale.set_defaults(func=guard(cmd_scale))
 
     bench = sub.add_parser("bench", help="micro-benchmarks (allreduce)")
     actions = bench.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -315,7 +295,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "of back-to-back calls, as nccl-tests times them)")
     allreduce.add_argument("--runs-dir", default="runs")
     allreduce.add_argument("--json", action="store_true")
-    allreduce.set_defaults(func=_guard(cmd_bench_allreduce))
+    allreduce.set_defaults(func=guard(cmd_bench_allreduce))
 
     simulate = sub.add_parser(
         "simulate", help="predict scaling with the α–β cost model",
@@ -339,7 +319,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     simulate.add_argument("--preset", help="a published setup, e.g. resnet101-25gbe")
     simulate.add_argument("--list-presets", action="store_true")
     simulate.add_argument("--json", action="store_true")
-    simulate.set_defaults(func=_guard(cmd_simulate))
+    simulate.set_defaults(func=guard(cmd_simulate))
 
     timeline = sub.add_parser(
         "timeline", help="where a run's time went: Horovod timeline, compute vs synchronize")
@@ -347,7 +327,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     timeline.add_argument("--runs-dir", default="runs")
     timeline.add_argument("--html", metavar="FILE.html", help="write the charts to a file")
     timeline.add_argument("--json", action="store_true")
-    timeline.set_defaults(func=_guard(cmd_timeline))
+    timeline.set_defaults(func=guard(cmd_timeline))
 
 
 def _fraction(text: str) -> float:

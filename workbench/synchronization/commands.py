@@ -14,61 +14,8 @@ names the worker; ``--json`` prints exactly one JSON document on stdout.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from collections.abc import Callable
-from typing import Any
 
-
-def guard(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Run a handler; bad input → one line and exit code 2, a failed lab → exit code 1."""
-    def run(args: argparse.Namespace) -> int:
-        from workbench.config import ConfigError
-        from workbench.synchronization.processes import WorkerError
-
-        try:
-            return handler(args)
-        except (ConfigError, ValueError) as exc:
-            print(f"workbench: error: {exc}", file=sys.stderr)
-            return 2
-        except (WorkerError, RuntimeError) as exc:
-            print(f"workbench: {args.command} failed: {exc}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            print("\nstopped", file=sys.stderr)
-            return 130
-    return run
-
-
-def emit_json(doc: Any) -> None:
-    """Print one JSON document on stdout."""
-    print(json.dumps(doc, indent=2, default=str))
-
-
-def positive_int(text: str) -> int:
-    """argparse type: a whole number ≥ 1."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 1, got {text!r}")
-    return int(text)
-
-
-def non_negative_float(text: str) -> float:
-    """argparse type: a number ≥ 0 (seconds, for example)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected a number ≥ 0, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a number > 0 (a learning rate, for example)."""
-    value = non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
+from workbench.cli import emit_json, guard, non_negative_float, positive_float, positive_int
 
 
 def element_counts(text: str) -> list[int]:
