@@ -64,7 +64,7 @@ fitted law. Two model presets:
 
 - **comm-bound**: a wide MLP (4.7 million parameters) on small inputs: much to send, little
   to compute per step.
-- **compute-bound**: a small CNN with global average pooling (10 thousand parameters) that
+- **compute-bound**: a CNN with global average pooling (85 thousand parameters) that
   computes a lot per parameter.
 
 The runs record Horovod's timeline too (section 4).
