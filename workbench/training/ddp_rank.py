@@ -65,6 +65,7 @@ def main() -> None:
         # Step 1: join the process group.
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.stall_timeout))
+        ctx.metric("event", message="init")  # joined the job: every rank can now talk
 
         # Step 2: pin this rank to its device and its share of the CPU cores.
         device = pick_device(ctx.local_rank)

@@ -47,6 +47,7 @@ def main() -> None:
         # Step 1: initialise Horovod.
         hvd.init()
         assert hvd.rank() == ctx.rank and hvd.size() == ctx.size
+        ctx.metric("event", message="init")  # joined the job: every rank can now talk
 
         # Step 2: pin this rank to its device and its share of the CPU cores.
         device = pick_device(hvd.local_rank())
