@@ -11,9 +11,9 @@ import json
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
+from workbench.launch.processes import live_rank_pids, pid_alive
 from workbench.records import MetricsReader
 from workbench.ui import ScalingPanel, TrainingPanel, charts
 from workbench.ui.run_charts import RunCharts
@@ -32,19 +32,6 @@ def _wait(predicate, timeout_s: float, step_s: float = 0.25, tick=None) -> bool:
             return True
         time.sleep(step_s)
     return False
-
-
-def _alive_ranks(run_dir: Path) -> list[int]:
-    """Pids from the run's pid files that still belong to a live (non-zombie) process."""
-    alive = []
-    for f in (run_dir / "pids").glob("rank*.pid"):
-        pid = int(f.read_text())
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
 
 
 def _text(widget) -> str:
@@ -184,7 +171,7 @@ def test_training_panel_live_on_the_event_loop(tmp_path):
             again.close()
     finally:
         panel.close()
-    assert not _alive_ranks(panel.job.run_dir)
+    assert not live_rank_pids(panel.job.run_dir)
 
 
 @pytest.mark.timeout(180)
@@ -198,7 +185,7 @@ def test_training_panel_stop_and_close_leave_no_rank(tmp_path):
         panel.stop_button.click()
         assert panel.job.status == "stopped"
         assert "stopped" in _text(panel.status)
-        assert not _alive_ranks(run_dir)
+        assert not live_rank_pids(run_dir)
         panel.stop_button.click()
         assert "No job is running" in _text(panel.status)
 
@@ -209,7 +196,7 @@ def test_training_panel_stop_and_close_leave_no_rank(tmp_path):
     finally:
         panel.close()
     assert job.status == "stopped"
-    assert not _alive_ranks(job.run_dir)
+    assert not live_rank_pids(job.run_dir)
 
 
 @pytest.mark.timeout(120)
@@ -276,11 +263,10 @@ def test_kernel_restart_leaves_no_rank_running(tmp_path):
             m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
         info = json.loads("".join(out).strip().splitlines()[-1])
         run_dir = Path(info["run_dir"])
-        assert _wait(lambda: len(_alive_ranks(run_dir)) == 2, 90), "ranks did not start"
+        assert _wait(lambda: len(live_rank_pids(run_dir)) == 2, 90), "ranks did not start"
         km.restart_kernel(now=True)
-        assert _wait(lambda: not _alive_ranks(run_dir), 15), "ranks outlived the kernel"
-        assert _wait(lambda: not psutil.pid_exists(info["launcher"]) or psutil.Process(
-            info["launcher"]).status() == psutil.STATUS_ZOMBIE, 15), "horovodrun outlived it"
+        assert _wait(lambda: not live_rank_pids(run_dir), 15), "ranks outlived the kernel"
+        assert _wait(lambda: not pid_alive(info["launcher"]), 15), "horovodrun outlived it"
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

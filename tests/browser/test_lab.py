@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from labdriver import (
     ARTIFACTS,
@@ -23,6 +22,8 @@ from labdriver import (
     open_and_run,
     write_notebook,
 )
+
+from workbench.launch.processes import live_rank_pids
 
 pytestmark = [
     pytest.mark.browser,
@@ -39,15 +40,7 @@ panel"""
 
 def _rank_pids(root: Path) -> list[int]:
     """Pids of every rank any run under ``root/runs`` has started that is still alive."""
-    alive = []
-    for f in root.glob("runs/*/pids/rank*.pid"):
-        pid = int(f.read_text())
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
+    return [pid for run_dir in root.glob("runs/*") for pid in live_rank_pids(run_dir)]
 
 
 @pytest.mark.timeout(420)

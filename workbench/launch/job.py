@@ -31,7 +31,13 @@ import psutil
 
 from workbench.config import ConfigError, JobConfig
 from workbench.launch.engines import ENGINES, TRAINING_MODULES
-from workbench.launch.processes import free_port, job_processes, rank_pids, terminate
+from workbench.launch.processes import (
+    free_port,
+    job_processes,
+    pid_alive,
+    rank_pids,
+    terminate,
+)
 from workbench.records import (
     MetricsReader,
     RunRecord,
@@ -158,17 +164,8 @@ class Job:
     # ------------------------------------------------------------------ watching
     def _vanished(self, exits: dict[int, dict[str, Any]]) -> list[tuple[int, int]]:
         """(rank, pid) of ranks whose process is gone (or a zombie) without an exit record."""
-        out = []
-        for rank, pid in sorted(rank_pids(self.run_dir).items()):
-            if rank in exits:
-                continue
-            try:
-                gone = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-            except psutil.Error:
-                gone = True
-            if gone:
-                out.append((rank, pid))
-        return out
+        return [(rank, pid) for rank, pid in sorted(rank_pids(self.run_dir).items())
+                if rank not in exits and not pid_alive(pid)]
 
     def _watch(self) -> None:
         last_size, last_progress = -1, time.time()

@@ -74,6 +74,19 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def pid_alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie (ended, not yet reaped by its parent) counts as gone."""
+    try:
+        return _alive(psutil.Process(pid))
+    except psutil.Error:
+        return False
+
+
+def live_rank_pids(run_dir: Path) -> list[int]:
+    """Pids of the run's ranks (from their pid files) that are still running."""
+    return [pid for pid in rank_pids(run_dir).values() if pid_alive(pid)]
+
+
 def terminate(procs: list[psutil.Process], grace_s: float = 2.0) -> list[psutil.Process]:
     """SIGTERM, wait up to `grace_s`, then SIGKILL what is left; return any survivors."""
     for p in procs:

@@ -33,6 +33,18 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
+def stop_in_background(job: Any, then: Callable[[], Any]) -> None:
+    """Stop `job` without blocking the kernel: stopping takes up to a few seconds, so inside
+    a running event loop it goes to a worker thread (the polling task notices the result);
+    outside one it runs here and `then()` refreshes the view."""
+    loop = running_loop()
+    if loop is None:
+        job.stop()
+        then()
+    else:
+        loop.run_in_executor(None, job.stop)
+
+
 def start_task(make: Callable[[], Coroutine[Any, Any, Any]]) -> asyncio.Task | None:
     """Start ``make()`` as a task on the running loop; return None (and start nothing) if
     no loop is running."""

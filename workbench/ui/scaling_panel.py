@@ -185,12 +185,7 @@ class ScalingPanel(widgets.VBox):
             return
         self._queue.clear()
         self._say(f"Stopping the run with {self.job.config.np} worker(s) ...", "warn")
-        loop = live.running_loop()
-        if loop is None:
-            self.job.stop()
-            self.refresh()
-        else:
-            loop.run_in_executor(None, self.job.stop)
+        live.stop_in_background(self.job, self.refresh)
 
     # ------------------------------------------------------------------ the sweep
     def _start_next(self) -> bool:

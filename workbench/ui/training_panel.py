@@ -210,12 +210,7 @@ class TrainingPanel(widgets.VBox):
             self._say("No job is running.", "warn")
             return
         self._say(f"Stopping run {self.job.run_id} ...", "warn")
-        loop = live.running_loop()
-        if loop is None:
-            self.job.stop()
-            self.refresh()
-        else:
-            loop.run_in_executor(None, self.job.stop)
+        live.stop_in_background(self.job, self.refresh)
 
     # ------------------------------------------------------------------ live view
     def _watch(self, run_dir: Path, cfg: JobConfig) -> None:
