@@ -43,8 +43,10 @@ class Engine:
 class HorovodEngine(Engine):
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 port: int) -> list[str]:
+        # --disable-cache: horovodrun otherwise remembers for an hour which network
+        # interface the hosts share, and fails with a KeyError once that interface is gone.
         return [horovodrun(), "-np", str(np), "--gloo", "-H", hosts or f"localhost:{np}",
-                "--gloo-timeout-seconds", "60",
+                "--gloo-timeout-seconds", "60", "--disable-cache",
                 sys.executable, "-u", "-m", module, *args]
 
     def available(self) -> str | None:
