@@ -47,7 +47,7 @@ test: setup sysdeps  ## run tests/ and every notebook (nbmake), browser tests in
 	  $(PYTEST_ARGS)
 
 demo: setup  ## headless strong-scaling sweep, written to demo-report.html
-	$(BIN)/workbench scale --engine horovod --np 1,2 --mode strong --preset compute-bound --batch-size 128 --epochs 2 --report demo-report.html
+	$(BIN)/workbench scale --engine horovod --np 1,2 --mode strong --preset compute-bound --epochs 2 --report demo-report.html
 
 lint: setup  ## ruff over the whole repository
 	$(BIN)/ruff check .

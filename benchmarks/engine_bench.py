@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import workbench
+from workbench.config import PRESETS
 from workbench.launch.engines import horovodrun
 from workbench.records import of_kind
 
@@ -63,7 +64,10 @@ def workbench_rate(runs: str, engine: str, np: int, epochs: int) -> float:
 
 
 def minimal_rate(epochs: int) -> float:
-    out = subprocess.run([horovodrun(), "-np", "2", "--gloo", "-H", "localhost:2", sys.executable,
+    """Samples/s of the hand-written loop, with the preset's Horovod cycle time too."""
+    cycle = PRESETS[PRESET].get("cycle_time_ms") or 1.0
+    out = subprocess.run([horovodrun(), "-np", "2", "--gloo", "-H", "localhost:2",
+                          "--cycle-time-ms", str(cycle), sys.executable,
                           str(HERE / "minimal_horovod_loop.py"), PRESET, str(epochs)],
                          check=True, capture_output=True, text=True).stdout
     line = next(ln for ln in out.splitlines() if "samples_per_s" in ln)

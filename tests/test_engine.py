@@ -192,7 +192,10 @@ def test_threads_are_recorded_and_oversubscription_warns(tmp_path):
 
 # ----------------------------------------------------------------- the record of a run
 def test_run_record_holds_config_metrics_logs_summary_and_model(tmp_path):
-    job = run_job(tmp_path, engine="horovod", np=2, epochs=2, lr=0.2)
+    job = run_job(tmp_path, engine="horovod", np=2, epochs=2, lr=0.2, cycle_time_ms=2.5)
+    inits = [e for e in of_kind(job.metrics(), "event") if e.get("message") == "init"]
+    assert sorted(e["rank"] for e in inits) == [0, 1]
+    assert all(e["cycle_time_ms"] == 2.5 for e in inits)  # reached Horovod in every rank
     d = job.run_dir
     assert json.loads((d / "config.json").read_text())["engine"] == "horovod"
     steps = of_kind(job.metrics(), "step")
@@ -261,6 +264,7 @@ BAD_INPUTS = [
     (["--model", "cnn", "--dataset", "digits"], "--model"),
     (["--preset", "huge"], "--preset"),
     (["--stall-timeout", "0"], "--stall-timeout"),
+    (["--cycle-time-ms", "-1"], "--cycle-time-ms"),
     (["--engine", "torch", "--timeline"], "--timeline"),
     (["--straggler-delay", "1", "--straggler-rank", "5"], "--straggler-rank"),
 ]

@@ -142,6 +142,10 @@ class Job:
             # Without the response cache every step is negotiated in full, so the timeline
             # shows each rank's wait for the others at every step, not only the first.
             env["HOROVOD_CACHE_CAPACITY"] = "0"
+        if cfg.cycle_time_ms:
+            # How often Horovod's background thread looks for gradients ready to allreduce
+            # (default 1 ms). Other engines have no such thread and ignore it.
+            env["HOROVOD_CYCLE_TIME"] = repr(cfg.cycle_time_ms)
         if cfg.oversubscribed():
             self.warnings.append(
                 f"{cfg.world_size} ranks x {threads} threads exceed this machine's "
