@@ -188,6 +188,16 @@ def test_threads_are_recorded_and_oversubscription_warns(tmp_path):
     assert job.wait(180) == "succeeded"
     assert job.summary["threads_per_rank"] == 1
     assert job.summary["warnings"]
+    ready = {e["rank"]: e["cores"] for e in of_kind(job.metrics(), "event")
+             if e.get("message") == "ready"}
+    allowed = sorted(os.sched_getaffinity(0))
+    assert ready[cores] == allowed[:1]  # one rank too many: it wraps round to the first core
+
+
+def test_cpu_bind_none_leaves_every_rank_all_cores(tmp_path):
+    job = run_job(tmp_path, engine="torch", np=2, cpu_bind="none")
+    ready = [e["cores"] for e in of_kind(job.metrics(), "event") if e.get("message") == "ready"]
+    assert ready == [sorted(os.sched_getaffinity(0))] * 2
 
 
 # ----------------------------------------------------------------- the record of a run
@@ -196,6 +206,10 @@ def test_run_record_holds_config_metrics_logs_summary_and_model(tmp_path):
     inits = [e for e in of_kind(job.metrics(), "event") if e.get("message") == "init"]
     assert sorted(e["rank"] for e in inits) == [0, 1]
     assert all(e["cycle_time_ms"] == 2.5 for e in inits)  # reached Horovod in every rank
+    ready = {e["rank"]: e["cores"] for e in of_kind(job.metrics(), "event")
+             if e.get("message") == "ready"}
+    cores = sorted(os.sched_getaffinity(0))
+    assert ready == {0: cores[:1], 1: cores[1:2]}  # bound: one core each (threads_per_rank=1)
     d = job.run_dir
     assert json.loads((d / "config.json").read_text())["engine"] == "horovod"
     steps = of_kind(job.metrics(), "step")
@@ -265,6 +279,7 @@ BAD_INPUTS = [
     (["--preset", "huge"], "--preset"),
     (["--stall-timeout", "0"], "--stall-timeout"),
     (["--cycle-time-ms", "-1"], "--cycle-time-ms"),
+    (["--cpu-bind", "socket"], "--cpu-bind"),
     (["--engine", "torch", "--timeline"], "--timeline"),
     (["--straggler-delay", "1", "--straggler-rank", "5"], "--straggler-rank"),
 ]

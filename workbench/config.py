@@ -19,6 +19,7 @@ MODELS = ("logreg", "mlp", "cnn")
 DATASETS = ("digits", "synthetic", "synthetic-images", "mnist", "cifar10")
 OPTIMIZERS = ("sgd", "adam")
 DTYPES = ("float32", "float64")
+CPU_BINDS = ("core", "none")
 
 #: Scaling presets. "compute-bound" does many FLOPs per parameter (a CNN with global average
 #: pooling: 85 thousand parameters, about 0.2 s of work per step of 128 samples on one core),
@@ -72,6 +73,7 @@ class JobConfig:
     straggler_rank: int = 1
     timeline: bool = False
     cycle_time_ms: float = 0.0
+    cpu_bind: str = "core"
     stall_timeout: float = 120.0
     dtype: str = "float32"
     name: str = ""
@@ -123,6 +125,7 @@ class JobConfig:
         _choice("dataset", self.dataset, DATASETS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("dtype", self.dtype, DTYPES)
+        _choice("cpu_bind", self.cpu_bind, CPU_BINDS)
         if self.preset is not None:
             _choice("preset", self.preset, tuple(PRESETS))
         _int_range("np", self.np, 1, 256)

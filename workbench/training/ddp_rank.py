@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench.models import make_optimizer
-from workbench.training.loop import Synchronizer, build, finish, pick_device, train
+from workbench.training.loop import Synchronizer, build, finish, pick_device, pin_cpu, train
 from workbench.training.reporter import RankContext
 
 
@@ -69,7 +69,7 @@ def main() -> None:
 
         # Step 2: pin this rank to its device and its share of the CPU cores.
         device = pick_device(ctx.local_rank)
-        torch.set_num_threads(cfg.resolved_threads())
+        pin_cpu(cfg, ctx.local_rank)
         setup = build(cfg, device)
 
         # Steps 3-4: DDP broadcasts rank 0's parameters and averages gradients in backward().

@@ -4,7 +4,8 @@ The five Horovod steps appear in order in `main()`, as in Horovod's own
 examples/pytorch/pytorch_mnist.py (Sergeev & Del Balso 2018, arXiv:1802.05799):
 
 1. `hvd.init()`: join the job; learn this process's rank and the world size.
-2. Pin the device: one GPU per local rank (CPU threads here), so ranks do not collide.
+2. Pin the device: one GPU per local rank (on a CPU: its own cores and threads), so
+   ranks do not collide.
 3. Broadcast the initial parameters (and any optimizer state) from rank 0, so every
    replica starts identical.
 4. Wrap the optimizer in `hvd.DistributedOptimizer`: during `backward()` each gradient is
@@ -22,7 +23,7 @@ import horovod.torch as hvd
 import torch
 
 from workbench.models import make_optimizer
-from workbench.training.loop import Synchronizer, build, finish, pick_device, train
+from workbench.training.loop import Synchronizer, build, finish, pick_device, pin_cpu, train
 from workbench.training.reporter import RankContext
 
 
@@ -55,7 +56,7 @@ def main() -> None:
 
         # Step 2: pin this rank to its device and its share of the CPU cores.
         device = pick_device(hvd.local_rank())
-        torch.set_num_threads(cfg.resolved_threads())
+        pin_cpu(cfg, hvd.local_rank())
 
         setup = build(cfg, device)  # same seed everywhere, but rank 0's weights win below
         optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,

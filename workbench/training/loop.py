@@ -11,6 +11,7 @@ then waited for gradient *synchronization* that was not hidden behind the backwa
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -58,6 +59,29 @@ def pick_device(local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def pin_cpu(cfg: JobConfig, local_rank: int) -> None:
+    """Give this rank its intra-op threads and, with ``cpu_bind="core"``, its own cores.
+
+    Rank r of a host takes ``threads`` cores starting at r × threads, wrapping around when
+    ranks outnumber cores (like ``mpirun --bind-to core``). Why bind: every synchronous step
+    waits for the slowest rank, and a rank the kernel moves between cores loses its caches,
+    or, on Linux, where each process session is scheduled as one group ("autogroup") and
+    `horovodrun` starts every rank in its own session, can wait tens of milliseconds for
+    its group's turn on the new core.
+    """
+    threads = cfg.resolved_threads()
+    if cfg.cpu_bind == "core" and cfg.world_size > 1 and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        first = local_rank * threads
+        os.sched_setaffinity(0, {cores[(first + i) % len(cores)] for i in range(threads)})
+    torch.set_num_threads(threads)
+
+
+def allowed_cores() -> list[int]:
+    """The CPU cores this process may run on (empty where the OS does not say)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
 def build(cfg: JobConfig, device: torch.device) -> Setup:
     """Load the data and build the model with the job's seed, identically on every rank."""
     dtype = getattr(torch, cfg.dtype)
@@ -87,7 +111,7 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
         steps = min(steps, cfg.max_steps)
     loss_fn = nn.CrossEntropyLoss()  # mean over the batch: the invariant needs the mean
     ctx.metric("event", message="ready", steps_per_epoch=steps, epochs=cfg.epochs,
-               device=str(device), threads=torch.get_num_threads())
+               device=str(device), threads=torch.get_num_threads(), cores=allowed_cores())
     for epoch in range(cfg.epochs):
         order = epoch_order(len(data), cfg.seed, epoch)
         epoch_start, loss_sum, correct = time.perf_counter(), 0.0, 0
