@@ -1,10 +1,12 @@
 """Baseline for throughput: the smallest hand-written Horovod loop for one configuration.
 
-Same data, model, sample order and batch as the workbench's rank loop, without its
-metrics, timing split or records. Prints rank 0's samples/s (all ranks) over epochs >= 1.
+Same data, model, sample order, batch and core placement as the workbench's rank loop,
+without its metrics, timing split or records. Prints rank 0's samples/s (all ranks) over
+epochs >= 1.
 """
 
 import json
+import os
 import sys
 import time
 
@@ -19,6 +21,7 @@ from workbench.training.sharding import epoch_order, shard, steps_per_epoch
 
 cfg = JobConfig(**{**PRESETS[sys.argv[1]], "epochs": int(sys.argv[2])})
 hvd.init()
+os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[hvd.local_rank()]})  # as cpu_bind=core
 torch.set_num_threads(1)
 data = load_dataset(cfg.dataset, samples=cfg.samples, features=cfg.features, seed=cfg.seed)
 torch.manual_seed(cfg.seed)

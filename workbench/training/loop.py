@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -67,14 +68,27 @@ def pin_cpu(cfg: JobConfig, local_rank: int) -> None:
     waits for the slowest rank, and a rank the kernel moves between cores loses its caches,
     or, on Linux, where each process session is scheduled as one group ("autogroup") and
     `horovodrun` starts every rank in its own session, can wait tens of milliseconds for
-    its group's turn on the new core.
+    its group's turn on the new core. Every thread of the rank is bound, the engine's
+    communication threads started by step 1 included: a group whose threads are spread
+    over several cores gets only a sliver of each core's share and can starve for seconds.
     """
     threads = cfg.resolved_threads()
     if cfg.cpu_bind == "core" and cfg.world_size > 1 and hasattr(os, "sched_setaffinity"):
         cores = sorted(os.sched_getaffinity(0))
         first = local_rank * threads
-        os.sched_setaffinity(0, {cores[(first + i) % len(cores)] for i in range(threads)})
+        mine = {cores[(first + i) % len(cores)] for i in range(threads)}
+        for tid in _thread_ids():
+            try:
+                os.sched_setaffinity(tid, mine)
+            except ProcessLookupError:  # the thread ended meanwhile
+                pass
     torch.set_num_threads(threads)
+
+
+def _thread_ids() -> list[int]:
+    """Linux ids of this process's threads (0, the calling thread, where /proc is absent)."""
+    tasks = Path("/proc/self/task")
+    return [int(t.name) for t in tasks.iterdir()] if tasks.is_dir() else [0]
 
 
 def allowed_cores() -> list[int]:
