@@ -212,10 +212,12 @@ def test_strong_scaling_and_oversubscription():
     free = dict(params=1e6, bandwidth=float("inf"), latency_s=0.0)
     strong = simulate.predict_step(4, compute_time_s=1.0, mode="strong", **free)
     assert strong.compute_time_s == pytest.approx(0.25) and strong.speedup == pytest.approx(4)
-    # 3 ranks on 2 cores: each rank's compute takes 3/2 longer, so efficiency is 2/3
+    # 3 ranks bound to 2 cores: one core runs 2 ranks in turn and every step waits for it
     over = simulate.predict_step(3, compute_time_s=1.0, cores=2, **free)
-    assert over.compute_time_s == pytest.approx(1.5)
-    assert over.efficiency == pytest.approx(2 / 3)
+    assert over.compute_time_s == pytest.approx(2.0)
+    assert over.efficiency == pytest.approx(0.5)
+    assert simulate.oversubscription(4, 2) == 2 and simulate.oversubscription(5, 2) == 3
+    assert simulate.oversubscription(2, 2) == 1 and simulate.oversubscription(8, None) == 1
 
 
 def test_presets_reproduce_horovod_benchmark_order_and_size():
@@ -250,13 +252,20 @@ def test_calibrated_epoch_prediction_counts_latency_per_message_and_oversubscrip
     assert two["epoch_time_s"] == pytest.approx(64 * (0.002 + two["comm_s"]))
     three = predict_epoch_time(3, 4096, 32, 0.002, [1000] * 6, alpha, beta, cores=2)
     assert three["steps"] == 42
-    assert three["compute_s"] == pytest.approx(0.003)              # 3 ranks on 2 cores
-    assert three["comm_s"] == pytest.approx(1.5 * 6 * (4 * alpha + 2 / 3 * 2 * 1000 * beta))
+    assert three["compute_s"] == pytest.approx(0.004)     # 3 ranks on 2 cores: 2 on one core
+    assert three["comm_s"] == pytest.approx(6 * (4 * alpha + 2 / 3 * 2 * 1000 * beta))
 
 
 def _steps(step_s: float, compute_s: float, ranks: int, n: int = 20) -> list[dict]:
-    return [{"kind": "step", "step": i, "rank": r, "step_time_s": step_s, "compute_s": compute_s}
-            for i in range(n) for r in range(ranks)]
+    """Metrics of a run whose every step takes step_s (two epochs of n steps)."""
+    out: list[dict] = [{"kind": "event", "message": "ready", "rank": r, "steps_per_epoch": n}
+                       for r in range(ranks)]
+    for epoch in range(2):
+        out += [{"kind": "step", "step": epoch * n + i, "rank": r, "step_time_s": step_s,
+                 "compute_s": compute_s} for i in range(n) for r in range(ranks)]
+        out += [{"kind": "epoch", "epoch": epoch, "rank": r, "epoch_time_s": n * step_s}
+                for r in range(ranks)]
+    return out
 
 
 def test_fit_on_np1_and_np2_recovers_contention_and_latency_and_reproduces_np2():

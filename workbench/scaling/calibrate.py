@@ -9,17 +9,21 @@ Calibration takes three measurements, all from this machine:
 
 1. β (seconds per byte) from the allreduce benchmark at np=2
    (:func:`workbench.scaling.bench.run_allreduce_bench`);
-2. an np=1 run: the time of one step alone, and its compute part;
+2. an np=1 run: its time per step (epoch time ÷ steps), and its compute part;
 3. an np=2 run: how much slower each rank computes when two ranks share the machine (the
-   *contention* factor κ: memory bandwidth, caches and the launchers' helper threads), and
-   how long a step waits for synchronization, from which the effective latency α per
-   message is solved. α measured by a benchmark of back-to-back allreduces is smaller than
-   what a training step pays: there, each gradient's allreduce is negotiated between the
-   ranks first (Horovod's coordinator) and waits for the slowest rank.
+   *contention* factor κ: memory bandwidth, caches, and the engine's own threads, which
+   share each rank's core), and how long a step waits for synchronization, from which the
+   effective latency α per message is solved. α measured by a benchmark of back-to-back
+   allreduces is smaller than what a training step pays: there, each gradient's allreduce
+   is negotiated between the ranks first (Horovod's coordinator) and waits for the slowest
+   rank.
 
-Then compute(p) = κ × step(1) × p / cores when the ranks outnumber the cores (3 ranks on 2
-cores take turns, and gloo's copies and additions use the same cores, so communication is
-stretched by the same factor; see :func:`workbench.scaling.simulate.oversubscription`).
+Step times are epoch times ÷ steps, not the median step: an epoch also pays for the odd
+slow step and for the work between steps, and the epoch time is what we predict.
+
+Then compute(p) = κ × step(1) × ⌈p / cores⌉ when the ranks outnumber the cores: ranks are
+bound to cores round-robin, so with 3 ranks on 2 cores one core runs two of them in turn
+and every step waits for it (see :func:`workbench.scaling.simulate.oversubscription`).
 
 The messages matter because each one pays α. Horovod's timeline of these small models shows
 one ``ALLREDUCE`` per gradient tensor per step (nothing was fused), so a 3-layer MLP pays 6
@@ -36,7 +40,7 @@ from dataclasses import replace
 
 from workbench.config import JobConfig
 from workbench.scaling.costmodel import ring_allreduce_time
-from workbench.scaling.simulate import compute_time_per_rank, oversubscription
+from workbench.scaling.simulate import compute_time_per_rank
 
 #: PyTorch DDP's bucket caps in bytes: the first bucket, then every other (Li et al. 2020).
 DDP_FIRST_BUCKET = 1 << 20
@@ -96,13 +100,23 @@ def epoch_time(metrics: Sequence[Mapping]) -> float:
                              for e in numbers)
 
 
-def steady_epoch_time(metrics: Sequence[Mapping], skip: int = 3) -> float:
-    """Steps per epoch × median step time (slowest rank per step): the epoch time without
-    the occasional step that another program on a shared machine slowed down."""
+def steps_per_epoch(metrics: Sequence[Mapping]) -> int:
+    """Steps in one epoch of the run, as its ranks reported when training started."""
     ready = [m for m in metrics if m.get("kind") == "event" and m.get("message") == "ready"]
     if not ready:
         raise ValueError("the run has no step metrics to time (did it train at all?)")
-    return ready[0]["steps_per_epoch"] * median_step_time(metrics, skip)
+    return ready[0]["steps_per_epoch"]
+
+
+def mean_step_time(metrics: Sequence[Mapping]) -> float:
+    """Seconds per step as an epoch pays them: :func:`epoch_time` ÷ steps per epoch."""
+    return epoch_time(metrics) / steps_per_epoch(metrics)
+
+
+def steady_epoch_time(metrics: Sequence[Mapping], skip: int = 3) -> float:
+    """Steps per epoch × median step time (slowest rank per step): the epoch time without
+    the occasional step that another program on a shared machine slowed down."""
+    return steps_per_epoch(metrics) * median_step_time(metrics, skip)
 
 
 def predict_epoch_time(p: int, samples: int, batch_size: int, step_time_1_s: float,
@@ -117,7 +131,6 @@ def predict_epoch_time(p: int, samples: int, batch_size: int, step_time_1_s: flo
     kappa = contention if p > 1 else 1.0
     compute = compute_time_per_rank(step_time_1_s * kappa, p, "weak", cores)
     comm = sum(ring_allreduce_time(n, p, alpha_s, beta_s_per_byte) for n in messages)
-    comm *= oversubscription(p, cores)
     return {"np": p, "steps": steps, "compute_s": compute, "comm_s": comm,
             "epoch_time_s": steps * (compute + comm)}
 
@@ -126,11 +139,12 @@ def fit_step_model(metrics_1: Sequence[Mapping], metrics_2: Sequence[Mapping],
                    messages: Sequence[float], beta_s_per_byte: float) -> dict:
     """Fit κ and the effective α from an np=1 and an np=2 run of the same job.
 
-    κ = compute(np=2) / compute(np=1); the np=2 step time left after κ × step(1) is the
-    synchronization the step waits for, = Σ over messages (2(p−1)·α + 2(p−1)/p·n·β) at p=2,
-    which is solved for α (clipped at 0).
+    κ = compute(np=2) / compute(np=1) (medians of the steps' compute times); the np=2 step
+    time (epoch time ÷ steps) left after κ × step(1) is the synchronization the step waits
+    for, = Σ over messages (2(p−1)·α + 2(p−1)/p·n·β) at p=2, which is solved for α (clipped
+    at 0).
     """
-    step_1, step_2 = median_step_time(metrics_1), median_step_time(metrics_2)
+    step_1, step_2 = mean_step_time(metrics_1), mean_step_time(metrics_2)
     kappa = max(1.0, median_step_time(metrics_2, field="compute_s")
                 / median_step_time(metrics_1, field="compute_s"))
     sync_2 = max(0.0, step_2 - kappa * step_1)

@@ -19,15 +19,19 @@ fixed, so p workers process p batches per step: speedup = p · t₁ / t_p. Stron
 the global batch fixed, so each worker's compute time shrinks as 1/p: speedup = t₁ / t_p.
 Either way speedup is the throughput ratio and efficiency = speedup / p.
 
-Oversubscription (more ranks than cores, as on a 2-core laptop running 3 ranks): the cores
-are time-shared, so everything a rank does takes ranks/cores times longer — its compute, and
-on CPUs its communication too, because gloo copies and adds the bytes with the same cores.
+Oversubscription (more ranks than cores, as on a 2-core laptop running 3 ranks): the
+workbench binds each rank to a core, wrapping round, so the busiest core runs ⌈ranks/cores⌉
+ranks one after another, and a synchronous step waits for that core: compute takes
+⌈ranks/cores⌉ times longer (2 for 3 ranks on 2 cores, not 1.5: the step is as slow as its
+slowest core). Communication is not stretched: a rank waiting for a message leaves its core
+to the other rank there.
 
 Pure arithmetic: no torch, no numpy, no bokeh.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -61,8 +65,9 @@ def hidden_comm_time(comm_time_s: float, compute_time_s: float, overlap: float) 
 
 
 def oversubscription(workers: int, cores: int | None) -> float:
-    """How much slower each rank runs when ``workers`` ranks share ``cores`` cores (≥ 1)."""
-    return workers / cores if cores is not None and workers > cores else 1.0
+    """How much longer a step computes when ``workers`` ranks are bound round-robin to
+    ``cores`` cores: the number of ranks on the busiest core, ⌈workers / cores⌉ (≥ 1)."""
+    return float(math.ceil(workers / cores)) if cores is not None and workers > cores else 1.0
 
 
 def compute_time_per_rank(compute_time_s: float, workers: int, mode: str = "weak",
@@ -70,8 +75,8 @@ def compute_time_per_rank(compute_time_s: float, workers: int, mode: str = "weak
     """One rank's compute seconds per step for ``workers`` ranks.
 
     ``compute_time_s`` is the single-worker time per step. Strong scaling splits the global
-    batch, dividing it by p; oversubscription (p > cores) multiplies it by p / cores because
-    the ranks take turns on the cores.
+    batch, dividing it by p; oversubscription (p > cores) multiplies it by ⌈p / cores⌉,
+    the ranks on the busiest core, which take turns.
     """
     if mode not in ("weak", "strong"):
         raise ValueError(f"mode must be 'weak' or 'strong', got {mode!r}")
@@ -96,7 +101,6 @@ def predict_step(workers: int, params: float, compute_time_s: float, bandwidth: 
     n_bytes = params * bytes_per_param
     compute = compute_time_per_rank(compute_time_s, workers, mode, cores)
     comm = allreduce_time(algorithm, n_bytes, workers, latency_s, beta) if workers > 1 else 0.0
-    comm *= oversubscription(workers, cores)
     exposed = comm - hidden_comm_time(comm, compute, overlap)
     step = compute + exposed
     work_per_step = workers if mode == "weak" else 1.0   # in single-worker batches

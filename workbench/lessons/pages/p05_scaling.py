@@ -94,6 +94,14 @@ and on one machine with gloo the two ranks also share the cores that do the copy
 adding. Choose **compute-bound** in the panel and press **Run** again: its gradients are tiny
 next to its computation, and its efficiency is much higher. Then try **weak** scaling.
 
+Two details of the set-up matter on a small machine. Each rank is bound to its own core
+(`cpu_bind="core"`, like `mpirun --bind-to core`): a synchronous step waits for its slowest
+rank, so one rank that the operating system moves or delays holds up all of them. And the
+compute-bound preset wakes Horovod's background thread every 5 ms instead of every 1 ms
+(`cycle_time_ms`), which leaves more of each core to computing. With `WORKERS = "1,2,3"`,
+two ranks share a core; in a terminal, compare `workbench scale --np 1,2,3 --cpu-bind none`
+with the default to see what unbound ranks cost.
+
 ## 3. The laws that explain the curves
 
 If a fraction $f$ of the work runs in parallel and the rest, $1-f$, is serial:
