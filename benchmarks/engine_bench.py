@@ -27,7 +27,7 @@ from pathlib import Path
 import workbench
 from workbench.config import PRESETS
 from workbench.launch.engines import horovodrun
-from workbench.records import of_kind
+from workbench.records import events, of_kind
 
 HERE = Path(__file__).parent / "baselines"
 PRESET = "compute-bound"
@@ -50,8 +50,8 @@ def workbench_latency(runs: str, milestone: str = "init") -> float:
     job = workbench.start(workbench.JobConfig.from_preset(
         PRESET, engine="horovod", np=2, epochs=1, max_steps=1, threads_per_rank=1, runs_dir=runs))
     assert job.wait(300) == "succeeded", job.summary
-    events = [e for e in of_kind(job.metrics(), "event") if e.get("message") == milestone]
-    return max(e["time"] for e in events) + (job.started_at - t0)
+    reached = events(job.metrics(), milestone)
+    return max(e["time"] for e in reached) + (job.started_at - t0)
 
 
 def workbench_rate(runs: str, engine: str, np: int, epochs: int) -> float:

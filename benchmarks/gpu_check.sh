@@ -16,6 +16,7 @@ import tempfile
 import torch
 
 import workbench
+from workbench.records import events
 
 if not torch.cuda.is_available():
     raise SystemExit("gpu_check: no CUDA device visible to torch; nothing to check here")
@@ -38,8 +39,7 @@ for engine in ("torch", "horovod"):
             print(f"{engine} np={np}: skipped ({exc})")
             continue
         status = job.wait(600)
-        devices = sorted({(e["rank"], e.get("device")) for e in job.metrics()
-                          if e.get("message") == "ready"})
+        devices = sorted({(e["rank"], e["device"]) for e in events(job.metrics(), "ready")})
         s = job.summary
         print(f"{engine:8s} np={np}: {status:9s} devices {devices}  "
               f"{s['samples_per_s']:,.0f} samples/s  (final loss {s['final_loss']})")

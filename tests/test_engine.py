@@ -18,7 +18,7 @@ import torch
 import workbench
 from workbench.cli import main as cli_main
 from workbench.launch.processes import job_processes, rank_pids
-from workbench.records import MetricsReader, load_run, of_kind
+from workbench.records import MetricsReader, events, load_run, of_kind
 
 SMALL = dict(model="mlp", width=32, dataset="digits", epochs=1, threads_per_rank=1,
              stall_timeout=120.0)
@@ -29,6 +29,11 @@ def run_job(tmp_path: Path, **fields) -> workbench.Job:
                                               **{**SMALL, **fields}))
     assert job.wait(180) == "succeeded", job.summary
     return job
+
+
+def ready_cores(job: workbench.Job) -> dict[int, list[int]]:
+    """The cores each rank reported it may run on when training started."""
+    return {e["rank"]: e["cores"] for e in events(job.metrics(), "ready")}
 
 
 def wait_for(predicate, timeout: float = 60.0, what: str = "condition") -> None:
@@ -188,28 +193,23 @@ def test_threads_are_recorded_and_oversubscription_warns(tmp_path):
     assert job.wait(180) == "succeeded"
     assert job.summary["threads_per_rank"] == 1
     assert job.summary["warnings"]
-    ready = {e["rank"]: e["cores"] for e in of_kind(job.metrics(), "event")
-             if e.get("message") == "ready"}
     allowed = sorted(os.sched_getaffinity(0))
-    assert ready[cores] == allowed[:1]  # one rank too many: it wraps round to the first core
+    assert ready_cores(job)[cores] == allowed[:1]  # one rank too many: it wraps round to core 0
 
 
 def test_cpu_bind_none_leaves_every_rank_all_cores(tmp_path):
     job = run_job(tmp_path, engine="torch", np=2, cpu_bind="none")
-    ready = [e["cores"] for e in of_kind(job.metrics(), "event") if e.get("message") == "ready"]
-    assert ready == [sorted(os.sched_getaffinity(0))] * 2
+    assert ready_cores(job) == {r: sorted(os.sched_getaffinity(0)) for r in (0, 1)}
 
 
 # ----------------------------------------------------------------- the record of a run
 def test_run_record_holds_config_metrics_logs_summary_and_model(tmp_path):
     job = run_job(tmp_path, engine="horovod", np=2, epochs=2, lr=0.2, cycle_time_ms=2.5)
-    inits = [e for e in of_kind(job.metrics(), "event") if e.get("message") == "init"]
+    inits = events(job.metrics(), "init")
     assert sorted(e["rank"] for e in inits) == [0, 1]
     assert all(e["cycle_time_ms"] == 2.5 for e in inits)  # reached Horovod in every rank
-    ready = {e["rank"]: e["cores"] for e in of_kind(job.metrics(), "event")
-             if e.get("message") == "ready"}
     cores = sorted(os.sched_getaffinity(0))
-    assert ready == {0: cores[:1], 1: cores[1:2]}  # bound: one core each (threads_per_rank=1)
+    assert ready_cores(job) == {0: cores[:1], 1: cores[1:2]}  # bound: one core each (1 thread)
     d = job.run_dir
     assert json.loads((d / "config.json").read_text())["engine"] == "horovod"
     steps = of_kind(job.metrics(), "step")

@@ -43,6 +43,8 @@ from pathlib import Path
 import pytest
 from _setup_helpers import run_reaped
 
+from workbench.records import events
+
 pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(os.geteuid() != 0,
@@ -222,8 +224,7 @@ def test_horovod_job_across_two_hosts(two_hosts: Cluster, tmp_path: Path) -> Non
     # Converged: rank 0's epoch loss fell, and the model classifies most digits.
     metrics = [json.loads(line)
                for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
-    starts = {m["rank"]: m["host"] for m in metrics
-              if m["kind"] == "event" and m.get("message") == "start"}
+    starts = {m["rank"]: m["host"] for m in events(metrics, "start")}
     assert starts == {0: a.name, 1: b.name}
     losses = [m["loss"] for m in metrics if m["kind"] == "epoch" and m["rank"] == 0]
     assert len(losses) == 4 and losses[-1] < 0.7 * losses[0], losses

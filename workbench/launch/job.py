@@ -41,6 +41,7 @@ from workbench.launch.processes import (
 from workbench.records import (
     MetricsReader,
     RunRecord,
+    events,
     new_run_dir,
     of_kind,
     read_json,
@@ -255,7 +256,7 @@ class Job:
     def _summary(self, status: str, failure: dict[str, Any] | None) -> dict[str, Any]:
         cfg, records = self.config, self._reader.all()
         steps, epochs = of_kind(records, "step"), of_kind(records, "epoch")
-        starts = [r for r in of_kind(records, "event") if r.get("message") == "start"]
+        starts = events(records, "start")
         result = self.result() or {}
         last_epoch = [e for e in epochs if e["epoch"] == max((x["epoch"] for x in epochs),
                                                              default=-1)]

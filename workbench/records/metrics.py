@@ -51,6 +51,11 @@ def of_kind(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [r for r in records if r.get("kind") == kind]
 
 
+def events(records: list[dict[str, Any]], message: str) -> list[dict[str, Any]]:
+    """The event records with one message, e.g. "start", "init" or "ready" (one per rank)."""
+    return [r for r in of_kind(records, "event") if r.get("message") == message]
+
+
 def overall_by_step(steps: list[dict[str, Any]]) -> list[dict[str, float]]:
     """Average the ranks' step records into one curve: the global batch's loss and accuracy.
 

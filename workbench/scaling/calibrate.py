@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from workbench.config import JobConfig
+from workbench.records import events
 from workbench.scaling.costmodel import ring_allreduce_time
 from workbench.scaling.simulate import compute_time_per_rank
 
@@ -102,7 +103,7 @@ def epoch_time(metrics: Sequence[Mapping]) -> float:
 
 def steps_per_epoch(metrics: Sequence[Mapping]) -> int:
     """Steps in one epoch of the run, as its ranks reported when training started."""
-    ready = [m for m in metrics if m.get("kind") == "event" and m.get("message") == "ready"]
+    ready = events(metrics, "ready")
     if not ready:
         raise ValueError("the run has no step metrics to time (did it train at all?)")
     return ready[0]["steps_per_epoch"]
