@@ -6,9 +6,9 @@ epochs >= 1.
 """
 
 import json
-import os
 import sys
 import time
+from dataclasses import replace
 
 import horovod.torch as hvd
 import torch
@@ -17,12 +17,12 @@ from torch import nn
 from workbench.config import PRESETS, JobConfig
 from workbench.data import load_dataset
 from workbench.models import build_model
+from workbench.training.loop import pin_cpu
 from workbench.training.sharding import epoch_order, shard, steps_per_epoch
 
-cfg = JobConfig(**{**PRESETS[sys.argv[1]], "epochs": int(sys.argv[2])})
+cfg = JobConfig(**{**PRESETS[sys.argv[1]], "epochs": int(sys.argv[2]), "threads_per_rank": 1})
 hvd.init()
-os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[hvd.local_rank()]})  # as cpu_bind=core
-torch.set_num_threads(1)
+pin_cpu(replace(cfg, np=hvd.size()), hvd.local_rank())  # the workbench's core binding
 data = load_dataset(cfg.dataset, samples=cfg.samples, features=cfg.features, seed=cfg.seed)
 torch.manual_seed(cfg.seed)
 model = build_model(cfg.model, tuple(data.x.shape[1:]), data.n_classes, cfg.width)

@@ -60,6 +60,11 @@ def pick_device(local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def allowed_cores() -> list[int]:
+    """The CPU cores this process may run on (empty where the OS does not say)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
 def pin_cpu(cfg: JobConfig, local_rank: int) -> None:
     """Give this rank its intra-op threads and, with ``cpu_bind="core"``, its own cores.
 
@@ -74,7 +79,7 @@ def pin_cpu(cfg: JobConfig, local_rank: int) -> None:
     """
     threads = cfg.resolved_threads()
     if cfg.cpu_bind == "core" and cfg.world_size > 1 and hasattr(os, "sched_setaffinity"):
-        cores = sorted(os.sched_getaffinity(0))
+        cores = allowed_cores()
         first = local_rank * threads
         mine = {cores[(first + i) % len(cores)] for i in range(threads)}
         for tid in _thread_ids():
@@ -89,11 +94,6 @@ def _thread_ids() -> list[int]:
     """Linux ids of this process's threads (0, the calling thread, where /proc is absent)."""
     tasks = Path("/proc/self/task")
     return [int(t.name) for t in tasks.iterdir()] if tasks.is_dir() else [0]
-
-
-def allowed_cores() -> list[int]:
-    """The CPU cores this process may run on (empty where the OS does not say)."""
-    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
 
 def build(cfg: JobConfig, device: torch.device) -> Setup:

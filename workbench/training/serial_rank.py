@@ -6,17 +6,15 @@ it follows exactly the trajectory of N data-parallel ranks with batch b.
 
 from __future__ import annotations
 
-import torch
-
 from workbench.models import make_optimizer
-from workbench.training.loop import Synchronizer, build, finish, pick_device, train
+from workbench.training.loop import Synchronizer, build, finish, pick_device, pin_cpu, train
 from workbench.training.reporter import RankContext
 
 
 def main() -> None:
     with RankContext.from_env() as ctx:
         cfg = ctx.config
-        torch.set_num_threads(cfg.resolved_threads())
+        pin_cpu(cfg, 0)  # its threads; one process has no other rank to keep off its cores
         setup = build(cfg, pick_device(0))
         optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
                                    cfg.momentum, cfg.weight_decay)
