@@ -54,6 +54,22 @@ def start_task(make: Callable[[], Coroutine[Any, Any, Any]]) -> asyncio.Task | N
     return loop.create_task(make())
 
 
+async def poll(refresh: Callable[[], Any], running: Callable[[], bool], every_s: float,
+               on_error: Callable[[Exception], Any]) -> None:
+    """Call ``refresh()`` every ``every_s`` seconds while ``running()``, yielding to the loop
+    in between. An error ends the polling and goes to ``on_error``: a broken live view must
+    say so, not freeze silently. Cancelling the task (the panel closes) is not an error."""
+    try:
+        while running():
+            refresh()
+            if running():
+                await asyncio.sleep(every_s)
+    except asyncio.CancelledError:
+        raise
+    except Exception as err:  # noqa: BLE001 - reported, see the docstring
+        on_error(err)
+
+
 def message_html(text: str, level: str = "info", *, detail: str = "") -> str:
     """HTML for a one-line message, with an optional block of detail (a log, a traceback)."""
     color = LEVEL_COLORS.get(level, LEVEL_COLORS["info"])

@@ -206,14 +206,9 @@ class ScalingPanel(widgets.VBox):
         return True
 
     async def _poll(self) -> None:
-        try:
-            while self.running():
-                self.refresh()
-                await asyncio.sleep(self.refresh_s)
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:  # noqa: BLE001 - a broken live view must say so
-            self._say("The sweep view stopped.", "error", detail=f"{type(err).__name__}: {err}")
+        """Refresh every ``refresh_s`` seconds until the sweep has finished."""
+        await live.poll(self.refresh, self.running, self.refresh_s, lambda err: self._say(
+            "The sweep view stopped.", "error", detail=f"{type(err).__name__}: {err}"))
 
     def refresh(self) -> None:
         """Check the run in progress; when it has finished, plot it and start the next one.

@@ -230,16 +230,8 @@ class TrainingPanel(widgets.VBox):
 
     async def _poll(self) -> None:
         """Refresh every ``refresh_s`` seconds until the job has finished."""
-        try:
-            while True:
-                self.refresh()
-                if self._finished:
-                    return
-                await asyncio.sleep(self.refresh_s)
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:  # noqa: BLE001 - a broken live view must say so
-            self._say("The live view stopped.", "error", detail=f"{type(err).__name__}: {err}")
+        await live.poll(self.refresh, self.running, self.refresh_s, lambda err: self._say(
+            "The live view stopped.", "error", detail=f"{type(err).__name__}: {err}"))
 
     def refresh(self) -> int:
         """Read new metric lines into the charts, update status, progress and logs.
