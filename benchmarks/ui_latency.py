@@ -29,7 +29,7 @@ from pathlib import Path
 KERNEL_SETUP = """
 import json, time
 import ipywidgets as widgets
-from workbench.launch import start_module
+from workbench.jobs import start_module
 from workbench.ui import TrainingPanel
 
 panel = TrainingPanel(runs_dir={runs!r}, engine={engine!r}, np={np}, refresh_s={refresh})

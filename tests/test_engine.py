@@ -17,7 +17,7 @@ import torch
 
 import workbench
 from workbench.cli import main as cli_main
-from workbench.launch.processes import job_processes, rank_pids
+from workbench.jobs.processes import job_processes, rank_pids
 from workbench.records import MetricsReader, events, load_run, of_kind
 
 SMALL = dict(model="mlp", width=32, dataset="digits", epochs=1, threads_per_rank=1,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.launch.processes import live_rank_pids, pid_alive
+from workbench.jobs.processes import live_rank_pids, pid_alive
 from workbench.records import MetricsReader
 from workbench.ui import ScalingPanel, TrainingPanel, charts
 from workbench.ui.run_charts import RunCharts

@@ -6,7 +6,7 @@
 """
 
 from workbench.config import ConfigError, JobConfig
-from workbench.launch import Job, start, start_module
+from workbench.jobs import Job, start, start_module
 from workbench.records import RunRecord, list_runs, load_run
 
 __version__ = "0.1.0"

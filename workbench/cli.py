@@ -17,7 +17,7 @@ from typing import Any
 #: Modules that add sub-commands, in the order `workbench --help` lists them.
 COMMAND_MODULES = [
     "workbench.doctor",                       # workbench doctor
-    "workbench.launch.commands",              # workbench run / runs / show
+    "workbench.jobs.commands",              # workbench run / runs / show
     "workbench.scaling.commands",             # workbench scale / bench / simulate / timeline
     "workbench.synchronization.commands",     # workbench async / hogwild / stragglers / ring
     "workbench.model_parallel.commands",      # workbench pipeline / compare

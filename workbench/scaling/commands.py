@@ -29,7 +29,7 @@ class UsageError(ValueError):
 
 # ---------------------------------------------------------------------- scale
 def cmd_scale(args: argparse.Namespace) -> int:
-    from workbench.launch.commands import config_from_args
+    from workbench.jobs.commands import config_from_args
     from workbench.scaling.sweep import Sweep
 
     try:
@@ -261,7 +261,7 @@ def _write_timeline_html(path: Path, run_id: str, horovod, metrics: list[dict]) 
 
 # ---------------------------------------------------------------------- registration
 def register(sub: argparse._SubParsersAction) -> None:
-    from workbench.launch.commands import add_job_flags
+    from workbench.jobs.commands import add_job_flags
 
     scale = sub.add_parser(
         "scale", conflict_handler="resolve", help="scaling sweep: speedup and efficiency",

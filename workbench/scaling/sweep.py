@@ -81,7 +81,7 @@ class Sweep:
 
     def __init__(self, base: JobConfig, workers: Sequence[int], mode: str = "strong",
                  timeout_s: float | None = None) -> None:
-        from workbench.launch import apply_preset
+        from workbench.jobs import apply_preset
 
         base = apply_preset(base)
         self.mode = mode

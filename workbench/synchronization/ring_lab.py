@@ -156,7 +156,7 @@ def check_against_horovod(np_: int = 2, sizes: Sequence[int] = (7, 1001), *,
     """
     import datetime
 
-    from workbench.launch import start_module
+    from workbench.jobs import start_module
 
     if np_ < 2:
         raise ValueError(f"a ring needs at least 2 processes, got np={np_}")

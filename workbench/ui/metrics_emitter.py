@@ -1,9 +1,9 @@
 """A rank module that writes made-up training metrics at a steady rate, without training.
 
 It follows the rank protocol (see :mod:`workbench.training.reporter`), so it runs as the ranks
-of a real job through :func:`workbench.launch.start_module`, under any engine:
+of a real job through :func:`workbench.jobs.start_module`, under any engine:
 
-    from workbench.launch import start_module
+    from workbench.jobs import start_module
     job = start_module("serial", np=1, module="workbench.ui.metrics_emitter",
                        args=["--rate", "100", "--seconds", "10"])
 

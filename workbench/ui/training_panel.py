@@ -29,7 +29,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.config import DATASETS, ENGINES, MODELS, OPTIMIZERS, ConfigError, JobConfig
-from workbench.launch import FINAL_STATES
+from workbench.jobs import FINAL_STATES
 from workbench.records.metrics import MetricsReader
 from workbench.ui import charts, live
 from workbench.ui.logs import LogPane
@@ -89,7 +89,7 @@ class TrainingPanel(widgets.VBox):
     Attributes:
         controls: JobConfig field name -> input widget.
         start_button, stop_button: the buttons (``.click()`` works from code too).
-        job: the job started last (a :class:`workbench.launch.Job`), or None.
+        job: the job started last (a :class:`workbench.jobs.Job`), or None.
         sources: the Bokeh ColumnDataSources behind the charts (see :class:`RunCharts`).
         status: the one-line status; ``alert``: errors and their details.
     """

@@ -30,8 +30,8 @@ from typing import Any
 import psutil
 
 from workbench.config import ConfigError, JobConfig
-from workbench.launch.engines import ENGINES, TRAINING_MODULES
-from workbench.launch.processes import (
+from workbench.jobs.engines import ENGINES, TRAINING_MODULES
+from workbench.jobs.processes import (
     free_port,
     job_processes,
     pid_alive,

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
-from workbench.launch.job import Job, start
+from workbench.jobs.job import Job, start
 from workbench.records import MetricsReader, list_runs, load_run, of_kind
 
 _SKIP = {"extra"}
