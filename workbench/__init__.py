@@ -3,12 +3,20 @@
     import workbench
     job = workbench.start(workbench.JobConfig(engine="horovod", np=2, epochs=3))
     job.wait(); job.summary
+
+    job = workbench.launch(my_function, np=2)     # your own code on real ranks
+    job.wait(); job.results()
+
+Inside your code: `workbench.report(step=..., loss=...)`, `workbench.rank()`, `size()`,
+`local_rank()` (see workbench/jobs/rank_api.py).
 """
 
 from workbench.config import ConfigError, JobConfig
 from workbench.jobs import Job, start, start_module
+from workbench.jobs.rank_api import local_rank, rank, report, size
+from workbench.jobs.user_code import launch
 from workbench.records import RunRecord, list_runs, load_run
 
 __version__ = "0.1.0"
-__all__ = ["ConfigError", "Job", "JobConfig", "RunRecord", "list_runs", "load_run", "start",
-           "start_module", "__version__"]
+__all__ = ["ConfigError", "Job", "JobConfig", "RunRecord", "launch", "list_runs", "load_run",
+           "local_rank", "rank", "report", "size", "start", "start_module", "__version__"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import pickle
 import platform
 import subprocess
 import threading
@@ -58,7 +59,8 @@ _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 class Job:
     """One launched job. Create it with `start()` or `start_module()`."""
 
-    def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
+    def __init__(self, cfg: JobConfig, module: str, args: list[str],
+                 files: dict[str, bytes] | None = None) -> None:
         self.config = cfg
         self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, _label(cfg))
         self.world_size = cfg.world_size
@@ -68,6 +70,9 @@ class Job:
         self._lock = threading.Lock()
         self._reader = MetricsReader(self.run_dir / "metrics.jsonl")
         self._failure: dict[str, Any] | None = None
+        for name, data in (files or {}).items():  # inputs the ranks read, e.g. a function
+            (self.run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / name).write_bytes(data)  # no rank runs yet: nobody reads it half
         self._launch(module, args)
 
     # ------------------------------------------------------------------ public API
@@ -102,6 +107,26 @@ class Job:
     def result(self) -> dict[str, Any] | None:
         """What rank 0 wrote with `ctx.write_result()`, or None."""
         return read_json(self.run_dir / "result.json")
+
+    def results(self) -> list[Any]:
+        """Each rank's return value, in rank order (jobs started with `workbench.launch`).
+
+        Every rank of such a job pickles what its function returned into
+        `results/rank<k>.pkl`. Raises RuntimeError naming the ranks that have not returned
+        (the job is still running, failed or was stopped). The files are unpickled: read only
+        results of your own runs.
+        """
+        missing, values = [], []
+        for rank in range(self.world_size):
+            path = self.run_dir / "results" / f"rank{rank}.pkl"
+            if not path.exists():
+                missing.append(rank)
+                continue
+            values.append(pickle.loads(path.read_bytes()))
+        if missing:
+            raise RuntimeError(f"rank(s) {missing} of {self.run_id} have not returned a value"
+                               f" (the job is {self.status}; job.wait() waits for the end)")
+        return values
 
     def record(self) -> RunRecord:
         """This run's record on disk (logs, model, ...)."""
@@ -296,13 +321,17 @@ def start(cfg: JobConfig) -> Job:
 def start_module(engine: str, np: int, module: str, args: list[str] | None = None,
                  runs_dir: str = "runs", name: str = "", threads_per_rank: int = 1,
                  hosts: str | None = None, stall_timeout: float = 120.0,
-                 **fields: Any) -> Job:
-    """Launch any rank module (one that uses `RankContext`) as a job on `np` ranks."""
+                 files: dict[str, bytes] | None = None, **fields: Any) -> Job:
+    """Launch any rank module (one that uses `RankContext`) as a job on `np` ranks.
+
+    `files` ({path in the run folder: bytes}) are written into the run folder before any
+    rank starts: inputs the ranks read, such as the pickled function of `workbench.launch`.
+    """
     cfg = JobConfig(engine=engine, np=1 if engine == "serial" else np, runs_dir=runs_dir,
                     name=name, threads_per_rank=threads_per_rank, hosts=hosts,
                     stall_timeout=stall_timeout, **fields).validate()
     _check_engine(engine)
-    return Job(cfg, module, list(args or []))
+    return Job(cfg, module, list(args or []), files=files)
 
 
 def apply_preset(cfg: JobConfig) -> JobConfig:

@@ -1,0 +1,97 @@
+"""What your own code can ask and tell while it runs as one rank of a job.
+
+    import workbench
+
+    def train(steps):
+        for step in range(steps):
+            loss = ...                                   # your training step
+            workbench.report(step=step, loss=loss)       # a live point in the panel's charts
+        return workbench.rank()                          # collected by job.results()
+
+    job = workbench.launch(train, 100, np=2)
+
+- `rank()`, `size()`, `local_rank()` read the variables that the launchers set for every
+  process they start (horovodrun: `HOROVOD_RANK`, ...; torchrun: `RANK`, ...). So they work
+  on every engine, before `hvd.init()` or `init_process_group()`, and outside a job they
+  are 0, 1 and 0: the same function also runs unchanged in a notebook cell.
+- `report(**metrics)` appends one line to the run's `metrics.jsonl`, the file every panel and
+  `workbench show` read (see docs/ARCHITECTURE.md). Outside a job it does nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from workbench.training.reporter import RankContext, _env_int
+
+#: The context of the rank this process is, set by the rank module (user_rank.py).
+_context: RankContext | None = None
+_last: dict[str, float] = {"epoch": 0, "step": -1, "time": 0.0}
+
+
+def attach(ctx: RankContext) -> None:
+    """Make `report()` write into `ctx`'s run (called once by the rank module)."""
+    global _context
+    _context = ctx
+    _last.update(epoch=0, step=-1, time=ctx.now())
+
+
+def rank() -> int:
+    """This process's rank in the job: 0 .. size()-1 (0 outside a job)."""
+    if _context is not None:
+        return _context.rank
+    return _env_int("HOROVOD_RANK", "RANK", "OMPI_COMM_WORLD_RANK")
+
+
+def size() -> int:
+    """How many ranks the job has (1 outside a job, and on the serial engine)."""
+    if _context is not None:
+        return _context.size
+    return _env_int("HOROVOD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", default=1)
+
+
+def local_rank() -> int:
+    """This process's rank among the ranks on its own host: which GPU or cores are its own."""
+    if _context is not None:
+        return _context.local_rank
+    return _env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
+
+
+def report(**metrics: Any) -> None:
+    """Write one line of metrics for the live charts, e.g. `report(step=s, loss=l)`.
+
+    A call with `step` (or with neither `step` nor `epoch`) writes a *step* line; a call with
+    `epoch` and no `step` writes an *epoch* line. Every value must be a number (a tensor
+    with one element is fine: it is converted with `float()`). The charts know `loss`,
+    `accuracy` and `samples` (samples this rank processed in this step, for samples/s);
+    other names are kept in metrics.jsonl. Missing ones are filled in so every line has the
+    fields of the record format: `step` counts up from 0, `epoch` stays at the last one
+    reported, `step_time_s` is the time since this rank's previous report, in seconds.
+    """
+    if _context is None:
+        return
+    values = {name: _number(name, value) for name, value in metrics.items()}
+    now = _context.now()
+    kind = "epoch" if "epoch" in values and "step" not in values else "step"
+    if kind == "step":
+        step = int(values.pop("step", _last["step"] + 1))
+        epoch = int(values.pop("epoch", _last["epoch"]))
+        line = {"epoch": epoch, "step": step, "loss": math.nan, "accuracy": math.nan,
+                "samples": 0, "step_time_s": now - _last["time"], **values}
+        _last.update(step=step, epoch=epoch, time=now)
+    else:
+        epoch = int(values.pop("epoch"))
+        line = {"epoch": epoch, "loss": math.nan, "accuracy": math.nan, **values}
+        _last.update(epoch=epoch)
+    _context.metric(kind, **line)
+
+
+def _number(name: str, value: Any) -> float:
+    """`value` as a float, or a TypeError that says how to fix the call."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"report({name}=...) takes a number, not {type(value).__name__} "
+                        f"{value!r:.60}: pass one value, e.g. loss.item()") from None
+

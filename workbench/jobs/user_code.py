@@ -1,0 +1,188 @@
+"""Run your own function or script on real ranks: `workbench.launch(fn_or_path, *args, np=2)`.
+
+    import workbench
+
+    def hello(greeting):
+        print(greeting, "from rank", workbench.rank(), "of", workbench.size())
+        return workbench.rank() * 10
+
+    job = workbench.launch(hello, "hi", np=2)       # returns at once, like start()
+    job.wait()
+    job.results()                                   # [0, 10]: each rank's return value
+
+    job = workbench.launch("train.py", "--epochs", "3", np=2, engine="torch")
+
+It is `horovodrun -np 2 python train.py`, or Horovod's `horovod.run(fn, np=2)`, going
+through the workbench's launcher: the same `Job`, records, Stop, failure reports and engines
+as every other job (the ranks run `workbench.jobs.user_rank`).
+
+A function is sent to the ranks *by value* with cloudpickle: one defined in a notebook cell
+works, with the globals it uses. What cannot be pickled (an open file, a lock, a live
+process group) is refused here, before any process starts, with one line naming it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import os
+import re
+import sys
+import sysconfig
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from workbench.config import ConfigError
+from workbench.jobs.job import Job, start_module
+from workbench.jobs.user_rank import PAYLOAD
+
+#: The rank module that runs user code.
+USER_RANK_MODULE = "workbench.jobs.user_rank"
+
+#: Your code may compute for long without calling report(): a job is called stalled only
+#: after this many seconds without a new metrics line (pass stall_timeout=... to change it).
+STALL_TIMEOUT_S = 600.0
+
+
+def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: int = 2,
+           engine: str = "horovod", echo: bool = True, **fields: Any) -> Job:
+    """Run `fn(*args)`, or the script at a path with `args` as its argv, on `np` ranks.
+
+    Returns the running `Job` at once. `engine` is "horovod", "torch" or "serial" (one
+    process); `fields` are any other job settings (`runs_dir`, `threads_per_rank`, `hosts`,
+    `stall_timeout`, `name`, ...). In a notebook, `echo` shows what the ranks print under
+    the cell, each line prefixed with its rank (capped; the full output is in the rank's log).
+    Raises ConfigError before starting anything when the settings are bad or `fn` cannot be
+    pickled.
+    """
+    if isinstance(fn_or_path, (str, os.PathLike)):
+        path = Path(fn_or_path).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigError(f"no script at {fn_or_path}: give the path of a Python file, "
+                              "or a function")
+        rank_args, files, label = ["--script", str(path), *map(str, args)], {}, path.stem
+    elif callable(fn_or_path):
+        rank_args, label = [], getattr(fn_or_path, "__name__", "function")
+        files = {PAYLOAD: pickle_function(fn_or_path, args)}
+    else:
+        raise ConfigError(f"launch() runs a function or a script path, not a "
+                          f"{type(fn_or_path).__name__}")
+    fields.setdefault("name", _safe_name(label))
+    fields.setdefault("stall_timeout", STALL_TIMEOUT_S)
+    job = start_module(engine, np, USER_RANK_MODULE, rank_args, files=files, **fields)
+    if echo and _in_kernel():
+        from workbench.ui.rank_output import RankOutput
+
+        RankOutput(job).show()
+    return job
+
+
+def pickle_function(fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes:
+    """`(fn, args)` pickled by value, or a ConfigError naming what cannot be pickled."""
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    by_value = module is not None and _by_value(module)
+    if by_value:  # the ranks may not be able to import it: send its code along
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps((fn, args, source_of(fn)))
+    except Exception as exc:  # noqa: BLE001 - pickling fails with many exception types
+        name = getattr(fn, "__name__", "the function")
+        raise ConfigError(f"cannot send {name} to the ranks: {_culprit(fn, args)} cannot be "
+                          f"pickled ({type(exc).__name__}: {exc}); create it inside the "
+                          "function instead") from None
+    finally:
+        if by_value:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def source_of(fn: Callable[..., Any]) -> tuple[dict, dict]:
+    """Where `fn` and the functions it uses were written, and those files' lines.
+
+    cloudpickle renames the file of every function it sends to "<dynamic-code>", and a
+    notebook cell exists only in this kernel; without this, a traceback on a rank could show
+    neither the file nor the line. Returns ({(name, first line): file}, {file: lines}); the
+    rank puts them back (user_rank.restore_source).
+    """
+    files: dict[tuple[str, int], str] = {}
+    for f in functions_used(fn):
+        files[(f.__code__.co_name, f.__code__.co_firstlineno)] = f.__code__.co_filename
+    return files, {name: linecache.getlines(name) for name in set(files.values())}
+
+
+def functions_used(fn: Any) -> list[Any]:
+    """`fn` and the plain Python functions it reaches through its globals and closure."""
+    found: dict[int, Any] = {}
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        if not inspect.isfunction(f) or id(f) in found:
+            continue
+        found[id(f)] = f
+        todo += [f.__globals__.get(n) for n in _names(f.__code__)]
+        todo += [c.cell_contents for c in f.__closure__ or () if _filled(c)]
+    return list(found.values())
+
+
+def _by_value(module: Any) -> bool:
+    """True for a module of your own (a notebook, a test, a script folder); False for the
+    workbench and installed packages, which every rank imports by name."""
+    if module.__name__ == "__main__":
+        return False  # cloudpickle already sends __main__'s functions by value
+    if module.__name__.split(".")[0] == "workbench":
+        return False
+    file = getattr(module, "__file__", None)
+    if not file:
+        return False
+    installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
+    return not any(str(Path(file).resolve()).startswith(p) for p in installed)
+
+
+def _culprit(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
+    """Name the first argument, closure variable or global of `fn` that does not pickle."""
+    candidates: list[tuple[str, Any]] = [(f"argument {i + 1}", a) for i, a in enumerate(args)]
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        cells = getattr(fn, "__closure__", None) or ()
+        candidates += [(f"the variable '{n}' it uses", c.cell_contents)
+                       for n, c in zip(code.co_freevars, cells, strict=False)
+                       if _filled(c)]
+        globs = getattr(fn, "__globals__", {})
+        candidates += [(f"the global '{n}'", globs[n]) for n in _names(code) if n in globs]
+    for label, value in candidates:
+        try:
+            cloudpickle.dumps(value)
+        except Exception:  # noqa: BLE001
+            return f"{label} (a {type(value).__module__}.{type(value).__qualname__})"
+    return "something it refers to"
+
+
+def _names(code: Any) -> list[str]:
+    """Global names used by `code` and by the functions nested in it."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names += _names(const)
+    return names
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - raises ValueError for an empty cell
+    except ValueError:
+        return False
+    return True
+
+
+def _safe_name(label: str) -> str:
+    """A run-folder-friendly name: `<lambda>` becomes `lambda`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "", label) or "function"
+
+
+def _in_kernel() -> bool:
+    """True inside a Jupyter kernel, where output can be shown under the cell."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and getattr(shell, "kernel", None) is not None

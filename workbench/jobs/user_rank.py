@@ -1,0 +1,132 @@
+"""One rank of a job that runs your own function or script (started by `workbench.launch`).
+
+    python -m workbench.jobs.user_rank                        # the function in user/function.pkl
+    python -m workbench.jobs.user_rank --script train.py a b  # train.py with argv [train.py, a, b]
+
+It follows the rank protocol like the training ranks (pid file, log, owner watchdog, exit
+record: see reporter.py), so the launcher looks after your code exactly as after its own.
+What it adds:
+
+- it unpickles the function and its arguments that `launch()` wrote into the run folder;
+- `workbench.report()` and `workbench.rank()` then work inside your code (rank_api.py);
+- the return value goes to `results/rank<k>.pkl`, which `job.results()` reads;
+- if your code raises, the exit record carries *your* frames only: the few frames of this
+  module and of runpy in front of them would only hide where the error is.
+
+Your code does its own `hvd.init()` or `dist.init_process_group()`, as it would under
+horovodrun or torchrun: the point is to write those lines yourself.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import runpy
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from workbench.jobs import rank_api
+from workbench.training.reporter import RankContext
+
+#: Where `launch()` puts the pickled (function, args) in the run folder.
+PAYLOAD = "user/function.pkl"
+
+#: Files whose frames are the machinery around your code, not your code.
+_MACHINERY = (str(Path(__file__).resolve().parents[1]), runpy.__file__)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    with RankContext.from_env() as ctx:
+        rank_api.attach(ctx)
+        try:
+            value = run_script(argv[1], argv[2:]) if argv[:1] == ["--script"] else \
+                run_function(ctx.run_dir / PAYLOAD)
+        except BaseException as exc:
+            exc.rank_traceback = user_traceback(exc)  # see RankContext.__exit__
+            raise
+        _leave_process_group()
+        save_result(ctx.run_dir, ctx.rank, value)
+
+
+def run_function(payload: Path) -> Any:
+    """Unpickle `(fn, args, source)` and return `fn(*args)`."""
+    fn, args, source = cloudpickle.loads(payload.read_bytes())
+    restore_source(fn, *source)
+    return fn(*args)
+
+
+def restore_source(fn: Any, files: dict[tuple[str, int], str],
+                   lines: dict[str, list[str]]) -> None:
+    """Give the functions back their file names and the lines of those files, so that a
+    traceback shows the code (see user_code.source_of)."""
+    from workbench.jobs.user_code import functions_used
+
+    for name, text in lines.items():
+        if text:  # (size, mtime None: never reloaded from disk, lines, name)
+            linecache.cache[name] = (sum(map(len, text)), None, text, name)
+    for f in functions_used(fn):
+        code = f.__code__
+        name = files.get((code.co_name, code.co_firstlineno))
+        if name and code.co_filename != name:
+            f.__code__ = _renamed(code, name)
+
+
+def _renamed(code: Any, filename: str) -> Any:
+    """`code`, and the code of the functions defined inside it, with `co_filename` set."""
+    consts = tuple(_renamed(c, filename) if hasattr(c, "co_filename") else c
+                   for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+def run_script(path: str, args: list[str]) -> None:
+    """Run a script as `python path args...` would: as `__main__`, with its folder on sys.path.
+
+    `sys.exit(0)` (or no exit at all) is success; any other exit code fails the rank.
+    """
+    sys.argv = [path, *args]
+    sys.path.insert(0, str(Path(path).parent))
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+
+
+def save_result(run_dir: Path, rank: int, value: Any) -> None:
+    """Pickle the return value to results/rank<k>.pkl (temporary file + rename: atomic)."""
+    try:
+        data = cloudpickle.dumps(value)
+    except Exception as exc:
+        raise TypeError(f"rank {rank} returned a {type(value).__name__} that cannot be pickled"
+                        f" ({exc}): return numbers, lists, dicts or tensors") from None
+    path = run_dir / "results" / f"rank{rank}.pkl"
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of `exc` without the leading frames of the workbench and of runpy."""
+    stack = traceback.extract_tb(exc.__traceback__)
+    first = next((i for i, frame in enumerate(stack)
+                  if not frame.filename.startswith(_MACHINERY)), len(stack))
+    report = traceback.TracebackException.from_exception(exc)
+    report.stack = traceback.StackSummary.from_list(stack[first:])
+    return "".join(report.format())
+
+
+def _leave_process_group() -> None:
+    """Close a torch.distributed process group the code left open, as torchrun expects."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
