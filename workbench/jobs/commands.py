@@ -112,9 +112,12 @@ def print_summary(summary: dict[str, Any]) -> None:
     if failure:
         who = f"rank {failure['rank']}" if failure.get("rank") is not None else "launcher"
         print(f"  failed in {who}: {failure.get('error')}")
-        tail = failure.get("log_tail") or ""
+        tail = "\n".join((failure.get("log_tail") or "").splitlines()[-10:])
+        traceback = (failure.get("traceback") or "").rstrip()
+        if traceback and traceback not in tail:  # more than the log lines below show
+            print("  " + traceback.replace("\n", "\n  "))
         if tail:
-            print("  last log lines:\n    " + "\n    ".join(tail.splitlines()[-10:]))
+            print("  last log lines:\n    " + tail.replace("\n", "\n    "))
 
 
 # ---------------------------------------------------------------------- runs / show

@@ -129,4 +129,11 @@ def _leave_process_group() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BaseException as error:
+        if not hasattr(error, "rank_traceback"):
+            raise
+        # Already in the exit record and the log, without the workbench's frames: a second,
+        # full traceback from Python would bury it.
+        sys.exit(error.code if isinstance(error, SystemExit) else 1)

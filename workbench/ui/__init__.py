@@ -1,7 +1,8 @@
 """The widgets of the workbench: one chart helper and the live panels.
 
 ``charts`` builds every Bokeh chart; ``TrainingPanel`` starts and watches one job;
-``ScalingPanel`` runs a scaling sweep and plots speedup, efficiency and scalability.
+``ScalingPanel`` runs a scaling sweep and plots speedup, efficiency and scalability;
+``RunPanel`` watches a job started from code (``workbench.launch(fn)``, ``start(cfg)``).
 The panels are imported on first use, so ``from workbench.ui import charts`` stays light.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TrainingPanel", "ScalingPanel"]
+__all__ = ["RunPanel", "TrainingPanel", "ScalingPanel"]
 
 
 def __getattr__(name: str) -> Any:
@@ -17,6 +18,10 @@ def __getattr__(name: str) -> Any:
         from workbench.ui.training_panel import TrainingPanel
 
         return TrainingPanel
+    if name == "RunPanel":
+        from workbench.ui.run_panel import RunPanel
+
+        return RunPanel
     if name == "ScalingPanel":
         from workbench.ui.scaling_panel import ScalingPanel
 

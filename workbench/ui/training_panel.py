@@ -391,6 +391,9 @@ def _failure_text(summary: dict) -> str:
     log = failure.get("log_tail") or ""
     if isinstance(log, list):
         log = "\n".join(log)
+    traceback = (failure.get("traceback") or "").rstrip()
+    if traceback and traceback not in log:  # too long for the log's last lines: show it all
+        lines += ["", traceback]
     if log:
         lines += ["", f"last lines of the log of {who}:", log]
     return "\n".join(lines)
