@@ -16,9 +16,11 @@ answer is not finished. Wrong answers get hints that name the likely mistake.
 | finish a ring allreduce | :mod:`.ring` | ``check_reduce_scatter_step``, ``check_allgather_step`` |
 | pipeline bubble | :mod:`.pipeline` | ``check_bubble_fraction``, ``check_micro_batches`` |
 | data or model parallelism? | :mod:`.parallelism` | ``check_parallelism_choice`` |
+| make this loop data-parallel (2 real ranks) | :mod:`.data_parallel` | ``check_data_parallel`` |
 """
 
 from workbench.exercises.allreduce import check_average_gradients
+from workbench.exercises.data_parallel import check_data_parallel
 from workbench.exercises.feedback import Feedback
 from workbench.exercises.parallelism import check_parallelism_choice
 from workbench.exercises.pipeline import check_bubble_fraction, check_micro_batches
@@ -31,6 +33,7 @@ __all__ = [
     "check_allgather_step",
     "check_average_gradients",
     "check_bubble_fraction",
+    "check_data_parallel",
     "check_micro_batches",
     "check_parallelism_choice",
     "check_reduce_scatter_step",

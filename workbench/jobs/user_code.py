@@ -82,9 +82,12 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
 
 def pickle_function(fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes:
     """`(fn, args)` pickled by value, or a ConfigError naming what cannot be pickled."""
-    module = sys.modules.get(getattr(fn, "__module__", "") or "")
-    by_value = module is not None and _by_value(module)
-    if by_value:  # the ranks may not be able to import it: send its code along
+    # Functions of your own modules (a test file, a script folder) may not be importable on
+    # the ranks: send their code along, like a notebook's (fn itself or passed as argument).
+    callables = [fn, *args, *(v for a in args if isinstance(a, dict) for v in a.values())]
+    names = {getattr(f, "__module__", None) for f in callables if callable(f)}
+    modules = [sys.modules[n] for n in names if n in sys.modules and _by_value(sys.modules[n])]
+    for module in modules:
         cloudpickle.register_pickle_by_value(module)
     try:
         return cloudpickle.dumps((fn, args, source_of(fn)))
@@ -94,7 +97,7 @@ def pickle_function(fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes:
                           f"pickled ({type(exc).__name__}: {exc}); create it inside the "
                           "function instead") from None
     finally:
-        if by_value:
+        for module in modules:
             cloudpickle.unregister_pickle_by_value(module)
 
 

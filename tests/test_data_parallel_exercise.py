@@ -1,0 +1,111 @@
+"""The "make this loop data-parallel" exercise, checked on 2 real ranks of each engine.
+
+Each wrong conversion below differs from the solution by one mistake, and the checker must
+reject it *for that reason*: its hint names the mistake. Both solutions must pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from workbench.exercises import check_data_parallel
+from workbench.exercises.data_parallel import make_model
+
+
+def horovod_version(data, batch_size, lr, epochs, seed, checkpoint, *, broadcast=True,
+                    average=True, shard=True, op="Average", scale_lr=False, all_save=False):
+    """The Horovod conversion of `train`, with switches that each make one classic mistake."""
+    import horovod.torch as hvd
+
+    import workbench
+
+    hvd.init()
+    torch.set_num_threads(1)
+    x, y = data
+    model = make_model(seed)
+    if broadcast:
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr * hvd.size() if scale_lr else lr)
+    if average:
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                             op=getattr(hvd, op))
+    rank, size = hvd.rank(), hvd.size()
+    step = batch_size * size if shard else batch_size
+    for _epoch in range(epochs):
+        for start in range(0, len(x) - step + 1, step):
+            mine = slice(start + rank * batch_size, start + (rank + 1) * batch_size) if shard \
+                else slice(start, start + batch_size)
+            optimizer.zero_grad()
+            loss = F.mse_loss(model(x[mine]), y[mine])
+            loss.backward()
+            optimizer.step()
+            workbench.report(loss=loss.item(), samples=batch_size)
+    if rank == 0 or all_save:
+        torch.save(model.state_dict(), checkpoint)
+    return model.state_dict()
+
+
+def ddp_version(data, batch_size, lr, epochs, seed, checkpoint, *, shard=True):
+    """The DistributedDataParallel conversion of `train`."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    x, y = data
+    model = DDP(make_model(seed))
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    step = batch_size * size if shard else batch_size
+    for _epoch in range(epochs):
+        for start in range(0, len(x) - step + 1, step):
+            mine = slice(start + rank * batch_size, start + (rank + 1) * batch_size) if shard \
+                else slice(start, start + batch_size)
+            optimizer.zero_grad()
+            F.mse_loss(model(x[mine]), y[mine]).backward()
+            optimizer.step()
+    if rank == 0:
+        torch.save(model.module.state_dict(), checkpoint)
+    return model.module.state_dict()
+
+
+def _with(fn, **switches):
+    def variant(data, batch_size, lr, epochs, seed, checkpoint):
+        return fn(data, batch_size, lr, epochs, seed, checkpoint, **switches)
+    return variant
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("engine, fn", [("horovod", horovod_version), ("torch", ddp_version)])
+def test_both_solutions_pass(tmp_path, engine, fn):
+    feedback = check_data_parallel(fn, engine=engine, runs_dir=str(tmp_path))
+    assert feedback.passed, str(feedback)
+
+
+WRONG = {
+    "no broadcast": (dict(broadcast=False), "Broadcast rank 0's initial parameters"),
+    "no averaging": (dict(average=False), "Average the gradients across ranks"),
+    "whole data": (dict(shard=False), "every rank trained on the whole data set"),
+    "sum": (dict(op="Sum"), "gradients were summed over the ranks, not averaged"),
+    "every rank saves": (dict(all_save=True), "rank(s) [0, 1] wrote the checkpoint"),
+    "lr scaled": (dict(scale_lr=True), "your optimizer used lr = 0.2"),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mistake", list(WRONG))
+def test_each_wrong_horovod_conversion_is_rejected_for_its_reason(tmp_path, mistake):
+    switches, reason = WRONG[mistake]
+    feedback = check_data_parallel(_with(horovod_version, **switches), engine="horovod",
+                                   runs_dir=str(tmp_path))
+    assert not feedback.passed
+    assert reason in str(feedback), str(feedback)
+
+
+@pytest.mark.timeout(120)
+def test_a_wrong_ddp_conversion_is_rejected_for_its_reason(tmp_path):
+    feedback = check_data_parallel(_with(ddp_version, shard=False), engine="torch",
+                                   runs_dir=str(tmp_path))
+    assert not feedback.passed
+    assert "every rank trained on the whole data set" in str(feedback), str(feedback)

@@ -1,0 +1,229 @@
+"""Exercise: make this training loop data-parallel, and prove it by running it on 2 real ranks.
+
+The student gets `train`, a working single-process training function, and writes its
+Horovod version (then its DDP version). `check_data_parallel(fn, engine=...)` runs the
+student's function on 2 real ranks with batch b and compares the final parameters with
+`train` run in one process with batch 2·b. Data parallelism done right is *exactly* serial
+SGD with the global batch (see workbench/training/sharding.py): N ranks × batch b ≡ one
+process × batch N·b, with the same learning rate. So the check passes when the ranks agree
+with each other and with that reference, and rank 0 alone wrote the checkpoint.
+
+The checker also tells *which* mistake it sees, from how the parameters came out:
+
+| what the ranks end with | the mistake |
+| --- | --- |
+| ranks differ by exactly their different starting points | no broadcast of the initial state |
+| ranks differ otherwise | no gradient averaging |
+| agree, = one process with batch b | every rank trained on the whole data, not its shard |
+| agree, = one process with batch 2·b, lr × 2; optimizer lr unchanged | summing, not averaging |
+| agree, = the same, optimizer lr × 2 | lr scaled without the matching global batch |
+| right parameters, a rank > 0 wrote the checkpoint | every rank writing the checkpoint |
+
+To expose a missing broadcast, each rank gets a different `seed` (rank 0 the given one), as
+separate machines would start from different random weights.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+import workbench
+from workbench.exercises.feedback import Feedback, correct, not_yet
+
+#: The exercise's sizes: 128 samples, batch 8 per rank (16 global), 2 epochs = 16 steps.
+SAMPLES, FEATURES, BATCH, LR, EPOCHS, SEED = 128, 8, 8, 0.1, 2, 0
+#: Rank r trains with seed SEED + SEED_STEP · r (only rank 0's weights may survive).
+SEED_STEP = 1000
+#: Parameters "agree" within this tolerance: allreduce sums in a different order than one
+#: process does, so float32 results differ in the last digits, never by more.
+ATOL, RTOL = 1e-5, 1e-4
+
+
+def make_data(samples: int = SAMPLES, features: int = FEATURES) -> tuple[torch.Tensor, ...]:
+    """A fixed regression data set (x, y), the same on every rank."""
+    gen = torch.Generator().manual_seed(1234)
+    x = torch.randn(samples, features, generator=gen)
+    y = torch.sin(x @ torch.randn(features, 1, generator=gen))
+    return x, y
+
+
+def make_model(seed: int) -> nn.Module:
+    """A small MLP whose initial weights depend only on `seed`."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, 1))
+
+
+def train(data, batch_size=BATCH, lr=LR, epochs=EPOCHS, seed=SEED, checkpoint="model.pt"):
+    """The single-process training loop the student makes data-parallel (and the reference)."""
+    x, y = data
+    model = make_model(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for _epoch in range(epochs):
+        for start in range(0, len(x) - batch_size + 1, batch_size):
+            xb, yb = x[start:start + batch_size], y[start:start + batch_size]
+            optimizer.zero_grad()
+            loss = F.mse_loss(model(xb), yb)
+            loss.backward()
+            optimizer.step()
+            workbench.report(loss=loss.item(), samples=len(xb))
+    torch.save(model.state_dict(), checkpoint)
+    return model.state_dict()
+
+
+def check_data_parallel(fn: Callable[..., Any], engine: str = "horovod", *, np: int = 2,
+                        runs_dir: str = "runs", timeout_s: float = 120.0) -> Feedback:
+    """Run `fn(data, batch_size, lr, epochs, seed, checkpoint)` on `np` real ranks and check it.
+
+    `fn` must return its model's `state_dict()` (or the model). Returns a Feedback; a wrong
+    answer gets a hint naming the mistake (see the module docstring).
+    """
+    if not callable(fn):
+        return not_yet(f"expected a function, got {type(fn).__name__}.",
+                       "Pass the function itself: check_data_parallel(train_horovod).")
+    folder = Path(tempfile.mkdtemp(prefix="dp-check-"))
+    kwargs = dict(data=make_data(), batch_size=BATCH, lr=LR, epochs=EPOCHS, seed=SEED,
+                  checkpoint=str(folder / "model.pt"))
+    try:
+        job = workbench.launch(run_on_rank, fn, kwargs, np=np, engine=engine,
+                               runs_dir=runs_dir, name=f"check-{engine}",
+                               stall_timeout=timeout_s)
+    except workbench.ConfigError as err:
+        return not_yet(f"your function could not be started: {err}",
+                       "Everything the function uses must be created inside it or be "
+                       "importable (torch, horovod.torch, workbench).")
+    if job.wait(timeout_s) == "running":
+        job.stop()
+        return not_yet(f"the ranks did not finish within {timeout_s:g} s.",
+                       "A rank may be waiting in an allreduce that another rank never "
+                       "starts: every rank must run the same collective calls in the same "
+                       "order (e.g. no allreduce inside `if rank == 0`).")
+    if job.status != "succeeded":
+        failure = (job.summary or {}).get("failure") or {}
+        return not_yet(f"the job {job.status}: rank {failure.get('rank')} "
+                       f"{failure.get('error')}",
+                       "Read the traceback above (or `workbench show " + job.run_id + "`); "
+                       "run the function once in the notebook to find the line.")
+    return judge(job.results(), kwargs, np)
+
+
+def run_on_rank(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What each rank runs: the student's `fn`, with this rank's seed, watching what it does.
+
+    Counts the checkpoints it writes (`torch.save`) and the learning rates its optimizer
+    steps with; returns them with the final parameters.
+    """
+    rank = workbench.rank()
+    saves: list[str] = []
+    lrs: set[float] = set()
+    real_save = torch.save
+
+    def save(obj, f, *args, **kw):
+        saves.append(str(f))
+        return real_save(obj, f, *args, **kw)
+
+    def note_lr(optimizer, _args, _kwargs):
+        lrs.update(group["lr"] for group in optimizer.param_groups)
+
+    torch.save = save
+    hook = register_optimizer_step_pre_hook(note_lr)
+    try:
+        state = fn(**{**kwargs, "seed": kwargs["seed"] + SEED_STEP * rank})
+    finally:
+        torch.save = real_save
+        hook.remove()
+    return {"params": _params(state), "saves": len(saves), "lrs": sorted(lrs)}
+
+
+def judge(results: list[dict[str, Any]], kwargs: dict[str, Any], np: int) -> Feedback:
+    """The verdict from each rank's final parameters, checkpoints and learning rates."""
+    if any(r["params"] is None for r in results):
+        return not_yet("a rank returned no parameters.",
+                       "End the function with `return model.state_dict()` (with DDP: "
+                       "`model.module.state_dict()`).")
+    p = [r["params"] for r in results]
+    b, lr, data = kwargs["batch_size"], kwargs["lr"], kwargs["data"]
+    serial = dict(data=data, epochs=kwargs["epochs"], seed=kwargs["seed"])
+    if not all(_close(p[0], q) for q in p[1:]):
+        starts = [_params(make_model(kwargs["seed"] + SEED_STEP * r)) for r in range(np)]
+        if _close(_minus(p[1], p[0]), _minus(starts[1], starts[0])):
+            return not_yet("the ranks' final parameters differ by exactly the difference "
+                           "of their random starting weights.",
+                           "Broadcast rank 0's initial parameters to every rank before "
+                           "training (Horovod: hvd.broadcast_parameters(model.state_dict(), "
+                           "root_rank=0); DDP's constructor does it for you).")
+        return not_yet("the ranks end with different parameters: each one followed its own "
+                       "gradients.",
+                       "Average the gradients across ranks before every step (Horovod: wrap "
+                       "the optimizer in hvd.DistributedOptimizer; torch: wrap the model in "
+                       "DistributedDataParallel).")
+    if not _close(p[0], _params(_serial(serial, b * np, lr))):
+        return _why_not_serial(p[0], results, serial, b, lr, np)
+    writers = [rank for rank, r in enumerate(results) if r["saves"]]
+    if writers != [0]:
+        if not writers:
+            return not_yet("no rank wrote the checkpoint.",
+                           "Save the model on rank 0: `if rank == 0: torch.save(...)`.")
+        return not_yet(f"rank(s) {writers} wrote the checkpoint: every rank writes the same "
+                       "file, and on a shared disk they overwrite each other's half-written "
+                       "copies.", "Save on rank 0 only: `if hvd.rank() == 0: torch.save(...)`.")
+    return correct(f"{np} ranks with batch {b} ended with the same parameters as one "
+                   f"process with batch {np * b}, and only rank 0 wrote the checkpoint.")
+
+
+def _why_not_serial(p0: dict, results: list[dict[str, Any]], serial: dict[str, Any], b: int,
+                    lr: float, np: int) -> Feedback:
+    """The ranks agree with each other, but not with the reference: name the mistake."""
+    if _close(p0, _params(_serial(serial, b * np, lr * np))):
+        if any(abs(x - lr * np) < 1e-12 for r in results for x in r["lrs"]):
+            return not_yet(f"your optimizer used lr = {lr * np:g}, {np} x the lr of {lr:g}: "
+                           f"with averaged gradients, {np} ranks with batch {b} already take "
+                           f"the steps of one process with batch {np * b} at lr {lr:g}.",
+                           "Keep the learning rate you were given. Scale it (lr x size) only "
+                           "when you also mean to train with the larger global batch, and "
+                           "compare against that.")
+        return not_yet(f"your steps are {np} x too large: the gradients were summed over the "
+                       "ranks, not averaged.",
+                       "Average, don't sum: hvd.DistributedOptimizer(..., op=hvd.Average) "
+                       "(the default), or divide an all_reduce's sum by the world size.")
+    if _close(p0, _params(_serial(serial, b, lr))):
+        return not_yet("every rank trained on the whole data set: the result is one process "
+                       f"with batch {b}, not {np * b}.",
+                       "Give each rank its own shard of every global batch: rank r takes "
+                       "samples [start + r*b, start + (r+1)*b) of each global batch of "
+                       "size*b samples.")
+    return not_yet(f"the ranks agree, but not with one process with batch {np * b}.",
+                   "Check the shards: step over the data in global batches of size*b, and "
+                   "let rank r take the r-th slice of b samples of each one, in order.")
+
+
+def _serial(serial: dict[str, Any], batch: int, lr: float) -> dict[str, torch.Tensor]:
+    """The reference: `train` in this process with one batch size and learning rate."""
+    with tempfile.TemporaryDirectory() as folder:
+        return train(batch_size=batch, lr=lr, checkpoint=str(Path(folder) / "m.pt"), **serial)
+
+
+def _params(state: Any) -> dict[str, torch.Tensor] | None:
+    """{name: tensor} from a state_dict or a model, without DDP's "module." prefix."""
+    if isinstance(state, nn.Module):
+        state = state.state_dict()
+    if not isinstance(state, dict):
+        return None
+    return {k.removeprefix("module."): torch.as_tensor(v).detach().double().cpu()
+            for k, v in state.items()}
+
+
+def _minus(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: a[k] - b[k] for k in a}
+
+
+def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(
+        torch.allclose(a[k], b[k], atol=ATOL, rtol=RTOL) for k in a)
