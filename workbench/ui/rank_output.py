@@ -44,6 +44,7 @@ class RankOutput:
         self.hidden = [0] * job.world_size    # lines only counted, per rank
         self._lines: list[str] = []
         self._tail: list[str] = []            # the closing message
+        self.updates = 0                      # messages sent to the browser
         self.finished = threading.Event()
         FOLLOWERS[job.run_id] = self
 
@@ -120,3 +121,4 @@ class RankOutput:
         """Replace the widget's content with everything shown so far (one message)."""
         self.widget.outputs = ({"output_type": "stream", "name": "stdout",
                                 "text": self.text},)
+        self.updates += 1
