@@ -1,0 +1,97 @@
+"""`workbench.launch` from a fresh Jupyter kernel (nbclient), as a student uses it.
+
+A function defined in a notebook cell exists only in that kernel's `__main__`: these tests
+prove it reaches real Horovod and DDP ranks by value, reports live while the job runs, returns
+its results, and that a rank printing 10 000 lines does not flood the notebook.
+"""
+
+from __future__ import annotations
+
+import time
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+SETUP = """\
+import time, workbench
+def train(steps):
+    import torch
+    w = torch.zeros(3)
+    for step in range(steps):
+        w += 1
+        workbench.report(step=step, loss=float(10 - w.sum()) / 10, samples=8)
+        time.sleep(0.05)
+    time.sleep(1.0)   # still running once every point is written
+    return {"rank": workbench.rank(), "size": workbench.size(), "w": w.tolist()}
+"""
+
+LAUNCH = """\
+job = workbench.launch(train, 5, np=2, engine={engine!r}, runs_dir={runs!r})
+seen_live = False
+while not job.done:
+    steps = [m for m in job.metrics() if m["kind"] == "step"]
+    seen_live = seen_live or (len(steps) == 10 and job.status == "running")
+    time.sleep(0.05)
+assert job.status == "succeeded", job.summary
+assert seen_live, "every step was in metrics.jsonl while the job still ran"
+assert job.results() == [{{"rank": r, "size": 2, "w": [5.0] * 3}} for r in (0, 1)]
+print("ok", job.run_id)
+"""
+
+
+def _run(cells: list[str], tmp_path, timeout: int = 240) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    return nb
+
+
+def _stdout(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
+@pytest.mark.timeout(300)
+def test_a_function_from_a_fresh_kernel_runs_on_horovod_and_ddp_ranks(tmp_path):
+    runs = str(tmp_path / "runs")
+    nb = _run([SETUP, LAUNCH.format(engine="horovod", runs=runs),
+               LAUNCH.format(engine="torch", runs=runs)], tmp_path)
+    assert _stdout(nb.cells[1]).startswith("ok ")
+    assert _stdout(nb.cells[2]).startswith("ok ")
+
+
+CHATTY = """\
+import time, workbench
+from workbench.ui.rank_output import FOLLOWERS, MAX_LINES
+def chatty():
+    for i in range(10_000):
+        print("line", i)
+    return workbench.rank()
+started = time.monotonic()
+job = workbench.launch(chatty, np=2, engine="torch", runs_dir={runs!r})
+"""
+
+AFTER = """\
+echo = FOLLOWERS[job.run_id]
+echo.finished.wait(120)
+took = time.monotonic() - started
+lines = echo.text.splitlines()
+assert job.status == "succeeded" and job.results() == [0, 1]
+assert len(lines) <= 2 * MAX_LINES + 3, len(lines)          # capped ...
+assert lines[0] == "[rank 0] line 0" or lines[0] == "[rank 1] line 0"
+assert any("9,900 more lines in" in x for x in lines)       # ... saying where the rest is
+assert job.record().log(1).count("line ") == 10_000        # the log keeps everything
+assert echo.updates <= took / echo.every_s + 3, (echo.updates, took)   # not one per line
+print("ok", echo.updates, len(lines))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_ten_thousand_prints_do_not_flood_the_kernel(tmp_path):
+    start = time.monotonic()
+    nb = _run([CHATTY.format(runs=str(tmp_path / "runs")), "1 + 1", AFTER], tmp_path)
+    # the next cell runs while the ranks print: the kernel is not busy copying their output
+    assert nb.cells[1].outputs[0]["data"]["text/plain"] == "2"
+    assert _stdout(nb.cells[2]).startswith("ok "), nb.cells[2].outputs
+    assert time.monotonic() - start < 200
