@@ -107,6 +107,10 @@ def check_data_parallel(fn: Callable[..., Any], engine: str = "horovod", *, np: 
                        "order (e.g. no allreduce inside `if rank == 0`).")
     if job.status != "succeeded":
         failure = (job.summary or {}).get("failure") or {}
+        if str(failure.get("error", "")).startswith("NotImplementedError"):
+            return not_yet("your function is not written yet (it raises NotImplementedError).",
+                           "Replace the line `raise NotImplementedError` with your code, then "
+                           "run the check again.")
         return not_yet(f"the job {job.status}: rank {failure.get('rank')} "
                        f"{failure.get('error')}",
                        "Read the traceback above (or `workbench show " + job.run_id + "`); "

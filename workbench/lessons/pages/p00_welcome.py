@@ -174,6 +174,23 @@ workbench run --engine horovod --np 2 --model logreg --epochs 1
 workbench runs               # list past runs
 workbench show <run id>      # one run's settings, outcome and log tail
 ```
+
+## 4. Your own code on real ranks
+
+The panels run the workbench's own training. `workbench.launch` runs *your* function on
+real ranks, as `horovod.run(fn, np=2)` does: the function is sent to each rank, what a rank
+prints appears under the cell with its rank number, and `job.results()` collects what each
+rank returned. Inside, `workbench.rank()` and `workbench.size()` say who is who:
+"""),
+    code(r"""
+def hello():
+    return f"rank {workbench.rank()} of {workbench.size()}"
+
+job = workbench.launch(hello, np=2)
+job.wait(), job.results()
+"""),
+    md(r"""
+Notebook 02 uses it to run the Horovod steps you write yourself.
 """),
     md(r"""
 ## Summary
@@ -184,6 +201,8 @@ workbench show <run id>      # one run's settings, outcome and log tail
   Stop, an interrupted kernel or a restarted one ends them all.
 - Small jobs spend most of their time starting up, not training.
 - Every run leaves a folder in `runs/` with its settings, metrics, logs, summary and model.
+- `workbench.launch(fn, np=2)` runs your own function on real ranks and returns a job, like
+  the panels' jobs.
 
 ## Exercises
 

@@ -4,6 +4,74 @@ from workbench.exercises.build_notebooks import code, md
 
 NAME = "02_data_parallelism_horovod.ipynb"
 
+#: Section 7: the student writes the Horovod steps in a cell and runs them on real ranks.
+YOUR_OWN_RANKS = [
+    md(r"""
+## 7. Your turn: the five steps in your own code
+
+So far the ranks ran the workbench's loop. Now write the steps yourself. Here is a plain
+one-process training function (a small MLP, batch 8, two epochs):
+"""),
+    code(r"""
+import inspect
+
+from workbench.exercises.data_parallel import check_data_parallel, make_data, make_model, train
+from workbench.ui import RunPanel
+
+print(inspect.getsource(train))
+"""),
+    md(r"""
+Below is its Horovod version: every changed line carries a `# Horovod:` comment. Read it,
+change it if you like, and run the cell. `workbench.launch(fn, *args, np=2)` then sends your
+function to 2 real Horovod ranks, like `horovod.run(fn, np=2)`: it returns at once, what the
+ranks print appears under the cell with their rank, and `RunPanel(job)` charts what they
+`workbench.report()`.
+"""),
+    code(r"""
+def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="model.pt"):
+    import horovod.torch as hvd, torch, torch.nn.functional as F
+    hvd.init()  # Horovod: 1. join the job (2. pinning: launch() gives each rank one core)
+    x, y = data
+    model = make_model(seed)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # Horovod: 3. same start
+    optimizer = hvd.DistributedOptimizer(  # Horovod: 4. average the gradients
+        torch.optim.SGD(model.parameters(), lr=lr), named_parameters=model.named_parameters())
+    step = batch_size * hvd.size()  # Horovod: one global batch = size x batch_size samples
+    for _epoch in range(epochs):
+        for start in range(0, len(x) - step + 1, step):
+            mine = slice(start + hvd.rank() * batch_size, start + (hvd.rank() + 1) * batch_size)
+            optimizer.zero_grad()  # (Horovod: 5. `mine` is this rank's shard)
+            loss = F.mse_loss(model(x[mine]), y[mine])
+            loss.backward()
+            optimizer.step()
+            workbench.report(loss=loss.item(), samples=batch_size)
+    if hvd.rank() == 0:  # Horovod: one checkpoint, written by rank 0
+        torch.save(model.state_dict(), checkpoint)
+    return model.state_dict()
+"""),
+    code(r"""
+job = workbench.launch(train_horovod, make_data(), np=2, engine="horovod")
+run_panel = RunPanel(job)
+run_panel
+"""),
+    code(r"""
+await until_finished(run_panel)
+first, second = job.results()  # each rank's return value, in rank order
+print(job.status, "- largest difference between the ranks' parameters:",
+      max((first[k] - second[k]).abs().max().item() for k in first))
+"""),
+    md(r"""
+The two ranks end with the same parameters. Are they also the parameters of one process
+with batch 16? `check_data_parallel` runs your function on 2 ranks and `train` with batch 16,
+and compares. It also seeds each rank differently (as separate machines would be), so a
+missing broadcast shows. Delete the `broadcast_parameters` line, or write `op=hvd.Sum` in
+the optimizer, and check again: the hint names the mistake.
+"""),
+    code(r"""
+check_data_parallel(train_horovod, engine="horovod")
+"""),
+]
+
 CELLS = [
     md(r"""
 # 02 · Data parallelism with Horovod
@@ -196,7 +264,9 @@ whole global batch: the curve above. The bars show that for a model this small m
 step is spent *synchronizing*: there is little computation to hide the communication behind.
 And the status line shows that starting the processes took longer than training. Both
 effects shrink as models grow (notebook 05 measures them).
-
+"""),
+    *YOUR_OWN_RANKS,
+    md(r"""
 ## Summary
 
 - Data parallelism: the same model on every worker, a different shard of every batch on
@@ -214,6 +284,8 @@ effects shrink as models grow (notebook 05 measures them).
 
 1. [Average the gradients with an allreduce](exercises/01_average_gradients.ipynb).
 2. [Shard a dataset between ranks](exercises/02_shard_a_dataset.ipynb).
+5. [Make this loop data-parallel](exercises/08_make_this_loop_data_parallel.ipynb), with
+   Horovod and with DDP, checked on real ranks.
 3. In the panel, choose 1 rank and a batch of 32, press Start, and rerun the two cells of
    section 6: the serial baseline now also has batch 32. Then try `engine = torch`.
 4. Set `MODEL = "mlp"` and 3 epochs. Do the trajectories still agree? Which share of a step
