@@ -66,7 +66,7 @@ class ScalingCharts:
         self.mode = mode
         self.extrapolate_to = extrapolate_to
         point_cols = ["np", "speedup", "efficiency", "time_s", "samples_per_s"]
-        self.points = charts.source(point_cols)
+        self.points = charts.source(point_cols, name="scaling_points")  # named: found in tests
         self.ideal = charts.source(["x", "speedup", "efficiency"])
         self.fit = charts.source(["x", "speedup", "efficiency"])
         self.fit_far = charts.source(["x", "efficiency"])
