@@ -618,13 +618,13 @@ rank one core.)
 """),
     Task(
         exercise=r"""
-def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="model.pt"):
+def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
     import horovod.torch as hvd
     # Your code: the five Horovod steps around the loop of `train`.
     raise NotImplementedError
 """,
         solution=r"""
-def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="model.pt"):
+def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
     import horovod.torch as hvd
     hvd.init()                                                      # Horovod: join the job
     (x, y), model = data, make_model(seed)
@@ -666,14 +666,14 @@ and save `model.module.state_dict()` on rank 0 only.
 """),
     Task(
         exercise=r"""
-def train_ddp(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="model.pt"):
+def train_ddp(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     # Your code.
     raise NotImplementedError
 """,
         solution=r"""
-def train_ddp(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="model.pt"):
+def train_ddp(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     dist.init_process_group("gloo")                                 # DDP: join the job

@@ -61,7 +61,7 @@ def make_model(seed: int) -> nn.Module:
     return nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, 1))
 
 
-def train(data, batch_size=BATCH, lr=LR, epochs=EPOCHS, seed=SEED, checkpoint="model.pt"):
+def train(data, batch_size=BATCH, lr=LR, epochs=EPOCHS, seed=SEED, checkpoint="runs/model.pt"):
     """The single-process training loop the student makes data-parallel (and the reference)."""
     x, y = data
     model = make_model(seed)

@@ -28,7 +28,7 @@ ranks print appears under the cell with their rank, and `RunPanel(job)` charts w
 `workbench.report()`.
 """),
     code(r"""
-def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="model.pt"):
+def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
     import horovod.torch as hvd, torch, torch.nn.functional as F
     hvd.init()  # Horovod: 1. join the job (2. pinning: launch() gives each rank one core)
     x, y = data
