@@ -78,7 +78,7 @@ class RankContext:
         record: dict[str, Any] = {"rank": self.rank, "ok": exc is None, "time": time.time()}
         if exc is not None:
             record["error"] = f"{exc_type.__name__}: {exc}"
-            # A rank running someone else's code (workbench.launch) sets `rank_traceback` to
+            # A rank running a user's own code (workbench.launch) sets `rank_traceback` to
             # the frames of that code only: the workbench's own frames would hide the error.
             record["traceback"] = getattr(exc, "rank_traceback", None) or "".join(
                 traceback.format_exception(exc_type, exc, tb))
