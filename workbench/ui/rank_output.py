@@ -27,8 +27,9 @@ MAX_LINES = 100
 #: Characters shown per line.
 MAX_CHARS = 400
 
-#: The followers of recent jobs, by run id (to inspect what was shown, e.g. in tests).
+#: The followers of the last jobs, by run id (to inspect what was shown, e.g. in tests).
 FOLLOWERS: dict[str, RankOutput] = {}
+KEEP_FOLLOWERS = 20
 
 
 class RankOutput:
@@ -47,6 +48,8 @@ class RankOutput:
         self.updates = 0                      # messages sent to the browser
         self.finished = threading.Event()
         FOLLOWERS[job.run_id] = self
+        for old in list(FOLLOWERS)[:-KEEP_FOLLOWERS]:  # dicts keep insertion order
+            del FOLLOWERS[old]
 
     @property
     def text(self) -> str:
