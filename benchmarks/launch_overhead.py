@@ -58,11 +58,19 @@ def horovod_training(steps: int) -> None:
 
 
 def measure(job: workbench.Job, t0: float) -> tuple[float, float]:
-    """(seconds from the call to the first step line, samples/s) of a finished job."""
+    """(seconds from the call to the first step line, samples/s) of a finished job.
+
+    Samples/s is computed the same way for both jobs, from the times of the step lines: the
+    samples of every step after the first, over the time from the first step line to the
+    last (the first step of a rank only marks the start: its duration is not comparable).
+    """
     assert job.wait(600) == "succeeded", job.summary
     steps = of_kind(job.metrics(), "step")
-    first = min(s["time"] for s in steps) + (job.started_at - t0)
-    return first, job.summary["samples_per_s"]
+    first_step = min(s["step"] for s in steps)
+    later = [s for s in steps if s["step"] > first_step]
+    span = max(s["time"] for s in steps) - min(s["time"] for s in steps if s["step"] == first_step)
+    return (min(s["time"] for s in steps) + (job.started_at - t0),
+            sum(s["samples"] for s in later) / span)
 
 
 def main() -> None:

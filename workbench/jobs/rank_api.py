@@ -27,14 +27,14 @@ from workbench.training.reporter import RankContext, _env_int
 
 #: The context of the rank this process is, set by the rank module (user_rank.py).
 _context: RankContext | None = None
-_last: dict[str, float] = {"epoch": 0, "step": -1, "time": 0.0}
+_last: dict[str, float | None] = {"epoch": 0, "step": -1, "time": None}
 
 
 def attach(ctx: RankContext) -> None:
     """Make `report()` write into `ctx`'s run (called once by the rank module)."""
     global _context
     _context = ctx
-    _last.update(epoch=0, step=-1, time=ctx.now())
+    _last.update(epoch=0, step=-1, time=None)
 
 
 def rank() -> int:
@@ -67,7 +67,9 @@ def report(**metrics: Any) -> None:
     `accuracy` and `samples` (samples this rank processed in this step, for samples/s);
     other names are kept in metrics.jsonl. Missing ones are filled in so every line has the
     fields of the record format: `step` counts up from 0, `epoch` stays at the last one
-    reported, `step_time_s` is the time since this rank's previous report, in seconds.
+    reported, `step_time_s` is the time since this rank's previous report, in seconds (0 for
+    its first report: when that step began is unknown, and the time since the start would
+    count imports and data loading as training).
     """
     if _context is None:
         return
@@ -78,7 +80,8 @@ def report(**metrics: Any) -> None:
         step = int(values.pop("step", _last["step"] + 1))
         epoch = int(values.pop("epoch", _last["epoch"]))
         line = {"epoch": epoch, "step": step, "loss": math.nan, "accuracy": math.nan,
-                "samples": 0, "step_time_s": now - _last["time"], **values}
+                "samples": 0, "step_time_s": 0.0 if _last["time"] is None else now - _last["time"],
+                **values}
         _last.update(step=step, epoch=epoch, time=now)
     else:
         epoch = int(values.pop("epoch"))
