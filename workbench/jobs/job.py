@@ -9,6 +9,10 @@ A watcher thread then checks the job five times a second:
 - nothing new in metrics.jsonl for `stall_timeout` s  -> "stalled";
 - `stop()` was called                                 -> "stopped".
 
+With `launcher="slurm"` the job is submitted to Slurm instead (see slurm.py): it is
+"pending" while Slurm queues it, ranks are watched through what they write in the runs
+folder and the job's state in Slurm, and stopping it is `scancel`.
+
 Whatever the outcome, every process of the job is ended (see processes.py) and
 `summary.json` is written atomically, so a crash never leaves a half-written summary.
 """
@@ -30,6 +34,7 @@ from typing import Any
 import psutil
 
 from workbench.config import ConfigError, JobConfig
+from workbench.jobs import slurm
 from workbench.jobs.engines import ENGINES, TRAINING_MODULES
 from workbench.jobs.processes import (
     free_port,
@@ -73,8 +78,16 @@ class Job:
     # ------------------------------------------------------------------ public API
     @property
     def status(self) -> str:
-        """"running", "succeeded", "failed", "stopped" or "stalled"."""
+        """"pending" (queued by Slurm), "running", "succeeded", "failed", "stopped" or
+        "stalled"."""
+        if self._status == "running" and self.pending_reason is not None:
+            return "pending"
         return self._status
+
+    @property
+    def pending_reason(self) -> str | None:
+        """Why Slurm still queues the job ("Resources", "Priority", ...); None otherwise."""
+        return self._proc.pending_reason if self._slurm else None
 
     @property
     def done(self) -> bool:
@@ -86,8 +99,9 @@ class Job:
         return self._started
 
     @property
-    def launcher_pid(self) -> int:
-        """Pid of the engine's launcher (horovodrun, torchrun, or the serial rank itself)."""
+    def launcher_pid(self) -> int | None:
+        """Pid of the engine's launcher (horovodrun, torchrun, or the serial rank itself);
+        None under Slurm, which starts the ranks on its nodes."""
         return self._proc.pid
 
     @property
@@ -117,10 +131,11 @@ class Job:
         except KeyboardInterrupt:
             self.stop()
             raise
-        return self._status
+        return self.status
 
     def stop(self) -> None:
-        """End every process of the job (within about 5 s) and record it as stopped."""
+        """End every process of the job (within about 5 s; under Slurm: `scancel`, within
+        10 s) and record it as stopped."""
         self._finish("stopped")
 
     def __repr__(self) -> str:
@@ -147,6 +162,16 @@ class Job:
             # How often Horovod's background thread looks for gradients ready to allreduce
             # (default 1 ms). Other engines have no such thread and ignore it.
             env["HOROVOD_CYCLE_TIME"] = repr(cfg.cycle_time_ms)
+        self._slurm = cfg.launcher == "slurm"
+        if self._slurm:  # ---- Slurm hook: Slurm starts the ranks (see slurm.py) ----
+            # The ranks run on compute nodes, where our pid means nothing: no owner watchdog.
+            del env[ENV_OWNER]
+            self._started = time.time()
+            self._proc = slurm.submit(cfg, self.run_id, self.run_dir, module, args, env)
+            _LIVE_JOBS.add(self)
+            threading.Thread(target=self._watch, name=f"watch-{self.run_id}",
+                             daemon=True).start()
+            return
         if cfg.oversubscribed():
             self.warnings.append(
                 f"{cfg.world_size} ranks x {threads} threads exceed this machine's "
@@ -167,8 +192,10 @@ class Job:
         threading.Thread(target=self._watch, name=f"watch-{self.run_id}", daemon=True).start()
 
     # ------------------------------------------------------------------ watching
-    def _vanished(self, exits: dict[int, dict[str, Any]]) -> list[tuple[int, int]]:
+    def _vanished(self, exits: dict[int, dict[str, Any]]) -> list[tuple[int, int | None]]:
         """(rank, pid) of ranks whose process is gone (or a zombie) without an exit record."""
+        if self._slurm:  # ---- Slurm hook: ranks on compute nodes, seen through the runs folder
+            return self._proc.vanished(exits)
         return [(rank, pid) for rank, pid in sorted(rank_pids(self.run_dir).items())
                 if rank not in exits and not pid_alive(pid)]
 
@@ -177,7 +204,7 @@ class Job:
         while not self._done.is_set():
             time.sleep(POLL_S)
             size = _size(self.run_dir / "metrics.jsonl")
-            if size != last_size:
+            if size != last_size or self.status == "pending":  # queued time is no stall
                 last_size, last_progress = size, time.time()
             outcome = self._check()
             if outcome is None and time.time() - last_progress > self.config.stall_timeout:
@@ -224,15 +251,18 @@ class Job:
         if all_ok and rc == 0:
             return "succeeded", None
         missing = sorted(set(range(self.world_size)) - set(exits))
+        ended = self._proc.ending() if self._slurm else \
+            f"the {self.config.engine} launcher exited with code {rc}"
         return "failed", {"rank": missing[0] if missing else None,
-                          "error": f"the {self.config.engine} launcher exited with code {rc}"
-                                   f" before rank(s) {missing} reported"}
+                          "error": f"{ended} before rank(s) {missing} reported"}
 
     def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
         """End all processes, then write summary.json. Runs once, whoever calls first."""
         with self._lock:
             if self._done.is_set():
                 return
+            if self._slurm:  # ---- Slurm hook: scancel, and wait until Slurm has ended it
+                self._proc.cancel()
             survivors = terminate(job_processes(self.run_id, self.run_dir, self._proc.pid))
             try:
                 self._proc.wait(timeout=2)
@@ -262,7 +292,7 @@ class Job:
                                                              default=-1)]
         summary: dict[str, Any] = {
             "run_id": self.run_id, "run_dir": str(self.run_dir), "status": status,
-            "engine": cfg.engine, "np": self.world_size,
+            "engine": cfg.engine, "np": self.world_size, "launcher": cfg.launcher,
             "hosts": sorted({r["host"] for r in starts}),
             "threads_per_rank": cfg.resolved_threads(),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self._started)),
@@ -280,6 +310,9 @@ class Job:
             "warnings": self.warnings,
             "versions": _versions(),
         }
+        if self._slurm:
+            summary["slurm_job_id"] = self._proc.job_id
+            summary["slurm_state"] = self._proc.state
         if failure:
             summary["failure"] = failure
         return summary
@@ -290,6 +323,8 @@ def start(cfg: JobConfig) -> Job:
     """Validate `cfg` and launch a training job; returns at once (see `Job`)."""
     cfg = apply_preset(cfg).validate()
     _check_engine(cfg.engine)
+    if cfg.launcher == "slurm":
+        slurm.check(cfg)
     return Job(cfg, TRAINING_MODULES[cfg.engine], [])
 
 
@@ -302,6 +337,8 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
                     name=name, threads_per_rank=threads_per_rank, hosts=hosts,
                     stall_timeout=stall_timeout, **fields).validate()
     _check_engine(engine)
+    if cfg.launcher == "slurm":
+        slurm.check(cfg)
     return Job(cfg, module, list(args or []))
 
 
