@@ -91,7 +91,7 @@ def jobs() -> Iterator[list[Job]]:
 
 
 def in_queue(job_id: str) -> bool:
-    return job_id in slurm.queue_states([job_id])
+    return slurm.queue_state(job_id) is not None
 
 
 def wait_for(condition, timeout: float, what: str, period: float = 0.1) -> None:
@@ -218,7 +218,8 @@ def test_queued_job_waits_for_the_cpus_and_stop_cancels(cluster: str, tmp_path: 
                                "epochs": 500, "runs_dir": str(tmp_path), "name": "first"}))
     jobs.append(first)
     wait_for(lambda: first.status == "running" and first.metrics(), 90, "the first job's ranks")
-    second = start(JobConfig(**{**SMALL, "engine": "torch", "epochs": 2,
+    # The second job needs one CPU of the two the first one holds (a serial job: quick).
+    second = start(JobConfig(**{**SMALL, "engine": "serial", "np": 1, "epochs": 2,
                                 "runs_dir": str(tmp_path), "name": "second"}))
     jobs.append(second)
     assert second.status == "pending"

@@ -203,8 +203,9 @@ def submit(cfg: JobConfig, run_id: str, run_dir: Path, module: str, args: list[s
                          env=env, timeout=60)
     with open(run_dir / "logs" / "launcher.log", "a") as log:
         log.write(f"sbatch --parsable {script}\n{out.stdout}{out.stderr}")
-    if out.returncode != 0:
+    if out.returncode != 0:  # nothing was queued, so nothing ran: leave no run behind
         last = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        shutil.rmtree(run_dir, ignore_errors=True)
         raise ConfigError(f"sbatch refused the job: {last}")
     job_id = out.stdout.strip().split(";")[0]  # "id" or "id;cluster"
     write_json_atomic(run_dir / "slurm" / "job.json", {"slurm_job_id": job_id})
@@ -246,7 +247,9 @@ class SlurmBatch:
         if not (now or due or (self.run_dir / "slurm" / "batch_exit.json").exists()):
             return None
         self._asked = time.time()
-        state = queue_states([self.job_id]).get(self.job_id)
+        state = queue_state(self.job_id)
+        if state == UNKNOWN:
+            return None  # the controller did not answer this time: ask again later
         if state is not None and state[0] in ACTIVE_STATES:
             self.state, self.reason = state
             return None
@@ -293,25 +296,31 @@ class SlurmBatch:
         return [(rank, pids.get(rank)) for _, rank in ended if rank not in exits]
 
 
-def queue_states(job_ids: list[str]) -> dict[str, tuple[str, str]]:
-    """{job id: (state, reason)} for those of `job_ids` that Slurm's queue lists now.
+#: What `queue_state` returns when squeue could not answer (controller busy or down).
+UNKNOWN = ("UNKNOWN", "")
 
-    squeue lists a job from submission until shortly after it ends; an id it no longer
-    knows makes it fail, so ask for all jobs and pick ours.
+
+def queue_state(job_id: str) -> tuple[str, str] | None:
+    """(state, reason) of a job that Slurm's queue lists now, None if it lists it no more.
+
+    squeue lists a job from submission until shortly after it ends, then says "Invalid job
+    id" (the job is over). Any other failure is UNKNOWN: a busy controller must not make a
+    running job look finished.
     """
-    if not job_ids or shutil.which("squeue") is None:
-        return {}
+    if shutil.which("squeue") is None:
+        return UNKNOWN
     try:
-        out = subprocess.run(["squeue", "-h", "-o", "%i|%T|%r"], capture_output=True,
-                             text=True, timeout=30)
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T|%r"],
+                             capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return {}
-    states = {}
-    for line in out.stdout.splitlines():
-        job_id, state, reason = (line.split("|") + ["", ""])[:3]
-        if job_id in job_ids:
-            states[job_id] = (state, reason)
-    return states
+        return UNKNOWN
+    if out.returncode != 0:
+        return None if "Invalid job id" in out.stderr else UNKNOWN
+    line = out.stdout.strip()
+    if not line:
+        return None
+    state, _, reason = line.partition("|")
+    return state, reason
 
 
 def _final_state(job_id: str) -> dict[str, str]:
@@ -334,7 +343,7 @@ def run_status(run_dir: Path) -> str | None:
     job = read_json(Path(run_dir) / "slurm" / "job.json")
     if not job:
         return None
-    state = queue_states([str(job["slurm_job_id"])]).get(str(job["slurm_job_id"]))
+    state = queue_state(str(job["slurm_job_id"]))
     if state is None or state[0] != "PENDING":
         return None
     return f"pending ({state[1]})"
