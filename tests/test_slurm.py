@@ -153,7 +153,7 @@ def test_bad_slurm_settings_are_refused_in_one_line(fields: dict, message: str) 
 def test_no_sbatch_here_is_refused_in_one_line(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # a PATH without Slurm's commands
     with pytest.raises(ConfigError) as err:
-        start(JobConfig(**SMALL, runs_dir=str(tmp_path / "runs")))
+        start(JobConfig(**{**SMALL, "engine": "torch"}, runs_dir=str(tmp_path / "runs")))
     assert "--launcher slurm cannot run here: `sbatch` is not on PATH" in str(err.value)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "runs").exists(), "a refused job must not create a run folder"
