@@ -78,6 +78,7 @@ def settings() -> Settings:
     if not limit_text.isdigit():
         raise ConfigError(f"invalid {ENV_JOBS_PER_USER}={limit_text!r}: expected a whole "
                           "number of running jobs per user (0: no limit)")
+    _shared_folder(folder)
     return Settings(folder, when_busy, int(limit_text))
 
 
