@@ -18,6 +18,7 @@ Whatever the outcome, every process of the job is ended (see processes.py) and
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import platform
 import subprocess
@@ -160,9 +161,14 @@ class Job:
     # ------------------------------------------------------------------ launching
     def _wait_for_cores(self, module: str, args: list[str]) -> None:
         """Wait in the host's queue for this job's turn, then launch (unless stopped)."""
-        while not self._ticket.poll():
-            if self._done.wait(QUEUE_POLL_S):
-                return  # stopped while queued; _finish left the queue
+        try:
+            while not self._ticket.poll():
+                if self._done.wait(QUEUE_POLL_S):
+                    return  # stopped while queued; _finish left the queue
+        except (OSError, ConfigError) as err:  # the shared folder went away, say
+            self._finish("failed", {"rank": None, "error": f"lost its place in the queue for "
+                                                           f"cores: {err}"})
+            return
         error = None
         with self._lock:
             if self._done.is_set():
@@ -293,7 +299,8 @@ class Job:
                     self._proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 pass
-            self._ticket.release()  # the processes are gone: the cores are free again
+            with contextlib.suppress(OSError, ConfigError):  # never lose the summary for it
+                self._ticket.release()  # the processes are gone: the cores are free again
             if failure and failure.get("rank") is not None:
                 failure["log_tail"] = RunRecord(self.run_dir).log(failure["rank"], last=20)
             elif failure:
