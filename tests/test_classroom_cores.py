@@ -260,3 +260,22 @@ def test_bad_sharing_settings_are_one_line_errors(tmp_path, monkeypatch, name, v
     with pytest.raises(ConfigError, match=message):
         start(tmp_path)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_the_training_panel_shows_a_queued_job_and_its_place(tmp_path, two_cores, monkeypatch):
+    from workbench.ui import TrainingPanel
+
+    holder = ticket(2, "ann", monkeypatch)                      # another job holds both cores
+    assert holder.poll()
+    panel = TrainingPanel(runs_dir=str(tmp_path), engine="serial", np=1, model="logreg",
+                          dataset="digits", epochs=1, threads_per_rank=1)
+    try:
+        panel.start_button.click()
+        assert panel.job.status == "queued"
+        panel.refresh()
+        assert "queued: number 1 in this machine&#x27;s queue" in panel.status.value
+        panel.stop_button.click()                               # leaves the queue, no process
+        assert panel.job.status == "stopped" and cores.snapshot()["waiting"] == []
+    finally:
+        panel.close()
+        holder.release()
