@@ -139,3 +139,11 @@ def test_nbgrader_grades_solutions_blanks_and_typical_wrong_answers(tmp_path):
     got = {key: graded.get(key) for key in expected}
     print(json.dumps({f"{s}/{a}": v for (s, a), v in sorted(got.items())}, indent=1))
     assert got == {key: (float(s), float(m)) for key, (s, m) in expected.items()}
+
+
+def test_classroom_nbgrader_refuses_a_file_for_out_dir(tmp_path, capsys):
+    from workbench.cli import main
+
+    (tmp_path / "course").write_text("")
+    assert main(["classroom", "nbgrader", str(tmp_path / "course")]) == 2
+    assert "is a file" in capsys.readouterr().err

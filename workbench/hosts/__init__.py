@@ -1,4 +1,5 @@
-"""What this host gives a job: the CPU budget (`cpu.py`) and how cores are shared (`cores.py`)."""
+"""What this host gives a job: its CPU budget (`cpu.py`). How jobs share the host's cores is
+decided when they launch, in `workbench/jobs/cores.py`."""
 
 from workbench.hosts.cpu import CpuBudget, cpu_budget
 
