@@ -10,7 +10,9 @@ asks the same place: one small JSON file, `cores.json`, in a shared folder. Hold
 The file holds the jobs that run (`held`: their cores) and those that wait (`waiting`), in
 the order they asked. A waiting job starts when
 
-1. no job that asked before it could start now (first in, first out), and
+1. every job that asked before it waits only for its own user's running jobs (first in,
+   first out: a job waiting for cores is never overtaken, so a big job cannot starve;
+   one user's jobs held back by their limit do not hold up other users),
 2. its user runs fewer jobs than the per-user limit, and
 3. enough cores are free: it then takes the lowest-numbered free ones.
 
