@@ -281,6 +281,10 @@ class TrainingPanel(widgets.VBox):
         if self.job.pending_reason is not None:  # Slurm queues the job: say why
             self._say(f"Run {self.job.run_id} queued: {self.job.pending_reason}")
             return
+        if self.job.status == "queued":
+            self._say(f"Run {self.job.run_id} queued: number {self.job.queue_position} in "
+                      "this machine's queue. It starts when other jobs free enough cores.")
+            return
         if not last:
             self._say(f"Run {self.job.run_id}: ranks starting (importing, loading data) ...")
             return
