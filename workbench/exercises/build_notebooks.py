@@ -597,12 +597,12 @@ return `model.state_dict()`.
     code(r"""
 import inspect
 
-import torch
-import torch.nn.functional as F
+import torch  # noqa: F401 - your answers below use torch, F and make_model
+import torch.nn.functional as F  # noqa: F401
 
 import workbench
 from workbench.exercises import check_data_parallel
-from workbench.exercises.data_parallel import make_data, make_model, train
+from workbench.exercises.data_parallel import make_data, make_model, train  # noqa: F401
 from workbench.ui import RunPanel
 
 print(inspect.getsource(train))
@@ -619,8 +619,8 @@ rank one core.)
     Task(
         exercise=r"""
 def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
-    import horovod.torch as hvd
-    # Your code: the five Horovod steps around the loop of `train`.
+    # Your code: `import horovod.torch as hvd`, then the Horovod steps around the loop of
+    # `train`.
     raise NotImplementedError
 """,
         solution=r"""
@@ -667,9 +667,8 @@ and save `model.module.state_dict()` on rank 0 only.
     Task(
         exercise=r"""
 def train_ddp(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    # Your code.
+    # Your code: `import torch.distributed as dist`, `from torch.nn.parallel import
+    # DistributedDataParallel as DDP`, then the same steps in DDP's words.
     raise NotImplementedError
 """,
         solution=r"""

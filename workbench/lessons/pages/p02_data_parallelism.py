@@ -15,6 +15,9 @@ one-process training function (a small MLP, batch 8, two epochs):
     code(r"""
 import inspect
 
+import torch
+import torch.nn.functional as F
+
 from workbench.exercises.data_parallel import check_data_parallel, make_data, make_model, train
 from workbench.ui import RunPanel
 
@@ -29,7 +32,7 @@ ranks print appears under the cell with their rank, and `RunPanel(job)` charts w
 """),
     code(r"""
 def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
-    import horovod.torch as hvd, torch, torch.nn.functional as F
+    import horovod.torch as hvd  # imported on the ranks: the notebook's kernel needs none
     hvd.init()  # Horovod: 1. join the job (2. pinning: launch() gives each rank one core)
     x, y = data
     model = make_model(seed)
