@@ -79,6 +79,15 @@ def test_average_gradients_without_communication():
                     "never combined the ranks")
 
 
+def test_average_gradients_all_zeros_and_divided_by_p_minus_one():
+    fb = allreduce.check_average_gradients(lambda grads: [torch.zeros_like(g) for g in grads])
+    assert_rejected(fb, "holds zeros")
+    fb = allreduce.check_average_gradients(
+        lambda grads: [t / (len(grads) - 1) for t in allreduce.allreduce_sum(grads)])
+    assert_rejected(fb, "world size minus one", "not by p − 1")
+    assert "sum of the gradients" not in str(fb)
+
+
 def test_average_gradients_bad_shapes_and_none():
     assert_rejected(allreduce.check_average_gradients(lambda grads: None), "returned None")
     assert_rejected(allreduce.check_average_gradients(
@@ -105,7 +114,17 @@ def test_shard_last_rank_takes_the_rest():
     def last_takes_rest(n, rank, p):
         size = n // p
         return list(range(rank * size, n if rank == p - 1 else (rank + 1) * size))
-    assert_rejected(sharding.check_shard(last_takes_rest), "Unequal shards", "hangs")
+    assert_rejected(sharding.check_shard(last_takes_rest), "Unbalanced shards", "its share")
+
+
+def test_balanced_shards_still_take_unequal_numbers_of_steps():
+    """n = 13, p = 4, b = 1: a right answer to the exercise, yet rank 0 takes one step more."""
+    shard = solution("02_shard_a_dataset.ipynb", "shard")
+    sizes = [len(shard(13, rank, 4)) for rank in range(4)]
+    assert sizes == [4, 3, 3, 3]
+    assert sharding.steps_per_rank(sizes, batch_size=1) == [4, 3, 3, 3]
+    assert sharding.steps_per_rank([3, 3, 3, 3], batch_size=1) == [3, 3, 3, 3]  # dropped one
+    assert "drop the incomplete last" in sharding.__doc__
 
 
 def test_shard_overlapping_and_identical_shards():
@@ -151,6 +170,25 @@ def test_scaling_table_compared_with_previous_row_and_bad_shape():
     assert_rejected(scaling.check_scaling_table(lambda t: [1, 2]), "expected a dict")
     assert_rejected(scaling.check_scaling_table(lambda t: {p: 1.0 for p in t}),
                     "not a pair of numbers")
+
+
+def _rounded(t, decimals, percent=False):
+    """The right table, rounded as a student might; efficiency in percent if asked."""
+    out = {}
+    for p, (s, e) in scaling.reference_table(t).items():
+        out[p] = (round(s, decimals), round(100 * e if percent else e, decimals))
+    return out
+
+
+def test_scaling_table_rounded_to_two_decimals_passes():
+    assert scaling.check_scaling_table(lambda t: _rounded(t, 2)).passed
+
+
+def test_scaling_table_rounded_too_much_or_in_percent():
+    fb = scaling.check_scaling_table(lambda t: _rounded(t, 1))
+    assert_rejected(fb, "rounded too much", "two decimals")
+    assert_rejected(scaling.check_scaling_table(lambda t: _rounded(t, 2, percent=True)),
+                    "percentage", "as a fraction")
 
 
 def test_scaling_reference_comes_from_the_scaling_metrics():
@@ -230,7 +268,8 @@ def test_pipeline_schedule_counts_match_the_formula():
 
 
 def test_pipeline_bubble_wrong_denominators():
-    assert_rejected(pipeline.check_bubble_fraction(lambda p, m: (p - 1) / m), "busy slots M")
+    assert_rejected(pipeline.check_bubble_fraction(lambda p, m: (p - 1) / m),
+                    "Megatron", "ideal (busy) time", "whole run")
     assert_rejected(pipeline.check_bubble_fraction(lambda p, m: (p - 1) / p),
                     "does not depend on M")
     assert_rejected(pipeline.check_bubble_fraction(lambda p, m: (p - 1) / (m + p)),
@@ -239,15 +278,23 @@ def test_pipeline_bubble_wrong_denominators():
 
 
 def test_pipeline_micro_batches_wrong_answers():
-    assert_rejected(pipeline.check_micro_batches(16), "not enough", "M ≥ 4P")
+    assert_rejected(pipeline.check_micro_batches(16), "not enough", "M = 4P", "16%")
     assert_rejected(pipeline.check_micro_batches(30), "not the smallest")
     assert_rejected(pipeline.check_micro_batches(None), "no answer yet")
     assert_rejected(pipeline.check_micro_batches(27.5), "whole number")
+    assert_rejected(pipeline.check_micro_batches("27 micro-batches"), "whole number")
+    assert_rejected(pipeline.check_micro_batches(True), "whole number")
+
+
+def test_pipeline_micro_batches_accepts_a_whole_number_in_any_form():
+    for answer in (27, 27.0, "27", " 27 "):
+        assert pipeline.check_micro_batches(answer).passed, answer
 
 
 # --- 6. data or model parallelism ---------------------------------------------------------------
 
-def _rule(gb_per_s, state_bytes=None, with_activations=True, compare_cuts=True):
+def _rule(gb_per_s, state_bytes=None, with_activations=True, compare_cuts=True,
+          ring_factor=True, cuts_twice=True):
     """The course's rule with one slip built in, as a student might write it."""
     def choose(s):
         per_param = s.state_bytes_per_param if state_bytes is None else state_bytes
@@ -255,12 +302,14 @@ def _rule(gb_per_s, state_bytes=None, with_activations=True, compare_cuts=True):
         if need > s.device_memory_gb:
             return "model"
         bandwidth = gb_per_s(s)
-        ar = 2 * (s.workers - 1) / s.workers * 4 * s.params / bandwidth
+        factor = 2 * (s.workers - 1) / s.workers if ring_factor else 1.0
+        ar = factor * 4 * s.params / bandwidth
         if ar <= s.compute_s:
             return "data"
         if not compare_cuts:
             return "model"
-        return "model" if 2 * s.cut_activations_mb * 1e6 / bandwidth < ar else "data"
+        cut = (2 if cuts_twice else 1) * s.cut_activations_mb * 1e6 / bandwidth
+        return "model" if cut < ar else "data"
     return choose
 
 
@@ -283,6 +332,29 @@ def test_parallelism_memory_slips():
     assert_rejected(parallelism.check_parallelism_choice(
         _rule(bytes_ok, with_activations=False)), "Activations count too")
     assert_rejected(parallelism.check_parallelism_choice(lambda s: "data"), "Memory")
+
+
+BYTES = lambda s: s.link_gbit_s * 1e9 / 8  # noqa: E731  (the right bandwidth, bytes/s)
+
+
+def test_parallelism_wrong_cost_models_are_rejected():
+    assert_rejected(parallelism.check_parallelism_choice(_rule(BYTES, ring_factor=False)),
+                    "2(p − 1)/p", "270M")
+    assert_rejected(parallelism.check_parallelism_choice(_rule(BYTES, cuts_twice=False)),
+                    "twice per step", "long sequences")
+    both = _rule(BYTES, ring_factor=False, cuts_twice=False)  # no factor, no backward pass
+    assert_rejected(parallelism.check_parallelism_choice(both), "2(p − 1)/p")
+
+
+def test_parallelism_scenarios_leave_no_slip_unnoticed():
+    """Every slip of the cost model flips the choice of at least one scenario."""
+    slips = [dict(ring_factor=False), dict(cuts_twice=False), dict(compare_cuts=False),
+             dict(ring_factor=False, cuts_twice=False), dict(state_bytes=4),
+             dict(with_activations=False)]
+    for slip in slips:
+        rule = _rule(BYTES, **slip)
+        assert any(rule(s) != parallelism.reference_choice(s)
+                   for s in parallelism.SCENARIOS), slip
 
 
 def test_parallelism_model_whenever_communication_bound():
