@@ -14,11 +14,14 @@ from workbench.exercises import (
     Feedback,
     allreduce,
     build_notebooks,
+    laws,
+    lr_scaling,
     parallelism,
     pipeline,
     ring,
     scaling,
     sharding,
+    staleness,
 )
 from workbench.exercises.feedback import call_student
 
@@ -364,12 +367,123 @@ def test_parallelism_model_whenever_communication_bound():
     assert_rejected(parallelism.check_parallelism_choice(lambda s: 42), "'data' or 'model'")
 
 
+# --- 8. staleness ------------------------------------------------------------------------------
+
+def test_staleness_solutions_pass():
+    nb = "08_staleness.ipynb"
+    assert staleness.check_staleness(solution(nb, "staleness_per_push")).passed
+    assert staleness.check_staleness_lr(solution(nb, "staleness_lr")).passed
+
+
+def test_staleness_reference_matches_the_parameter_server_rule():
+    assert staleness.reference_staleness(staleness.TRACE) == [0, 0, 0, 3, 0, 1]
+    assert staleness.reference_staleness(staleness.ROUND_ROBIN) == [0, 1, 2, 2, 2]
+
+
+def test_staleness_wrong_counts():
+    right = staleness.reference_staleness
+    assert_rejected(staleness.check_staleness(lambda ev: [t + 1 for t in right(ev)]),
+                    "Off by one", "Its own update comes after")
+    assert_rejected(staleness.check_staleness(staleness._absolute_versions),
+                    "Subtract the version the worker pulled")
+    assert_rejected(staleness.check_staleness(staleness._events_between),
+                    "Pulls do not change the parameters")
+    assert_rejected(staleness.check_staleness(lambda ev: [0] * 3), "one staleness for each")
+
+
+def test_staleness_wrong_learning_rates():
+    assert_rejected(staleness.check_staleness_lr(lambda tau, lr: lr / tau),
+                    "ZeroDivisionError", "max(1, staleness)")
+    assert_rejected(staleness.check_staleness_lr(lambda tau, lr: lr * max(1, tau)),
+                    "You multiplied")
+    assert_rejected(staleness.check_staleness_lr(lambda tau, lr: lr / (tau + 1)), "τ + 1")
+    assert_rejected(staleness.check_staleness_lr(lambda tau, lr: lr), "does not depend")
+
+
+# --- 9. linear scaling rule -----------------------------------------------------------------------
+
+def test_linear_scaling_solution_passes_and_follows_goyal():
+    fb = lr_scaling.check_learning_rate(solution("09_linear_scaling_rule.ipynb",
+                                                 "learning_rate"))
+    assert fb.passed, str(fb)
+    assert lr_scaling.reference_lr(10, 32, 32) == pytest.approx(0.4)   # 1024 = 4 × 256
+    assert lr_scaling.reference_lr(0, 32, 32) == pytest.approx(0.1)    # warm-up starts at η
+    assert lr_scaling.reference_lr(2.5, 32, 32) == pytest.approx(0.25)  # half-way
+
+
+def _lr_rule(scale, warmup="linear"):
+    """The rule with one slip: `scale(p, b)` gives k; warm-up 'linear', 'none' or 'from0'."""
+    def lr(epoch, p, b):
+        target = scale(p, b) * lr_scaling.BASE_LR
+        if warmup == "none" or epoch >= lr_scaling.WARMUP_EPOCHS:
+            return target
+        start = 0.0 if warmup == "from0" else lr_scaling.BASE_LR
+        return start + (target - start) * epoch / lr_scaling.WARMUP_EPOCHS
+    return lr
+
+
+def test_linear_scaling_wrong_answers():
+    check, B = lr_scaling.check_learning_rate, lr_scaling.BASE_BATCH
+    assert_rejected(check(_lr_rule(lambda p, b: p)), "scaled by the number of workers")
+    assert_rejected(check(_lr_rule(lambda p, b: b / B)), "batch of one worker")
+    assert_rejected(check(_lr_rule(lambda p, b: (p * b / B) ** 0.5)), "square-root")
+    assert_rejected(check(_lr_rule(lambda p, b: p * b / B, warmup="none")), "No warm-up")
+    assert_rejected(check(_lr_rule(lambda p, b: p * b / B, warmup="from0")), "starts at 0")
+
+
+# --- 10. Amdahl or Gustafson --------------------------------------------------------------------
+
+def test_laws_solutions_pass():
+    nb = "10_amdahl_or_gustafson.ipynb"
+    assert laws.check_serial_shares(solution(nb, "serial_shares")).passed
+    assert laws.check_which_law(solution(nb, "which_law")).passed
+
+
+def test_laws_serial_shares_invert_the_course_formulas():
+    from workbench.scaling import metrics
+    for p in (2, 4, 8):
+        s_a, _ = laws.serial_shares(p, metrics.amdahl(p, 0.9))
+        _, s_g = laws.serial_shares(p, metrics.gustafson(p, 0.9))
+        assert s_a == pytest.approx(0.1) and s_g == pytest.approx(0.1)
+        assert s_a == pytest.approx(metrics.karp_flatt(metrics.amdahl(p, 0.9), p))
+
+
+def test_laws_serial_share_slips():
+    a_of = lambda p, s: (p / s - 1) / (p - 1)  # noqa: E731
+    g_of = lambda p, s: (p - s) / (p - 1)  # noqa: E731
+    assert_rejected(laws.check_serial_shares(lambda p, s: (g_of(p, s), a_of(p, s))), "Swapped")
+    assert_rejected(laws.check_serial_shares(lambda p, s: (a_of(p, s), a_of(p, s))),
+                    "One number for both laws")
+    assert_rejected(laws.check_serial_shares(lambda p, s: (1 - a_of(p, s), 1 - g_of(p, s))),
+                    "parallel share")
+
+
+def test_laws_which_law_slips():
+    assert_rejected(laws.check_which_law(lambda pts: "amdahl"), "varies relative to its size")
+    assert_rejected(laws.check_which_law(lambda pts: "gustafson"), "varies")
+
+    def two_points_are_enough(pts):  # the right comparison, but never says "cannot tell"
+        return laws.reference_law(pts) or "amdahl"
+    assert_rejected(laws.check_which_law(two_points_are_enough), "fits it exactly",
+                    "three worker counts")
+
+    def absolute_spread(pts):  # the spread not relative to the share's size
+        shares = [laws.serial_shares(p, s) for p, s in pts if p > 1]
+        if len(shares) < 2:
+            return None
+        spread = [max(x) - min(x) for x in zip(*shares, strict=True)]
+        return "amdahl" if spread[0] < spread[1] else "gustafson"
+    assert_rejected(laws.check_which_law(absolute_spread), "never larger than s_G")
+
+
 # --- every checker: never raises, same shape ----------------------------------------------------
 
 CHECKERS = [allreduce.check_average_gradients, sharding.check_shard,
             scaling.check_scaling_table, ring.check_reduce_scatter_step,
             ring.check_allgather_step, pipeline.check_bubble_fraction,
-            parallelism.check_parallelism_choice]
+            parallelism.check_parallelism_choice, staleness.check_staleness,
+            staleness.check_staleness_lr, lr_scaling.check_learning_rate,
+            laws.check_serial_shares, laws.check_which_law]
 
 
 @pytest.mark.parametrize("checker", CHECKERS, ids=lambda c: c.__name__)
