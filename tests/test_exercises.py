@@ -128,6 +128,7 @@ def test_balanced_shards_still_take_unequal_numbers_of_steps():
     assert sharding.steps_per_rank(sizes, batch_size=1) == [4, 3, 3, 3]
     assert sharding.steps_per_rank([3, 3, 3, 3], batch_size=1) == [3, 3, 3, 3]  # dropped one
     assert "drop the incomplete last" in sharding.__doc__
+    assert sharding.show_steps(shard, 13, 4, 1).endswith("[4, 3, 3, 3]")
 
 
 def test_shard_overlapping_and_identical_shards():

@@ -136,7 +136,8 @@ SHARD = [
 **Goals.** After this exercise you can
 - split a dataset so every sample is used by exactly one rank,
 - handle a number of samples that does not divide evenly,
-- explain why unequal shards can make synchronous training hang.
+- explain why even balanced shards can make synchronous training hang, and how training
+  loops avoid it.
 
 **Time:** about 15 minutes.
 """),
@@ -148,11 +149,14 @@ In data parallelism each rank trains the same model on a different part of the d
 
 - no overlap: a sample on two ranks counts twice per epoch;
 - nothing dropped: a sample on no rank is never learned from;
-- balanced: shard sizes differ by at most one. In synchronous training every rank must take
-  the same number of steps; a rank with extra batches calls the allreduce alone and waits
-  for ever.
+- balanced: shard sizes differ by at most one, so no rank does more than its share.
 
 With $n = 13$ and $p = 4$: $13 = 4 \times 3 + 1$, so one rank gets 4 samples and three get 3.
+
+A balanced partition is not yet enough for synchronous training, where every rank must
+take the same number of steps: with a batch of 1, the rank with 4 samples takes a fourth
+step, and its fourth allreduce waits for ever for partners that have finished. The last
+cells show it, and how training loops avoid it.
 """),
     code("from workbench.exercises import sharding as ex"),
     md(r"""
@@ -179,12 +183,25 @@ def shard(n_samples, rank, world_size):
     code("print(ex.show_shards(shard, n_samples=13, world_size=4))"),
     code("ex.check_shard(shard)"),
     md(r"""
+## Equal shards, equal steps
+
+Steps per rank in one epoch, with a batch of 1 sample, for your balanced shards of 13 samples:
+"""),
+    code("print(ex.show_steps(shard, n_samples=13, world_size=4, batch_size=1))"),
+    md(r"""
+One rank takes a step the others never take. Equal step counts need **equal** shards:
+drop the incomplete last global batch (here 12 samples, 3 steps each), or pad it with
+repeated samples (16 samples, 4 steps each).
+"""),
+    md(r"""
 ## Summary
 
 - A sharding is right when it is a balanced partition: every sample on exactly one rank,
   sizes within one of each other.
 - Two common correct answers: contiguous blocks with the remainder spread over the first
   ranks, or every $p$-th sample, `range(rank, n_samples, world_size)`.
+- Balanced is not equal: with 13 samples on 4 ranks one rank takes an extra step and its
+  allreduce hangs. Equal step counts need equal shards, by dropping or padding.
 - PyTorch's `DistributedSampler` makes shards exactly equal by repeating a few samples
   (`drop_last=False`) or by dropping the remainder (`drop_last=True`), and reshuffles each
   epoch when you call `set_epoch`.
@@ -250,7 +267,8 @@ def scaling_table(times):
 
 The experimentally determined serial fraction $e = (1/S - 1/p) / (1 - 1/p)$ (Karp & Flatt
 1990) stays flat when a fixed serial part limits the speedup, and grows with $p$ when an
-overhead grows with $p$, such as communication.
+overhead grows with $p$, such as communication. It inverts Amdahl's law, so it is meant for
+strong scaling, as here: the same epoch at every $p$.
 """),
     code(r"""
 for p, e in ex.karp_flatt_table(ex.TIMES_S).items():
@@ -274,7 +292,8 @@ RING = [
 **Goals.** After this exercise you can
 - describe the two phases of a ring allreduce, reduce-scatter and allgather,
 - write one reduce-scatter step on simulated ranks,
-- explain why each worker sends about $2n$ bytes whatever the number of workers.
+- explain why the ring is bandwidth-optimal: it meets the lower bound of
+  $2\frac{p-1}{p}n$ bytes per rank, with every link equally loaded.
 
 **Time:** about 25 minutes.
 """),
@@ -355,9 +374,11 @@ def my_allgather_step(chunks, step):
 
 - Reduce-scatter adds chunks as they travel around the ring; allgather copies the finished
   chunks around once more. Each phase takes $p - 1$ steps.
-- Each rank sends $2(p-1)$ chunks of $n/p$ elements, about $2n$ whatever $p$ is: the ring is
-  bandwidth-optimal, $T = 2(p-1)\alpha + 2\frac{p-1}{p} n \beta$. Its weakness is the
-  $2(p-1)$ latencies.
+- Each rank sends $2(p-1)$ chunks of $n/p$ elements, $2\frac{p-1}{p}n$ in all. No allreduce
+  can send less per rank, and the ring loads every link equally: that makes it
+  bandwidth-optimal, $T = 2(p-1)\alpha + 2\frac{p-1}{p} n \beta$ (about $2n$ is not the
+  reason: a parameter-server worker sends that much too). Its weakness is the $2(p-1)$
+  latencies; Rabenseifner's halving-doubling needs only $2\log_2 p$.
 - `workbench.synchronization.ring_allreduce` runs the same steps with real messages between
   processes.
 """),
@@ -426,8 +447,11 @@ micro_batches_needed = 27
 ## Summary
 
 - With $P$ stages and $M$ micro-batches the bubble is $(P-1)/(M+P-1)$: more micro-batches
-  shrink it; more stages grow it. It is small once $M \ge 4P$.
-- The 1F1B schedule (PipeDream) keeps the same bubble but holds only $P$ micro-batches of
+  shrink it; more stages grow it. At $M = 4P$ it is still $(P-1)/(5P-1)$, 16–20%.
+  Megatron-LM writes the same idle time over the ideal time, $(P-1)/M$: both are right;
+  say which one you use.
+- The 1F1B schedule with a flush (PipeDream-Flush, Narayanan et al., ICML 2021) keeps the
+  same bubble but holds only $P$ micro-batches of
   activations instead of $M$; Megatron-LM's interleaved schedule divides the bubble by the
   number of model chunks per stage.
 """),
@@ -504,8 +528,8 @@ def choose(s):
 - When a replica fits, data parallelism is simpler and usually wins, unless its gradient
   allreduce outlasts the compute and model parallelism would send less.
 - Bits are not bytes: a 10 Gbit/s link moves 1.25 GB/s.
-- Large systems combine both: model (or pipeline) parallelism inside a server with a fast
-  bus, data parallelism across servers.
+- Large systems combine them: tensor parallelism (each layer split) inside a server with a
+  fast bus, pipeline and data parallelism across servers.
 """),
 ]
 
@@ -547,7 +571,8 @@ HTML(quiz_html(topic="metrics"))
 ## Summary
 
 - Speedup $T_1/T_p$, efficiency $S/p$, scalability $E(p)$ as $p$ grows; accuracy does not
-  depend on the platform, speed does.
+  depend on the platform, speed does (as long as the training recipe is the same:
+  asynchronous SGD and very large batches change what is learned).
 - Data parallelism replicates the model and exchanges gradients; model parallelism splits
   the model and exchanges activations.
 - Synchronous SGD waits for everyone; asynchronous SGD never waits but uses stale gradients.

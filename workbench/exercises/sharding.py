@@ -134,6 +134,18 @@ def steps_per_rank(shard_sizes: Iterable[int], batch_size: int) -> list[int]:
     return [math.ceil(size / batch_size) for size in shard_sizes]
 
 
+def show_steps(fn, n_samples: int, world_size: int, batch_size: int) -> str:
+    """The shard sizes `fn` gives and the steps each rank would take; or why not."""
+    sizes = []
+    for rank in range(world_size):
+        out, crash = call_student(fn, n_samples, rank, world_size)
+        if crash:
+            return str(crash)
+        sizes.append(len(list(out or ())))
+    return (f"shard sizes {sizes} -> steps per rank with a batch of {batch_size}: "
+            f"{steps_per_rank(sizes, batch_size)}")
+
+
 def show_shards(fn, n_samples: int, world_size: int) -> str:
     """The shards `fn` gives every rank, one line per rank; or why they cannot be shown."""
     lines = []
