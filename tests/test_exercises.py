@@ -457,6 +457,8 @@ def test_laws_serial_share_slips():
                     "One number for both laws")
     assert_rejected(laws.check_serial_shares(lambda p, s: (1 - a_of(p, s), 1 - g_of(p, s))),
                     "parallel share")
+    assert_rejected(laws.check_serial_shares(lambda p, s: (100 * a_of(p, s), 100 * g_of(p, s))),
+                    "percentages")
 
 
 def test_laws_which_law_slips():

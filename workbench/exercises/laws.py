@@ -104,6 +104,9 @@ def _shares_hint(p: float, s: float, a: float, g: float, want_a: float,
                        "are shares of different times, so the same run gives two values.")
     if close(a, 1 - want_a) or close(g, 1 - want_g):
         return not_yet(message, "That is the parallel share. The serial share is 1 minus it.")
+    if close(a, 100 * want_a) and close(g, 100 * want_g):
+        return not_yet(message, "Those are percentages. Give each share as a fraction "
+                       "between 0 and 1, as the laws use it.")
     return not_yet(message, "Solve S = 1/(s + (1 − s)/p) for s (Amdahl), and "
                    "S = s + (1 − s)·p for s (Gustafson).")
 
