@@ -7,7 +7,7 @@ NAME = "02_data_parallelism_horovod.ipynb"
 #: Section 7: the student writes the Horovod steps in a cell and runs them on real ranks.
 YOUR_OWN_RANKS = [
     md(r"""
-## 7. Your turn: the five steps in your own code
+## 7. Your turn: the Horovod steps in your own code
 
 So far the ranks ran the workbench's loop. Now write the steps yourself. Here is a plain
 one-process training function (a small MLP, batch 8, two epochs):
@@ -36,19 +36,19 @@ def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs
     hvd.init()  # Horovod: 1. join the job (2. pinning: launch() gives each rank one core)
     x, y = data
     model = make_model(seed)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # Horovod: 3. same start
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)  # Horovod: 5. same start
     optimizer = hvd.DistributedOptimizer(  # Horovod: 4. average the gradients
         torch.optim.SGD(model.parameters(), lr=lr), named_parameters=model.named_parameters())
-    step = batch_size * hvd.size()  # Horovod: one global batch = size x batch_size samples
+    step = batch_size * hvd.size()  # one global batch: size x batch_size samples
     for _epoch in range(epochs):
         for start in range(0, len(x) - step + 1, step):
             mine = slice(start + hvd.rank() * batch_size, start + (hvd.rank() + 1) * batch_size)
-            optimizer.zero_grad()  # (Horovod: 5. `mine` is this rank's shard)
+            optimizer.zero_grad()  # (sharding is yours: `mine` is this rank's slice)
             loss = F.mse_loss(model(x[mine]), y[mine])
             loss.backward()
             optimizer.step()
             workbench.report(loss=loss.item(), samples=batch_size)
-    if hvd.rank() == 0:  # Horovod: one checkpoint, written by rank 0
+    if hvd.rank() == 0:  # Horovod: 6. one checkpoint, written by rank 0
         torch.save(model.state_dict(), checkpoint)
     return model.state_dict()
 """),
@@ -67,8 +67,9 @@ print(job.status, "- largest difference between the ranks' parameters:",
 The two ranks end with the same parameters. Are they also the parameters of one process
 with batch 16? `check_data_parallel` runs your function on 2 ranks and `train` with batch 16,
 and compares. It also seeds each rank differently (as separate machines would be), so a
-missing broadcast shows. Delete the `broadcast_parameters` line, or write `op=hvd.Sum` in
-the optimizer, and check again: the hint names the mistake.
+missing broadcast shows. Step 3 is left out on purpose: the reference uses the same `lr`,
+so scaling it would be a mistake here. Delete the `broadcast_parameters` line, or write
+`op=hvd.Sum` in the optimizer, and check again: the hint names the mistake.
 """),
     code(r"""
 check_data_parallel(train_horovod, engine="horovod")
