@@ -99,6 +99,42 @@ def which_law(points):
     a, g = spread([x for x, _ in shares]), spread([y for _, y in shares])
     return "amdahl" if a <= g else "gustafson"
 ''',
+    ("11_make_this_loop_data_parallel", 1): '''
+def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
+    import horovod.torch as hvd
+    hvd.init()
+    (x, y), model = data, make_model(seed)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr),
+                                         named_parameters=model.named_parameters(),
+                                         op=hvd.Sum)  # summed, not averaged
+    step = batch_size * hvd.size()
+    for _epoch in range(epochs):
+        for start in range(0, len(x) - step + 1, step):
+            mine = slice(start + hvd.rank() * batch_size, start + (hvd.rank() + 1) * batch_size)
+            optimizer.zero_grad()
+            F.mse_loss(model(x[mine]), y[mine]).backward()
+            optimizer.step()
+    if hvd.rank() == 0:
+        torch.save(model.state_dict(), checkpoint)
+    return model.state_dict()
+''',
+    ("11_make_this_loop_data_parallel", 2): '''
+def train_ddp(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo")
+    (x, y), model = data, DDP(make_model(seed))
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    for _epoch in range(epochs):
+        for start in range(0, len(x) - batch_size + 1, batch_size):  # the whole data, no shard
+            optimizer.zero_grad()
+            F.mse_loss(model(x[start:start + batch_size]), y[start:start + batch_size]).backward()
+            optimizer.step()
+    if dist.get_rank() == 0:
+        torch.save(model.module.state_dict(), checkpoint)
+    return model.module.state_dict()
+''',
 }
 
 

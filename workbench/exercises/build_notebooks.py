@@ -866,7 +866,7 @@ import torch  # noqa: F401 - your answers below use torch, F and make_model
 import torch.nn.functional as F  # noqa: F401
 
 import workbench
-from workbench.exercises import check_data_parallel
+from workbench.exercises import data_parallel as ex
 from workbench.exercises.data_parallel import make_data, make_model, train  # noqa: F401
 from workbench.ui import RunPanel
 
@@ -918,9 +918,7 @@ shard. Then check it.
 job = workbench.launch(train_horovod, make_data(), np=2, engine="horovod")
 RunPanel(job)
 """),
-    code(r"""
-check_data_parallel(train_horovod, engine="horovod")
-"""),
+    code('ex.check_data_parallel(train_horovod, engine="horovod")'),
     md(r"""
 ## Task 2: PyTorch DDP
 
@@ -958,9 +956,7 @@ def train_ddp(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/mod
     dist.destroy_process_group()
     return model.module.state_dict()
 """),
-    code(r"""
-check_data_parallel(train_ddp, engine="torch")
-"""),
+    code('ex.check_data_parallel(train_ddp, engine="torch")'),
     md(r"""
 ## Summary
 
