@@ -48,6 +48,7 @@ from workbench.records import (
     throughput,
     write_json_atomic,
 )
+from workbench.training.checkpoint import apply_resume
 from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
@@ -287,8 +288,12 @@ class Job:
 
 # ---------------------------------------------------------------------- starting jobs
 def start(cfg: JobConfig) -> Job:
-    """Validate `cfg` and launch a training job; returns at once (see `Job`)."""
-    cfg = apply_preset(cfg).validate()
+    """Validate `cfg` and launch a training job; returns at once (see `Job`).
+
+    With `cfg.resume` set, the job continues that run from its last checkpoint, taking its
+    configuration for every field left at its default (see `training/checkpoint.py`).
+    """
+    cfg = apply_preset(apply_resume(cfg)).validate()
     _check_engine(cfg.engine)
     return Job(cfg, TRAINING_MODULES[cfg.engine], [])
 

@@ -27,6 +27,7 @@ from torch import nn
 from workbench.config import JobConfig
 from workbench.data import Dataset, load_dataset
 from workbench.models import build_model
+from workbench.training.checkpoint import maybe_fail, save
 from workbench.training.reporter import RankContext
 from workbench.training.sharding import (
     epoch_order,
@@ -70,6 +71,7 @@ class Setup:
     device: torch.device
     train_idx: torch.Tensor
     val_idx: torch.Tensor
+    first_epoch: int = 0  # later than 0 when resuming from a checkpoint
 
     @property
     def module(self) -> nn.Module:
@@ -159,10 +161,11 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
                device=str(device), threads=torch.get_num_threads(), cores=allowed_cores(),
                train_samples=n_train, val_samples=len(setup.val_idx))
     held_out = None
-    for epoch in range(cfg.epochs):
+    for epoch in range(setup.first_epoch, cfg.epochs):
         order = setup.train_idx[epoch_order(n_train, cfg.seed, epoch)]
         epoch_start, loss_sum, correct = time.perf_counter(), 0.0, 0
         for step in range(steps):
+            maybe_fail(cfg, ctx.rank, epoch * steps + step)
             idx = shard(order, step, ctx.rank, ctx.size, cfg.batch_size)
             x, y = data.x[idx].to(device), data.y[idx].to(device)
             t0 = _sync_clock(device)
@@ -190,6 +193,8 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
                    accuracy=correct / (steps * cfg.batch_size), samples=steps * cfg.batch_size,
                    epoch_time_s=elapsed, samples_per_s=steps * cfg.batch_size / elapsed,
                    **(held_out or {}))
+        if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
+            save(ctx, setup.module, optimizer, epoch + 1, (epoch + 1) * steps)
     return held_out
 
 
