@@ -48,6 +48,10 @@ class JobConfig:
     the final loss and accuracy are measured on them, and, every `eval_every` epochs
     (0 = only at the end), so are the `val_loss` and `val_accuracy` of the epoch lines.
 
+    `warmup_epochs` > 0 raises the learning rate linearly from almost 0 to `lr` over that many
+    epochs (Goyal et al. 2017): a large learning rate, as the linear scaling rule gives a
+    large global batch, is safe only once the first steps have left the initial region.
+
     Faults: with `fail_at_step` > 0, rank `fail_rank` fails at that step (counted from the
     start of the job, across epochs), as a crashed machine would end it. Rank 0 saves a
     checkpoint every `checkpoint_every` epochs (0 = never), and `resume` (a run id) starts
@@ -73,6 +77,7 @@ class JobConfig:
     optimizer: str = "sgd"
     momentum: float = 0.0
     weight_decay: float = 0.0
+    warmup_epochs: float = 0.0
     seed: int = 0
     threads_per_rank: int = 0
     runs_dir: str = "runs"
@@ -160,6 +165,7 @@ class JobConfig:
         _float_range("lr", self.lr, 0.0, 100.0, low_open=True)
         _float_range("momentum", self.momentum, 0.0, 0.999999)
         _float_range("weight_decay", self.weight_decay, 0.0, 1.0)
+        _float_range("warmup_epochs", self.warmup_epochs, 0.0, 1000.0)
         _float_range("straggler_delay", self.straggler_delay, 0.0, 60.0)
         _float_range("stall_timeout", self.stall_timeout, 1.0, 86_400.0)
         _float_range("cycle_time_ms", self.cycle_time_ms, 0.0, 1000.0)

@@ -30,21 +30,27 @@ class UsageError(ValueError):
 # ---------------------------------------------------------------------- scale
 def cmd_scale(args: argparse.Namespace) -> int:
     from workbench.jobs.commands import config_from_args
-    from workbench.scaling.sweep import Sweep
+    from workbench.scaling.sweep import Sweep, Target
 
     try:
         workers = units.parse_workers(args.np)
     except ValueError as exc:
         raise UsageError(f"--np: {exc}") from None
     base = config_from_args(args, np=workers[0])
-    sweep = Sweep(base, workers, args.mode, timeout_s=args.run_timeout)
+    target = None
+    if args.target_loss is not None or args.target_accuracy is not None:
+        target = Target(loss=args.target_loss, accuracy=args.target_accuracy)
+    sweep = Sweep(base, workers, args.mode, timeout_s=args.run_timeout, target=target,
+                  scale_lr=args.scale_lr)
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     say(f"{args.mode} scaling sweep, {base.engine}, np = {', '.join(map(str, workers))} "
         f"({sweep.configs[0].threads_per_rank} thread(s) per rank)")
     try:
         for point in sweep:
+            reached = (f", target after {_fmt(point.time_to_target_s, '{:.2f} s')}"
+                       if target else "")
             say(f"  np={point.np}: {point.status}, {_fmt(point.time_s, '{:.2f} s')}, "
-                f"{_fmt(point.samples_per_s, '{:,.0f} samples/s')}  ({point.run_id})")
+                f"{_fmt(point.samples_per_s, '{:,.0f} samples/s')}{reached}  ({point.run_id})")
     except KeyboardInterrupt:
         sweep.stop()
         raise
@@ -72,13 +78,18 @@ def _fmt(value: float | None, fmt: str) -> str:
 
 
 def print_scale_table(rows: list[dict]) -> None:
-    """The sweep table: np, time, samples/s, speedup, efficiency, Karp–Flatt e."""
+    """The sweep table: np, time, samples/s, speedup, efficiency, Karp–Flatt e, and with a
+    target the time to reach it and the speedup on that time."""
+    target = bool(rows) and "time_to_target_s" in rows[0]
+    extra = f" {'to target (s)':>13} {'speedup':>8}" if target else ""
     print(f"{'np':>4} {'time (s)':>9} {'samples/s':>11} {'speedup':>8} {'efficiency':>10} "
-          f"{'Karp-Flatt':>10}")
+          f"{'Karp-Flatt':>10}{extra}")
     for r in rows:
         kf = "-" if r["karp_flatt"] is None else f"{r['karp_flatt']:.3f}"
+        extra = (f" {_fmt(r['time_to_target_s'], '{:.2f}'):>13} "
+                 f"{_fmt(r['target_speedup'], '{:.2f}'):>8}") if target else ""
         print(f"{r['np']:>4} {r['time_s']:>9.2f} {r['samples_per_s']:>11,.0f} "
-              f"{r['speedup']:>8.2f} {r['efficiency']:>10.2f} {kf:>10}")
+              f"{r['speedup']:>8.2f} {r['efficiency']:>10.2f} {kf:>10}{extra}")
 
 
 def _write_scale_report(args: argparse.Namespace, sweep, rows: list[dict]) -> str:
@@ -272,6 +283,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     scale.add_argument("--np", default="1,2", help="worker counts, comma-separated (default 1,2)")
     scale.add_argument("--mode", choices=("strong", "weak"), default="strong",
                        help="strong: fixed total work; weak: fixed work per worker")
+    scale.add_argument("--target-loss", type=float, default=None, metavar="LOSS",
+                       help="also report each run's seconds of training until its held-out "
+                            "loss fell to LOSS (time_to_target_s; evaluates every epoch)")
+    scale.add_argument("--target-accuracy", type=float, default=None, metavar="ACC",
+                       help="as --target-loss, for a held-out accuracy (0-1) to reach")
+    scale.add_argument("--scale-lr", action="store_true",
+                       help="weak mode: multiply --lr by the number of workers, as the global "
+                            "batch grows (linear scaling rule; add --warmup-epochs)")
     scale.add_argument("--report", metavar="FILE.html", help="write a standalone HTML report")
     scale.add_argument("--run-timeout", type=float, default=None, metavar="SECONDS",
                        help="stop a run that takes longer than this")

@@ -168,6 +168,9 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
             maybe_fail(cfg, ctx.rank, epoch * steps + step)
             idx = shard(order, step, ctx.rank, ctx.size, cfg.batch_size)
             x, y = data.x[idx].to(device), data.y[idx].to(device)
+            if cfg.warmup_epochs:
+                set_lr(optimizer, warmup_lr(cfg.lr, epoch * steps + step,
+                                            cfg.warmup_epochs * steps))
             t0 = _sync_clock(device)
             sync.begin_step()
             optimizer.zero_grad()
@@ -196,6 +199,23 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
         if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
             save(ctx, setup.module, optimizer, epoch + 1, (epoch + 1) * steps)
     return held_out
+
+
+def warmup_lr(lr: float, step: int, warmup_steps: float) -> float:
+    """The learning rate of `step` (counted from 0) during a linear warm-up to `lr`.
+
+    Goyal et al. (2017) raise the rate step by step over the first epochs: large rates,
+    like those the linear scaling rule gives large batches, diverge from a random start.
+    This ramp starts near 0 rather than at the small-batch rate, so it does not depend on
+    the number of ranks and N ranks still follow the serial run with batch N·b.
+    """
+    return lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else lr
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set the learning rate of every parameter group."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
 
 
 def evaluate(ctx: RankContext, setup: Setup, sync: Synchronizer) -> dict[str, float]:
