@@ -13,6 +13,7 @@ Bad input exits with code 2 and a one-line message; ``--json`` prints one JSON d
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 from workbench.cli import emit_json, guard
 from workbench.scaling import simulate as sim
 from workbench.scaling import units
+from workbench.scaling.costmodel import ServerLayout
 
 
 class UsageError(ValueError):
@@ -154,11 +156,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     bpp = args.bytes_per_param or (workload.bytes_per_param if workload else 4)
     workers = units.parse_workers(args.workers) if args.workers else (
         [1, 8, 64, preset.workers] if preset else [1, 8, 64, 512])
+    layout = _layout(args, preset, params) if algorithm == "ps" else None
     rows = sim.simulate(workers, params, compute, bandwidth, latency, algorithm, overlap, bpp,
-                        args.mode, args.cores)
+                        args.mode, args.cores, layout)
     setup = {"params": params, "compute_time_s": compute, "bandwidth_bytes_per_s": bandwidth,
              "latency_s": latency, "algorithm": algorithm, "overlap": overlap,
-             "bytes_per_param": bpp, "mode": args.mode, "preset": args.preset}
+             "bytes_per_param": bpp, "mode": args.mode, "preset": args.preset,
+             "servers": dataclasses.asdict(layout) if layout else None}
     if args.json:
         doc = {"setup": setup, "rows": rows}
         if preset:
@@ -169,6 +173,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(f"{algorithm} allreduce of {params * bpp / 1e6:.1f} MB over "
           f"{bandwidth * 8 / 1e9:g} Gbit/s, α = {latency * 1e6:g} µs, compute {compute:g} s/step, "
           f"overlap {overlap:g}, {args.mode} scaling")
+    if layout:
+        print(f"parameter servers: {layout.describe()}")
     print(f"{'workers':>8} {'step (s)':>9} {'comm (s)':>9} {'exposed':>8} {'speedup':>9} "
           f"{'efficiency':>10}")
     for r in rows:
@@ -178,6 +184,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"published: {preset.published_efficiency:.0%} at {preset.workers} workers "
               f"({preset.source})")
     return 0
+
+
+def _layout(args: argparse.Namespace, preset: sim.Preset | None,
+            params: float) -> ServerLayout:
+    """Where the parameter servers are: the flags if any is given, else the preset's."""
+    given = (args.servers, args.colocated, args.pipelined, args.largest_tensor)
+    if preset and preset.layout and given == (None, False, False, None):
+        return preset.layout
+    largest = (units.parse_count(args.largest_tensor)
+               if args.largest_tensor is not None else 0.0)
+    if largest > params:
+        raise UsageError(f"--largest-tensor {args.largest_tensor}: larger than --params")
+    return ServerLayout(servers=args.servers or 1, colocated=args.colocated,
+                        pipelined=args.pipelined, busiest_share=largest / params or None)
 
 
 def _preset(name: str | None) -> sim.Preset | None:
@@ -213,7 +233,7 @@ def _list_presets(args: argparse.Namespace) -> int:
         return 0
     for name, p in presets.items():
         published = "-" if p["published_efficiency"] is None else f"{p['published_efficiency']:.0%}"
-        print(f"{name:<20} {p['workload']:<13} {p['network']:<28} {p['workers']:>4} workers  "
+        print(f"{name:<22} {p['workload']:<13} {p['network']:<28} {p['workers']:>4} workers  "
               f"predicted {p['predicted_efficiency']:.0%}  published {published}")
     return 0
 
@@ -327,7 +347,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     simulate.add_argument("--latency", help="latency per message α, e.g. 5us")
     simulate.add_argument("--algorithm", choices=sim.ALGORITHMS, default=None,
                           help="ring (Patarasuk & Yuan), tree (Rabenseifner), "
-                               "recursive-doubling, ps (one parameter server)")
+                               "recursive-doubling, ps (parameter servers; see --servers)")
+    simulate.add_argument("--servers", type=_positive_int, default=None, metavar="K",
+                          help="--algorithm ps: parameter servers the model is sharded over "
+                               "(default 1)")
+    simulate.add_argument("--colocated", action="store_true",
+                          help="--algorithm ps: each server shares a machine (and its link) "
+                               "with a worker")
+    simulate.add_argument("--pipelined", action="store_true",
+                          help="--algorithm ps: push and pull overlap (BytePS) instead of "
+                               "push, then pull (TensorFlow)")
+    simulate.add_argument("--largest-tensor", default=None, metavar="PARAMS",
+                          help="--algorithm ps: parameters of the largest tensor, placed whole "
+                               "on one server (TensorFlow); default: an even split")
     simulate.add_argument("--overlap", type=_fraction, default=None,
                           help="fraction of communication hidden behind backward (0-1)")
     simulate.add_argument("--bytes-per-param", type=int, choices=(2, 4, 8), default=None)
@@ -347,6 +379,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     timeline.add_argument("--html", metavar="FILE.html", help="write the charts to a file")
     timeline.add_argument("--json", action="store_true")
     timeline.set_defaults(func=guard(cmd_timeline))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not at least 1")
+    return value
 
 
 def _fraction(text: str) -> float:

@@ -27,14 +27,16 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from workbench.config import ConfigError, JobConfig
 from workbench.records import load_run, read_json
-from workbench.training.reporter import RankContext
+
+if TYPE_CHECKING:  # torch is imported where it is used: the launcher imports this module
+    import torch  # for apply_resume, and `import workbench` must stay free of torch
+    from torch import nn
+
+    from workbench.training.reporter import RankContext
 
 CHECKPOINT = "checkpoint.pt"
 #: Fields a resumed run does not take from the run it continues: the fault that ended it
@@ -49,6 +51,8 @@ class InjectedFault(RuntimeError):
 def save(ctx: RankContext, model: nn.Module, optimizer: torch.optim.Optimizer,
          epochs_done: int, steps_done: int) -> None:
     """Rank 0 writes checkpoint.pt atomically and records how long saving took (seconds)."""
+    import torch
+
     if ctx.rank != 0:
         return
     start = time.perf_counter()
@@ -70,6 +74,8 @@ def restore(ctx: RankContext, model: nn.Module, optimizer: torch.optim.Optimizer
     Every rank loads the same file, so every replica starts identical (the engines then
     broadcast rank 0's copy anyway). Returns the first epoch still to run (0 without resume).
     """
+    import torch
+
     if not ctx.config.resume:
         return 0
     path = Path(ctx.config.resume) / CHECKPOINT
