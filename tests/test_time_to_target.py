@@ -85,3 +85,21 @@ def test_scale_reports_time_to_target_and_strong_runs_reach_it_in_the_same_epoch
         assert row["time_to_target_s"] == pytest.approx(
             sum(e["epoch_time_s"] for e in epochs if e["epoch"] <= first))
     assert reached[0] == reached[1]  # same global batch, same steps: same epoch on target
+
+
+def test_compare_to_first_relates_every_run_to_the_first():
+    from types import SimpleNamespace
+
+    from workbench.scaling.sweep import SweepPoint, compare_to_first
+
+    def point(np, rate, ttt):
+        return SweepPoint(np=np, run_id="r", status="succeeded", time_s=1.0,
+                          samples_per_s=rate, summary={}, time_to_target_s=ttt)
+
+    sweeps = {"strong": SimpleNamespace(points=[point(1, 100.0, 4.0), point(2, 180.0, 2.2)]),
+              "weak": SimpleNamespace(points=[point(2, 190.0, None)])}
+    rows = compare_to_first(sweeps)
+    assert [r["run"] for r in rows] == ["np=1, strong", "np=2, strong", "np=2, weak"]
+    assert [r["throughput_speedup"] for r in rows] == pytest.approx([1.0, 1.8, 1.9])
+    assert rows[1]["target_speedup"] == pytest.approx(4.0 / 2.2)
+    assert rows[2]["target_speedup"] is None      # never reached the target

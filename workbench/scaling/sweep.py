@@ -188,3 +188,22 @@ def _point(np: int, job, target: Target | None = None) -> SweepPoint:
                       time_s=summary.get("train_time_s"),
                       samples_per_s=summary.get("samples_per_s"), summary=summary,
                       time_to_target_s=reached)
+
+
+def compare_to_first(sweeps: dict[str, Sweep]) -> list[dict]:
+    """One row per run of several sweeps, relative to the first run of the first sweep.
+
+    Rows: ``run`` (the sweep's name and np), ``throughput_speedup`` (samples/s over the
+    baseline's), ``time_to_target_s`` and ``target_speedup`` (the baseline's time to the
+    target over this run's; None where a run never reached it).
+    """
+    points = [(name, p) for name, sweep in sweeps.items() for p in sweep.points if p.ok]
+    if not points:
+        return []
+    first = points[0][1]
+    return [{"run": f"np={p.np}, {name}", "np": p.np,
+             "throughput_speedup": p.samples_per_s / first.samples_per_s,
+             "time_to_target_s": p.time_to_target_s,
+             "target_speedup": (first.time_to_target_s / p.time_to_target_s
+                                if first.time_to_target_s and p.time_to_target_s else None)}
+            for name, p in points]

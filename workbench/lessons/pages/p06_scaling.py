@@ -1,12 +1,12 @@
-"""Notebook 05: speedup, efficiency and scalability, measured, explained and extrapolated."""
+"""Notebook 06: speedup, efficiency and scalability, measured, explained and extrapolated."""
 
 from workbench.exercises.build_notebooks import code, md
 
-NAME = "05_speedup_efficiency_scalability.ipynb"
+NAME = "06_speedup_efficiency_scalability.ipynb"
 
 CELLS = [
     md(r"""
-# 05 · Speedup, efficiency and scalability
+# 06 · Speedup, efficiency and scalability
 
 **Goals.** After this notebook you can
 - define speedup, efficiency and scalability and compute them from measured runs,
@@ -165,7 +165,7 @@ We cannot run 512 GPUs here, but we can predict them. One synchronous step takes
 
 $$t_p = t_{\text{compute}} + t_{\text{allreduce}}(p) - t_{\text{hidden}},$$
 
-with the ring allreduce of notebook 03, $2(p-1)\alpha + 2\frac{p-1}{p} n \beta$, for $n$ bytes of
+with the ring allreduce of notebook 04, $2(p-1)\alpha + 2\frac{p-1}{p} n \beta$, for $n$ bytes of
 gradients, and $t_{\text{hidden}}$ the part of the allreduce that overlaps the backward pass
 (Horovod and DDP start reducing a layer's gradient as soon as it is ready). In weak scaling
 $S(p) = p \cdot t_1 / t_p$.
@@ -237,7 +237,7 @@ reaches a target. Each run below evaluates on the held-out digits after every ep
 import dataclasses
 
 from workbench import JobConfig
-from workbench.scaling.sweep import Sweep, Target
+from workbench.scaling.sweep import Sweep, Target, compare_to_first
 
 TARGET = Target(accuracy=0.93)   # held-out accuracy to reach; 0.95 takes longer
 base = JobConfig(engine="torch", model="mlp", width=64, dataset="digits", batch_size=32,
@@ -248,16 +248,10 @@ sweeps = {"strong": Sweep(base, [1, 2], "strong", target=TARGET),
                                           "weak", target=TARGET, scale_lr=True)}
 for sweep in sweeps.values():
     sweep.run()
-one = sweeps["strong"].points[0]
-rows = [{"run": "1 worker" if p.np == 1 else f"2 workers, {name}",
-         "throughput": p.samples_per_s / one.samples_per_s,
-         "to_target": p.time_to_target_s,
-         "target_speedup": one.time_to_target_s / p.time_to_target_s
-         if p.time_to_target_s else None}
-        for name, sweep in sweeps.items() for p in sweep.points]
-table(rows, [("run", "run", "s"), ("throughput", "samples/s speedup", ".2f"),
-             ("to_target", "time to target (s)", ".2f"),
-             ("target_speedup", "time-to-target speedup", ".2f")])
+table(compare_to_first(sweeps), [
+    ("run", "run", "s"), ("throughput_speedup", "samples/s speedup", ".2f"),
+    ("time_to_target_s", "time to target (s)", ".2f"),
+    ("target_speedup", "time-to-target speedup", ".2f")])
 """),
     md(r"""
 - **Strong scaling**: the two runs take the same steps (N ranks with batch b follow one
