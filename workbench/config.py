@@ -9,10 +9,11 @@ and what is allowed.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from workbench.hosts.cpu import cpu_budget
 
 ENGINES = ("horovod", "torch", "serial")
 MODELS = ("logreg", "mlp", "cnn")
@@ -127,15 +128,19 @@ class JobConfig:
         return 1 if self.engine == "serial" else self.np
 
     def resolved_threads(self) -> int:
-        """Intra-op threads per rank: the setting, or cores ÷ ranks (at least 1)."""
+        """Intra-op threads per rank: the setting, or usable cores ÷ ranks (at least 1).
+
+        Usable cores are this host's CPU budget (`workbench.hosts.cpu_budget`): the cores
+        we may run on, capped by a cgroup quota or JupyterHub's CPU_LIMIT.
+        """
         if self.threads_per_rank > 0:
             return self.threads_per_rank
-        return max(1, (os.cpu_count() or 1) // self.world_size)
+        return max(1, cpu_budget().usable // self.world_size)
 
     def oversubscribed(self) -> bool:
-        """True when ranks × threads exceed this machine's cores (speedups will flatten)."""
+        """True when ranks × threads exceed this host's usable cores (speedups will flatten)."""
         return self.hosts is None and self.world_size * self.resolved_threads() > (
-            os.cpu_count() or 1)
+            cpu_budget().usable)
 
     # -------------------------------------------------------------------- checking
     def validate(self) -> JobConfig:

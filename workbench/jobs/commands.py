@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
-from workbench.jobs.job import Job, start
+from workbench.jobs.job import FINAL_STATES, Job, start
 from workbench.records import MetricsReader, list_runs, load_run, of_kind
 from workbench.training.checkpoint import CHECKPOINT
 
@@ -86,8 +86,13 @@ def follow(job: Job, quiet: bool = False, period_s: float = 0.5) -> None:
     """Wait for `job`, printing one progress line per finished epoch (rank 0's view)."""
     reader = MetricsReader(job.run_dir / "metrics.jsonl")
     epochs = job.config.epochs
+    place = 0
     while True:
-        finished = job.wait(period_s) != "running"
+        finished = job.wait(period_s) in FINAL_STATES
+        if job.queue_position != place and not quiet:  # waiting for cores (jobs/cores.py)
+            place = job.queue_position
+            if place:
+                print(f"  queued: number {place} in this machine's queue for cores", flush=True)
         for e in of_kind(reader.read_new(), "epoch"):
             if e["rank"] == 0 and not quiet:
                 held_out = (f"  val loss {e['val_loss']:.4f}  val accuracy "

@@ -1,6 +1,8 @@
 """A running job: launch it, watch it, stop it, and always leave a complete record.
 
 `start(cfg)` writes `config.json`, starts the engine's launcher and returns a `Job` at once.
+Before launching, the job takes its cores from the host's allocation (cores.py): while
+other jobs hold them, it is "queued" and a thread waits for its turn, then launches.
 A watcher thread then checks the job five times a second:
 
 - every rank reported success and the launcher ended  -> "succeeded";
@@ -16,6 +18,7 @@ Whatever the outcome, every process of the job is ended (see processes.py) and
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import platform
 import subprocess
@@ -30,6 +33,8 @@ from typing import Any
 import psutil
 
 from workbench.config import ConfigError, JobConfig
+from workbench.hosts.cpu import cpu_budget
+from workbench.jobs import cores
 from workbench.jobs.engines import ENGINES, TRAINING_MODULES
 from workbench.jobs.processes import (
     free_port,
@@ -53,6 +58,7 @@ from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
 POLL_S = 0.2
+QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come
 _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 
 
@@ -61,6 +67,7 @@ class Job:
 
     def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
         self.config = cfg
+        sharing = cores.settings()  # a bad setting fails here, before anything is written
         self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, _label(cfg))
         self.world_size = cfg.world_size
         self.warnings: list[str] = []
@@ -69,13 +76,36 @@ class Job:
         self._lock = threading.Lock()
         self._reader = MetricsReader(self.run_dir / "metrics.jsonl")
         self._failure: dict[str, Any] | None = None
-        self._launch(module, args)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._started = self._asked = time.time()
+        # ---- the gate: take this job's cores from the host's allocation, or queue for them
+        self._ticket = cores.Ticket(self.run_id, cores_needed(cfg), sharing)
+        if self._ticket.poll():
+            try:
+                self._launch(module, args)
+            except BaseException:
+                self._ticket.release()
+                raise
+        else:
+            self._status = "queued"
+            threading.Thread(target=self._wait_for_cores, args=(module, args),
+                             name=f"queue-{self.run_id}", daemon=True).start()
 
     # ------------------------------------------------------------------ public API
     @property
     def status(self) -> str:
-        """"running", "succeeded", "failed", "stopped" or "stalled"."""
+        """"queued", "running", "succeeded", "failed", "stopped" or "stalled"."""
         return self._status
+
+    @property
+    def queue_position(self) -> int:
+        """While queued: 1 when this job starts next, 2 behind it, ...; else 0."""
+        return self._ticket.position if self._status == "queued" else 0
+
+    @property
+    def cores(self) -> list[int] | None:
+        """The cores allocated to this job ([]: none of its own), None while queued."""
+        return self._ticket.cores
 
     @property
     def done(self) -> bool:
@@ -83,13 +113,15 @@ class Job:
 
     @property
     def started_at(self) -> float:
-        """When the launcher was started, in seconds since the epoch."""
+        """When the launcher was started (while queued: when the job asked), in seconds
+        since the epoch."""
         return self._started
 
     @property
-    def launcher_pid(self) -> int:
-        """Pid of the engine's launcher (horovodrun, torchrun, or the serial rank itself)."""
-        return self._proc.pid
+    def launcher_pid(self) -> int | None:
+        """Pid of the engine's launcher (horovodrun, torchrun, or the serial rank itself);
+        None while the job is queued."""
+        return self._proc.pid if self._proc is not None else None
 
     @property
     def summary(self) -> dict[str, Any] | None:
@@ -128,6 +160,29 @@ class Job:
         return f"<Job {self.run_id} {self._status}>"
 
     # ------------------------------------------------------------------ launching
+    def _wait_for_cores(self, module: str, args: list[str]) -> None:
+        """Wait in the host's queue for this job's turn, then launch (unless stopped)."""
+        try:
+            while not self._ticket.poll():
+                if self._done.wait(QUEUE_POLL_S):
+                    return  # stopped while queued; _finish left the queue
+        except (OSError, ConfigError) as err:  # the shared folder went away, say
+            self._finish("failed", {"rank": None, "error": f"lost its place in the queue for "
+                                                           f"cores: {err}"})
+            return
+        error = None
+        with self._lock:
+            if self._done.is_set():
+                self._ticket.release()  # stopped just as the cores came
+                return
+            self._status = "running"
+            try:
+                self._launch(module, args)
+            except Exception as err:  # e.g. the launcher cannot be executed
+                error = f"could not launch the job after queueing: {err}"
+        if error:
+            self._finish("failed", {"rank": None, "error": error})
+
     def _launch(self, module: str, args: list[str]) -> None:
         cfg = self.config
         write_json_atomic(self.run_dir / "config.json", cfg.to_dict())
@@ -150,11 +205,16 @@ class Job:
             env["HOROVOD_CYCLE_TIME"] = repr(cfg.cycle_time_ms)
         if cfg.oversubscribed():
             self.warnings.append(
-                f"{cfg.world_size} ranks x {threads} threads exceed this machine's "
-                f"{os.cpu_count()} cores: ranks will share cores and speedups will flatten")
+                f"{cfg.world_size} ranks x {threads} threads exceed the {cpu_budget().usable}"
+                " cores this host gives us: ranks will share cores and speedups will flatten")
+            warnings.warn(self.warnings[-1], stacklevel=3)
+        if self._ticket.warning:
+            self.warnings.append(self._ticket.warning)
             warnings.warn(self.warnings[-1], stacklevel=3)
         engine = ENGINES[cfg.engine]
         cmd = engine.command(cfg.world_size, module, args, cfg.hosts, free_port())
+        if self._ticket.cores:  # the launcher and every rank it starts inherit these cores
+            cmd = ["taskset", "--cpu-list", ",".join(map(str, self._ticket.cores)), *cmd]
         self._started = time.time()
         with open(self.run_dir / "logs" / "launcher.log", "ab") as log:
             log.write((" ".join(cmd) + "\n").encode())
@@ -234,11 +294,14 @@ class Job:
         with self._lock:
             if self._done.is_set():
                 return
-            survivors = terminate(job_processes(self.run_id, self.run_dir, self._proc.pid))
+            survivors = terminate(job_processes(self.run_id, self.run_dir, self.launcher_pid))
             try:
-                self._proc.wait(timeout=2)
+                if self._proc is not None:
+                    self._proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 pass
+            with contextlib.suppress(OSError, ConfigError):  # never lose the summary for it
+                self._ticket.release()  # the processes are gone: the cores are free again
             if failure and failure.get("rank") is not None:
                 failure["log_tail"] = RunRecord(self.run_dir).log(failure["rank"], last=20)
             elif failure:
@@ -266,6 +329,8 @@ class Job:
             "engine": cfg.engine, "np": self.world_size,
             "hosts": sorted({r["host"] for r in starts}),
             "threads_per_rank": cfg.resolved_threads(),
+            "cores": self._ticket.cores,
+            "queued_s": (self._started if self._proc else time.time()) - self._asked,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self._started)),
             "duration_s": time.time() - self._started,
             "startup_s": min((s["time"] - s["step_time_s"] for s in steps), default=None),
@@ -340,6 +405,14 @@ def _check_engine(engine: str) -> None:
     problem = ENGINES[engine].available()
     if problem:
         raise ConfigError(f"--engine {engine} cannot run here: {problem}")
+
+
+def cores_needed(cfg: JobConfig) -> int:
+    """Cores this job binds on this host: ranks × threads, or 0 when it binds none here
+    (`cpu_bind="none"`, or ranks on other hosts): then it only counts for its user's limit."""
+    if cfg.cpu_bind != "core" or cfg.hosts is not None:
+        return 0
+    return cfg.world_size * cfg.resolved_threads()
 
 
 def _label(cfg: JobConfig) -> str:

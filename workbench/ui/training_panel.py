@@ -269,6 +269,10 @@ class TrainingPanel(widgets.VBox):
 
     def _say_running(self) -> None:
         c, last = self._charts, self._charts.last
+        if self.job.status == "queued":
+            self._say(f"Run {self.job.run_id} queued: number {self.job.queue_position} in "
+                      "this machine's queue. It starts when other jobs free enough cores.")
+            return
         if not last:
             self._say(f"Run {self.job.run_id}: ranks starting (importing, loading data) ...")
             return
