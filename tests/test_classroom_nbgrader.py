@@ -66,6 +66,39 @@ def choose(s):
         return "data"
     return "model" if 2 * s.cut_activations_mb * 1e6 / bytes_per_s < allreduce_s else "data"
 ''',
+    ("08_staleness", 1): '''
+def staleness_per_push(events):
+    version, pulled, out = 0, {}, []
+    for action, worker in events:
+        if action == "pull":
+            pulled[worker] = version
+        else:
+            version += 1
+            out.append(version - pulled[worker])  # counts its own update too
+    return out
+''',
+    ("08_staleness", 2): '''
+def staleness_lr(staleness, base_lr):
+    return base_lr * max(1, staleness)  # a bigger step for an older gradient
+''',
+    ("09_linear_scaling_rule", 1): '''
+def learning_rate(epoch, workers, batch_per_worker):
+    return workers * batch_per_worker / ex.BASE_BATCH * ex.BASE_LR  # no warm-up
+''',
+    ("10_amdahl_or_gustafson", 1): '''
+def serial_shares(p, speedup):
+    return 100 * (p / speedup - 1) / (p - 1), 100 * (p - speedup) / (p - 1)  # in percent
+''',
+    ("10_amdahl_or_gustafson", 2): '''
+def which_law(points):
+    shares = [serial_shares(p, s) for p, s in points if p > 1]  # one point is not enough
+
+    def spread(values):
+        return (max(values) - min(values)) / (sum(values) / len(values))
+
+    a, g = spread([x for x, _ in shares]), spread([y for _, y in shares])
+    return "amdahl" if a <= g else "gustafson"
+''',
 }
 
 

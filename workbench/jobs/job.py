@@ -11,6 +11,10 @@ A watcher thread then checks the job five times a second:
 - nothing new in metrics.jsonl for `stall_timeout` s  -> "stalled";
 - `stop()` was called                                 -> "stopped".
 
+With `launcher="slurm"` the job is submitted to Slurm instead (see slurm.py): it is
+"pending" while Slurm queues it, ranks are watched through what they write in the runs
+folder and the job's state in Slurm, and stopping it is `scancel`.
+
 Whatever the outcome, every process of the job is ended (see processes.py) and
 `summary.json` is written atomically, so a crash never leaves a half-written summary.
 """
@@ -34,7 +38,7 @@ import psutil
 
 from workbench.config import ConfigError, JobConfig
 from workbench.hosts.cpu import cpu_budget
-from workbench.jobs import cores
+from workbench.jobs import cores, slurm
 from workbench.jobs.engines import ENGINES, TRAINING_MODULES
 from workbench.jobs.processes import (
     free_port,
@@ -76,10 +80,12 @@ class Job:
         self._lock = threading.Lock()
         self._reader = MetricsReader(self.run_dir / "metrics.jsonl")
         self._failure: dict[str, Any] | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | slurm.SlurmBatch | None = None
+        self._slurm = cfg.launcher == "slurm"
         self._started = self._asked = time.time()
         # ---- the gate: take this job's cores from the host's allocation, or queue for them
-        self._ticket = cores.Ticket(self.run_id, cores_needed(cfg), sharing)
+        self._ticket = SlurmTicket() if self._slurm else \
+            cores.Ticket(self.run_id, cores_needed(cfg), sharing)
         if self._ticket.poll():
             try:
                 self._launch(module, args)
@@ -94,8 +100,16 @@ class Job:
     # ------------------------------------------------------------------ public API
     @property
     def status(self) -> str:
-        """"queued", "running", "succeeded", "failed", "stopped" or "stalled"."""
+        """"queued" (waiting for this host's cores), "pending" (queued by Slurm), "running",
+        "succeeded", "failed", "stopped" or "stalled"."""
+        if self._status == "running" and self.pending_reason is not None:
+            return "pending"
         return self._status
+
+    @property
+    def pending_reason(self) -> str | None:
+        """Why Slurm still queues the job ("Resources", "Priority", ...); None otherwise."""
+        return self._proc.pending_reason if self._slurm and self._proc is not None else None
 
     @property
     def queue_position(self) -> int:
@@ -120,7 +134,7 @@ class Job:
     @property
     def launcher_pid(self) -> int | None:
         """Pid of the engine's launcher (horovodrun, torchrun, or the serial rank itself);
-        None while the job is queued."""
+        None while the job is queued, and under Slurm, which starts the ranks on its nodes."""
         return self._proc.pid if self._proc is not None else None
 
     @property
@@ -150,10 +164,11 @@ class Job:
         except KeyboardInterrupt:
             self.stop()
             raise
-        return self._status
+        return self.status
 
     def stop(self) -> None:
-        """End every process of the job (within about 5 s) and record it as stopped."""
+        """End every process of the job (within about 5 s; under Slurm: `scancel`, within
+        10 s) and record it as stopped."""
         self._finish("stopped")
 
     def __repr__(self) -> str:
@@ -203,6 +218,15 @@ class Job:
             # How often Horovod's background thread looks for gradients ready to allreduce
             # (default 1 ms). Other engines have no such thread and ignore it.
             env["HOROVOD_CYCLE_TIME"] = repr(cfg.cycle_time_ms)
+        if self._slurm:  # ---- Slurm hook: Slurm starts the ranks (see slurm.py) ----
+            # The ranks run on compute nodes, where our pid means nothing: no owner watchdog.
+            del env[ENV_OWNER]
+            self._started = time.time()
+            self._proc = slurm.submit(cfg, self.run_id, self.run_dir, module, args, env)
+            _LIVE_JOBS.add(self)
+            threading.Thread(target=self._watch, name=f"watch-{self.run_id}",
+                             daemon=True).start()
+            return
         if cfg.oversubscribed():
             self.warnings.append(
                 f"{cfg.world_size} ranks x {threads} threads exceed the {cpu_budget().usable}"
@@ -228,8 +252,10 @@ class Job:
         threading.Thread(target=self._watch, name=f"watch-{self.run_id}", daemon=True).start()
 
     # ------------------------------------------------------------------ watching
-    def _vanished(self, exits: dict[int, dict[str, Any]]) -> list[tuple[int, int]]:
+    def _vanished(self, exits: dict[int, dict[str, Any]]) -> list[tuple[int, int | None]]:
         """(rank, pid) of ranks whose process is gone (or a zombie) without an exit record."""
+        if self._slurm:  # ---- Slurm hook: ranks on compute nodes, seen through the runs folder
+            return self._proc.vanished(exits)
         return [(rank, pid) for rank, pid in sorted(rank_pids(self.run_dir).items())
                 if rank not in exits and not pid_alive(pid)]
 
@@ -238,7 +264,7 @@ class Job:
         while not self._done.is_set():
             time.sleep(POLL_S)
             size = _size(self.run_dir / "metrics.jsonl")
-            if size != last_size:
+            if size != last_size or self.status == "pending":  # queued time is no stall
                 last_size, last_progress = size, time.time()
             outcome = self._check()
             if outcome is None and time.time() - last_progress > self.config.stall_timeout:
@@ -285,15 +311,18 @@ class Job:
         if all_ok and rc == 0:
             return "succeeded", None
         missing = sorted(set(range(self.world_size)) - set(exits))
+        ended = self._proc.ending() if self._slurm else \
+            f"the {self.config.engine} launcher exited with code {rc}"
         return "failed", {"rank": missing[0] if missing else None,
-                          "error": f"the {self.config.engine} launcher exited with code {rc}"
-                                   f" before rank(s) {missing} reported"}
+                          "error": f"{ended} before rank(s) {missing} reported"}
 
     def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
         """End all processes, then write summary.json. Runs once, whoever calls first."""
         with self._lock:
             if self._done.is_set():
                 return
+            if self._slurm and self._proc is not None:  # ---- Slurm hook: scancel, and wait
+                self._proc.cancel()                      # until Slurm has ended the job
             survivors = terminate(job_processes(self.run_id, self.run_dir, self.launcher_pid))
             try:
                 if self._proc is not None:
@@ -326,7 +355,7 @@ class Job:
                                                              default=-1)]
         summary: dict[str, Any] = {
             "run_id": self.run_id, "run_dir": str(self.run_dir), "status": status,
-            "engine": cfg.engine, "np": self.world_size,
+            "engine": cfg.engine, "np": self.world_size, "launcher": cfg.launcher,
             "hosts": sorted({r["host"] for r in starts}),
             "threads_per_rank": cfg.resolved_threads(),
             "cores": self._ticket.cores,
@@ -346,9 +375,27 @@ class Job:
             "warnings": self.warnings,
             "versions": _versions(),
         }
+        if self._slurm:
+            summary["slurm_job_id"] = self._proc.job_id
+            summary["slurm_state"] = self._proc.state
         if failure:
             summary["failure"] = failure
         return summary
+
+
+class SlurmTicket:
+    """The gate's answer for a Slurm job: go. It waits in Slurm's queue, for the cluster's
+    cores, not in this host's queue for this host's cores."""
+
+    cores: list[int] = []
+    warning: str | None = None
+    position = 0
+
+    def poll(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing to give back here: Slurm frees the job's cores."""
 
 
 # ---------------------------------------------------------------------- starting jobs
@@ -360,6 +407,8 @@ def start(cfg: JobConfig) -> Job:
     """
     cfg = apply_preset(apply_resume(cfg)).validate()
     _check_engine(cfg.engine)
+    if cfg.launcher == "slurm":
+        slurm.check(cfg)
     return Job(cfg, TRAINING_MODULES[cfg.engine], [])
 
 
@@ -372,6 +421,8 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
                     name=name, threads_per_rank=threads_per_rank, hosts=hosts,
                     stall_timeout=stall_timeout, **fields).validate()
     _check_engine(engine)
+    if cfg.launcher == "slurm":
+        slurm.check(cfg)
     return Job(cfg, module, list(args or []))
 
 
@@ -409,8 +460,9 @@ def _check_engine(engine: str) -> None:
 
 def cores_needed(cfg: JobConfig) -> int:
     """Cores this job binds on this host: ranks × threads, or 0 when it binds none here
-    (`cpu_bind="none"`, or ranks on other hosts): then it only counts for its user's limit."""
-    if cfg.cpu_bind != "core" or cfg.hosts is not None:
+    (`cpu_bind="none"`, or ranks on other hosts, or Slurm's): then it only counts for its
+    user's limit."""
+    if cfg.cpu_bind != "core" or cfg.hosts is not None or cfg.launcher == "slurm":
         return 0
     return cfg.world_size * cfg.resolved_threads()
 

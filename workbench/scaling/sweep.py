@@ -170,7 +170,7 @@ class Sweep:
         if not good:
             return []
         rows = metrics.scaling_rows([p.np for p in good], [p.time_s for p in good],
-                                    [p.samples_per_s for p in good])
+                                    [p.samples_per_s for p in good], self.mode)
         if self.target is not None:
             first = good[0].time_to_target_s
             for row, p in zip(rows, good, strict=True):

@@ -339,14 +339,12 @@ cores, the lock serialises every update and Hogwild! pulls ahead.
 
 ## Exercises
 
-1. Set `WORKERS = 4` in the parameter-server lab. How do the staleness histogram and the
+1. [Measure staleness](exercises/08_staleness.ipynb) in a parameter server's log.
+2. Set `WORKERS = 4` in the parameter-server lab. How do the staleness histogram and the
    final loss of async change? Add the staleness-aware setup and compare.
-2. Raise `DELAY_S` to 0.2 and rerun the straggler job. How much of rank 0's step is waiting?
-3. Set `CHECKPOINT_EVERY = 2` in the faults lab. How many steps are lost now, and is the
+3. Raise `DELAY_S` to 0.2 and rerun the straggler job. How much of rank 0's step is waiting?
+4. Set `CHECKPOINT_EVERY = 2` in the faults lab. How many steps are lost now, and is the
    resumed run still equal to the uninterrupted one?
-4. [Speedup and efficiency from a timing table](exercises/03_speedup_and_efficiency.ipynb):
-   a straggler costs efficiency; compute the straggler job's from its step times with and
-   without `DELAY_S`, as in that exercise.
 
 ## Check yourself
 

@@ -99,9 +99,15 @@ $r-1$. Each vector is cut into $p$ chunks.
 2. **Allgather**, $p-1$ steps: the complete chunks travel once more around the ring, each
    worker *replacing* its copy, until everyone has every summed chunk.
 
-Each worker sends $2(p-1)$ chunks of $n/p$ bytes, about $2n$ bytes **whatever $p$ is**: that
-is why the ring is bandwidth-optimal. In the $\alpha$–$\beta$ model ($\alpha$ seconds per
-message, $\beta$ seconds per byte):
+Each worker sends $2(p-1)$ chunks of $n/p$ bytes, $2\frac{p-1}{p}n$ in all. That alone is not
+what makes the ring special (a parameter-server worker also sends about $2n$: it pushes $n$
+and pulls $n$). The ring is **bandwidth-optimal** because of a lower bound: in *any*
+allreduce every node must send and receive at least $2\frac{p-1}{p}n$ bytes, and the ring
+meets that bound with every link equally loaded, so no link is a bottleneck (Patarasuk &
+Yuan 2009). Rabenseifner's algorithm (reduce-scatter by recursive halving, then allgather
+by recursive doubling) meets the same bound with $2\log_2 p$ messages instead of
+$2(p-1)$. In the $\alpha$–$\beta$ model ($\alpha$ seconds per message, $\beta$ seconds per
+byte):
 
 $$T_{\text{ring}} = 2(p-1)\,\alpha + 2\,\frac{p-1}{p}\, n\, \beta .$$
 
@@ -270,8 +276,9 @@ machine timings are noisy: run the cell again to see how much.
   ring's bytes; $k \ge p$ dedicated, pipelined servers move half of them (BytePS).
   TensorFlow's whole-tensor placement and pull-then-push explain its ~50% at 128 GPUs
   against Horovod's 88%.
-- The **ring allreduce** sends about $2n$ bytes per worker whatever $p$ is:
-  $T = 2(p-1)\alpha + 2\frac{p-1}{p} n\beta$; its weakness is the $2(p-1)$ rounds.
+- The **ring allreduce** is bandwidth-optimal: it meets the lower bound of $2\frac{p-1}{p}n$
+  bytes per node with every link equally loaded, $T = 2(p-1)\alpha + 2\frac{p-1}{p}
+  n\beta$; its weakness is the $2(p-1)$ rounds.
 - **Halving and doubling** sends the same bytes in $2\log_2 p$ rounds: better for short
   messages and many workers.
 
@@ -297,9 +304,9 @@ machine timings are noisy: run the cell again to see how much.
 1. $2 \cdot \frac{p-1}{p} \cdot 100$ MB: 175 MB with 8 workers, about 197 MB with 64 —
    almost the same.
 2. $2 \cdot 32 \cdot 100$ MB = 6.4 GB (push and pull); with 8 servers each carries 800 MB.
-3. The ring is optimal among designs where the workers do all the sending. Dedicated
-   servers add links: each worker then sends $n$ and receives $n$, at the same time, while
-   a ring worker sends $2\frac{p-1}{p}n$.
+3. The lower bound holds for allreduces among the workers alone. Dedicated servers add
+   nodes and links: each worker then sends $n$ and receives $n$, at the same time, while a
+   ring worker sends $2\frac{p-1}{p}n$ and receives as much.
 4. When latency dominates: short messages or many workers, since it needs $2\log_2 p$
    rounds against the ring's $2(p-1)$.
 </details>
