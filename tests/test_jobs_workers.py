@@ -111,3 +111,10 @@ def test_bad_world_size_is_refused_before_starting(tmp_path):
     with pytest.raises(ValueError, match="world_size must be at least 1"):
         run_workers(square, 0, (1,), runs_dir=str(tmp_path))
     assert list_runs(tmp_path) == []
+
+
+def test_the_fork_engine_is_refused_for_training(tmp_path, capsys):
+    code = cli_main(["run", "--engine", "fork", "--runs-dir", str(tmp_path)])
+    assert code == 2
+    assert "--engine fork runs the labs' workers, not training" in capsys.readouterr().err
+    assert list_runs(tmp_path) == []

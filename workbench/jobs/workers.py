@@ -2,48 +2,55 @@
 
 The labs (parameter server, Hogwild!, ring allreduce, pipelines, the data-vs-model
 comparison) need what they teach, waiting, staleness, bubbles, to happen between *real*
-processes. They start them exactly as training jobs start their ranks, so there is one
-supervisor with one set of mechanisms (see job.py and processes.py):
+processes. They start them as jobs, through the same `Job` as training (job.py), so there
+is one supervisor with one set of mechanisms:
 
-- `run_workers(fn, n, args)` starts a job with `start_module` on the `torch` engine:
-  `torchrun` starts `n` copies of this module, each a rank under `RankContext`. So every
-  lab run leaves a run folder under the runs folder (`config.json`, `logs/rank<k>.log`,
-  `pids/`, `exit/rank<k>.json`, `summary.json`), listed by `workbench runs` and
-  `workbench show` like any job;
+- `run_workers(fn, n, args)` starts a job with `start_module` on the `fork` engine. Every
+  worker is a rank under `RankContext`, so every lab run leaves a run folder under the runs
+  folder (`config.json`, `logs/rank<k>.log`, `pids/`, `exit/rank<k>.json`, `summary.json`),
+  listed by `workbench runs` and `workbench show` like any job;
 - the function and its arguments travel in the run folder (`call.pkl`, pickled); each
-  rank's return value comes back the same way (`results/rank<k>.pkl`);
-- the ranks join a gloo group through torchrun's rendezvous, so `fn` can use
+  worker's return value comes back the same way (`results/rank<k>.pkl`);
+- with `distributed=True` the workers join a gloo group through a `FileStore` in the run
+  folder (no port to choose, so no port to lose to another program), so `fn` can use
   `dist.send`/`dist.recv` and collectives;
-- failures, timeouts and Ctrl-C are handled by the `Job`: a rank that raises or dies ends
-  the run at once, the other ranks are ended (they may be blocked in `recv` waiting for
-  it) and `WorkerError` names the worker that failed; a dead kernel ends the ranks
-  through their owner watchdog. No process is left behind.
+- failures, timeouts and Ctrl-C are handled by the `Job`: a worker that raises or dies ends
+  the run at once, the others are ended (they may be blocked in `recv` waiting for it) and
+  `WorkerError` names the worker that failed; a dead kernel ends the workers through their
+  owner watchdog; processes.py reaps them. No process is left behind.
 
-Why no faster path of its own: starting through torchrun costs one more interpreter that
-imports torch before the workers start, about a second here, on runs that take seconds to
-minutes. A second launcher would be a second supervisor to keep right (orphans, ports,
-reaping, records), which is what this module replaced.
+**Why a fork engine and not torchrun, as training uses.** Most of a lab worker's start-up is
+`import torch` (about 2.7 s of CPU here). torchrun is one more interpreter that imports
+torch before it starts the workers, which then import it again, each; notebooks 03 and 04
+start six lab runs, mostly on 2-core machines. The `fork` engine's launcher is this module
+(`python -m workbench.jobs.workers --fork N`): it imports torch and the lab's code once,
+then `os.fork()`s the N workers, which start with everything already imported. Forking is
+safe here because the launcher is a fresh interpreter that has started no thread and
+touched no GPU; the workers are its only children. The limits: one host, CPU tensors only.
+Training jobs, which need several hosts and Horovod, keep horovodrun and torchrun.
 
-Workers are fresh interpreters: `fn` must live in an importable module (not a notebook
-cell), and the caller's `sys.path` is passed on so that they find it. Arguments are
-pickled once into the run folder; keep them to a few MB.
+`fn` must live in an importable module (not a notebook cell); the caller's `sys.path` is
+passed on so that the launcher finds it. Arguments are pickled once into the run folder;
+keep them to a few MB.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import pickle
 import sys
+import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from workbench.records import read_json
 from workbench.training.reporter import ENV_RUN_DIR, RankContext
 
-#: The rank module: the torch engine's launcher runs `python -m workbench.jobs.workers`.
+#: The fork engine runs `python -m workbench.jobs.workers --fork N` as the launcher.
 MODULE = "workbench.jobs.workers"
 CALL_FILE = "call.pkl"
 RESULTS_DIR = "results"
@@ -90,7 +97,7 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
         # Labs run more processes than cores on purpose (most of them wait on messages);
         # the warning stays in the run's summary but is not shown.
         warnings.simplefilter("ignore", UserWarning)
-        job = start_module("torch", np=world_size, module=MODULE, runs_dir=runs_dir,
+        job = start_module("fork", np=world_size, module=MODULE, runs_dir=runs_dir,
                            name=name, threads_per_rank=1,
                            stall_timeout=min(timeout + 60.0, 86_400.0),
                            extra={"function": f"{fn.__module__}.{fn.__qualname__}",
@@ -116,8 +123,8 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
 def _failure_message(run_dir: Path, summary: dict[str, Any], names: list[str]) -> str:
     """Name the worker that failed first, with its error and traceback.
 
-    When one worker raises, torchrun ends the others at once; those were only waiting and
-    did not fail, so the first error that a worker *reported* is the cause, if any.
+    When one worker fails, the others often fail a moment later on a broken connection, or
+    are ended while they wait; the first error that a worker *reported* is the cause.
     """
     reported = sorted((rec.get("time", 0.0), r) for r, rec in _exit_records(run_dir).items()
                       if not rec.get("ok"))
@@ -148,42 +155,95 @@ def _load(path: Path) -> Any:
         return pickle.load(f)
 
 
-def run_dir() -> Path:
+def run_folder() -> Path:
     """Inside a worker: the run folder, for files the workers share (Hogwild!'s model)."""
     return Path(os.environ[ENV_RUN_DIR])
 
 
+# ---------------------------------------------------------------------- the launcher's side
+def main(argv: list[str] | None = None) -> None:
+    """The fork engine's launcher: import everything once, fork the workers, wait for them.
+
+    Exits 0 when every worker did, else 1. It does not stop the other workers when one
+    fails: the `Job` watching the run does that, for every engine alike.
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
+    parser.add_argument("--fork", type=int, required=True, metavar="N", help="workers")
+    size = parser.parse_args(argv).fork
+    with open(run_folder() / CALL_FILE, "rb") as f:
+        call = pickle.load(f)
+    sys.path.extend(p for p in call["sys_path"] if p not in sys.path)
+    import torch.distributed  # noqa: F401  (imported once here, not once per worker)
+
+    fn, args = pickle.loads(call["call"])  # imports fn's module, from the caller's path
+    children = {}
+    for rank in range(size):
+        pid = os.fork()
+        if pid == 0:
+            _worker(rank, size, fn, args, call)  # never returns
+        children[pid] = rank
+    failed = False
+    while children:
+        pid, status = os.wait()
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            print(f"worker rank {children[pid]} (pid {pid}) exited with code {code}",
+                  flush=True)
+            failed = True
+        del children[pid]
+    sys.exit(1 if failed else 0)
+
+
 # ---------------------------------------------------------------------- the worker's side
-def main() -> None:
-    """Body of every worker: read the call, join the group, run it, write the result."""
-    with RankContext.from_env() as ctx:
-        with open(ctx.run_dir / CALL_FILE, "rb") as f:
-            call = pickle.load(f)
-        sys.path.extend(p for p in call["sys_path"] if p not in sys.path)
-        fn, args = pickle.loads(call["call"])  # imports fn's module, from the caller's path
-        value = _run(fn, args, ctx.rank, ctx.size, call["distributed"], call["timeout_s"])
-        out = ctx.run_dir / RESULTS_DIR
-        out.mkdir(exist_ok=True)
-        tmp = out / f".rank{ctx.rank}.pkl.tmp"
-        with open(tmp, "wb") as f:
-            pickle.dump(value, f)
-        os.replace(tmp, out / f"rank{ctx.rank}.pkl")  # never a half-written result
+def _worker(rank: int, size: int, fn: Callable[..., Any], args: tuple,
+            call: dict[str, Any]) -> NoReturn:
+    """Body of every forked worker: run `fn` as a rank, write its result, and exit.
+
+    It ends with `os._exit`, never by returning: returning would run the launcher's loop.
+    """
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank))
+    code, entered = 1, False
+    try:
+        with RankContext.from_env() as ctx:  # pid file, log, owner watchdog, exit record
+            entered = True
+            value = _run(fn, args, ctx, call["distributed"], call["timeout_s"])
+            _write_result(ctx.run_dir / RESULTS_DIR / f"rank{rank}.pkl", value)
+        code = 0
+    except BaseException:
+        if not entered:  # failed before the exit record could say why: say it here
+            traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
-def _run(fn: Callable[..., Any], args: tuple, rank: int, size: int, distributed: bool,
+def _run(fn: Callable[..., Any], args: tuple, ctx: RankContext, distributed: bool,
          timeout_s: float) -> Any:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)  # one core per process: the classroom machine has few cores
     if not distributed:
-        return fn(rank, size, *args)
-    # torchrun's rendezvous: MASTER_ADDR/MASTER_PORT, RANK and WORLD_SIZE in the environment
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
-    try:
-        return fn(rank, size, *args)
-    finally:
-        dist.destroy_process_group()
+        return fn(ctx.rank, ctx.size, *args)
+    store = dist.FileStore(str(ctx.run_dir / "rendezvous"), ctx.size)
+    dist.init_process_group("gloo", store=store, rank=ctx.rank, world_size=ctx.size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    value = fn(ctx.rank, ctx.size, *args)
+    # Only on success: a failed worker keeps its connections open until its exit record is
+    # written, so the others' "connection closed" errors come later and are not taken for
+    # the cause.
+    dist.destroy_process_group()
+    return value
+
+
+def _write_result(path: Path, value: Any) -> None:
+    """Pickle `value` to `path` through a temporary name: never a half-written result."""
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(value, f)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from workbench.jobs.workers import run_dir, run_workers
+from workbench.jobs.workers import run_folder, run_workers
 
 VARIANTS = ("hogwild", "locked")
 
@@ -120,7 +120,7 @@ def _train(rank: int, world: int, features: int, x: torch.Tensor, y: torch.Tenso
     The models and the lock live in the run folder, where every process finds them. After
     the last variant, process 0 measures the final models.
     """
-    folder = run_dir()
+    folder = run_folder()
     if rank == 0:  # create the shared files before anyone maps them
         models = {v: _shared_model(folder / f"{v}.weights", features) for v in VARIANTS}
         (folder / "update.lock").touch()
