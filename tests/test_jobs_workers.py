@@ -118,3 +118,11 @@ def test_the_fork_engine_is_refused_for_training(tmp_path, capsys):
     assert code == 2
     assert "--engine fork runs the labs' workers, not training" in capsys.readouterr().err
     assert list_runs(tmp_path) == []
+
+
+def test_a_function_from_a_notebook_cell_is_refused_before_starting(tmp_path):
+    namespace: dict = {"__name__": "__main__"}
+    exec("def cell_function(rank, world):\n    return rank", namespace)
+    with pytest.raises(ValueError, match="cell_function is defined in __main__"):
+        run_workers(namespace["cell_function"], 2, runs_dir=str(tmp_path))
+    assert list_runs(tmp_path) == []

@@ -47,7 +47,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from workbench.records import read_json
+from workbench.jobs.processes import rank_pids
+from workbench.records import RunRecord, read_json
 from workbench.training.reporter import ENV_RUN_DIR, RankContext
 
 #: The fork engine runs `python -m workbench.jobs.workers --fork N` as the launcher.
@@ -89,6 +90,9 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
 
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
+    if fn.__module__ == "__main__":
+        raise ValueError(f"{fn.__qualname__} is defined in __main__ (a notebook cell or a "
+                         "script), which the workers cannot import: move it to a .py module")
     names = list(names or [f"worker {r}" for r in range(world_size)])
     call = {"sys_path": [p or os.getcwd() for p in sys.path],
             "call": pickle.dumps((fn, tuple(args))), "distributed": distributed,
@@ -124,17 +128,21 @@ def _failure_message(run_dir: Path, summary: dict[str, Any], names: list[str]) -
     """Name the worker that failed first, with its error and traceback.
 
     When one worker fails, the others often fail a moment later on a broken connection, or
-    are ended while they wait; the first error that a worker *reported* is the cause.
+    are ended while they wait; the first error that a worker *reported* is the cause. When
+    no worker started, the launcher failed (for example, importing the lab's module).
     """
-    reported = sorted((rec.get("time", 0.0), r) for r, rec in _exit_records(run_dir).items()
-                      if not rec.get("ok"))
+    records = _exit_records(run_dir)
+    reported = sorted((rec.get("time", 0.0), r) for r, rec in records.items() if not rec["ok"])
+    failure = summary.get("failure") or {}
     if reported:
         rank = reported[0][1]
-        failure = _exit_records(run_dir)[rank]
+        who, failure = names[rank], records[rank]
+    elif not rank_pids(run_dir):
+        who = "the launcher"
+        failure = {**failure, "log_tail": RunRecord(run_dir).log("launcher", last=20)}
     else:
-        failure = summary.get("failure") or {}
         rank = failure.get("rank")
-    who = names[rank] if rank is not None and rank < len(names) else "the launcher"
+        who = names[rank] if rank is not None and rank < len(names) else "the launcher"
     detail = failure.get("traceback") or failure.get("log_tail") or ""
     return (f"{who} failed: {failure.get('error') or summary.get('status', 'unknown')}\n"
             f"{detail.rstrip()}\nThe other workers were stopped; run record: {run_dir}")
