@@ -20,6 +20,10 @@ DATASETS = ("digits", "synthetic", "synthetic-images", "mnist", "cifar10")
 OPTIMIZERS = ("sgd", "adam")
 DTYPES = ("float32", "float64")
 CPU_BINDS = ("core", "none")
+#: Where the ranks compute: "cpu" (the lessons' default: every laptop has one), "cuda" (one
+#: NVIDIA GPU per rank, checked before launch), or "auto" (cuda where every rank of a host
+#: can have a GPU of its own, else cpu). See workbench/jobs/devices.py.
+DEVICES = ("cpu", "cuda", "auto")
 
 #: Scaling presets. "compute-bound" does many FLOPs per parameter (a CNN with global average
 #: pooling: 85 thousand parameters, about 0.2 s of work per step of 128 samples on one core),
@@ -76,6 +80,7 @@ class JobConfig:
     cpu_bind: str = "core"
     stall_timeout: float = 120.0
     dtype: str = "float32"
+    device: str = "cpu"
     name: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -126,6 +131,7 @@ class JobConfig:
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("dtype", self.dtype, DTYPES)
         _choice("cpu_bind", self.cpu_bind, CPU_BINDS)
+        _choice("device", self.device, DEVICES)
         if self.preset is not None:
             _choice("preset", self.preset, tuple(PRESETS))
         _int_range("np", self.np, 1, 256)

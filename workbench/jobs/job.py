@@ -30,6 +30,7 @@ from typing import Any
 import psutil
 
 from workbench.config import ConfigError, JobConfig
+from workbench.jobs.devices import rank_environment, resolve_device
 from workbench.jobs.engines import ENGINES, TRAINING_MODULES
 from workbench.jobs.processes import (
     free_port,
@@ -137,6 +138,7 @@ class Job:
             ENV_RUN_DIR: str(self.run_dir), ENV_RUN_ID: self.run_id,
             ENV_OWNER: f"{me.pid}:{me.create_time()}", ENV_T0: repr(time.time()),
             "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
+            **rank_environment(cfg),
         }
         if cfg.timeline:
             env["HOROVOD_TIMELINE"] = str(self.run_dir / "timeline.json")
@@ -290,7 +292,10 @@ def start(cfg: JobConfig) -> Job:
     """Validate `cfg` and launch a training job; returns at once (see `Job`)."""
     cfg = apply_preset(cfg).validate()
     _check_engine(cfg.engine)
-    return Job(cfg, TRAINING_MODULES[cfg.engine], [])
+    cfg, note = resolve_device(cfg)     # "auto" settles here; "cuda" is checked here
+    job = Job(cfg, TRAINING_MODULES[cfg.engine], [])
+    _note(job, note)
+    return job
 
 
 def start_module(engine: str, np: int, module: str, args: list[str] | None = None,
@@ -302,7 +307,10 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
                     name=name, threads_per_rank=threads_per_rank, hosts=hosts,
                     stall_timeout=stall_timeout, **fields).validate()
     _check_engine(engine)
-    return Job(cfg, module, list(args or []))
+    cfg, note = resolve_device(cfg)
+    job = Job(cfg, module, list(args or []))
+    _note(job, note)
+    return job
 
 
 def apply_preset(cfg: JobConfig) -> JobConfig:
@@ -335,6 +343,13 @@ def _check_engine(engine: str) -> None:
     problem = ENGINES[engine].available()
     if problem:
         raise ConfigError(f"--engine {engine} cannot run here: {problem}")
+
+
+def _note(job: Job, note: str | None) -> None:
+    """Add a warning to a job that has just started (shown by the CLI and the panel)."""
+    if note:
+        job.warnings.append(note)
+        warnings.warn(note, stacklevel=3)
 
 
 def _label(cfg: JobConfig) -> str:

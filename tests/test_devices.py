@@ -1,0 +1,110 @@
+"""The device a job computes on: refused in one line before launch when it cannot work,
+and a CPU job's ranks never touch CUDA.
+
+A machine with GPUs is played by replacing `devices.gpu_count`, the one function that asks
+how many GPUs are visible; everything else (Horovod's build, the launchers) is real.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import workbench
+from workbench.cli import main as cli_main
+from workbench.config import ConfigError, JobConfig
+from workbench.jobs import devices
+from workbench.records import events
+
+SMALL = dict(model="mlp", width=16, dataset="digits", epochs=1, max_steps=3,
+             threads_per_rank=1, batch_size=16)
+
+
+def refused(capsys, *flags: str, runs: Path) -> str:
+    """Run `workbench run FLAGS`, expect exit code 2 and nothing launched; return the error."""
+    try:
+        code = cli_main(["run", *flags, "--runs-dir", str(runs)])
+    except SystemExit as exc:      # argparse's own errors
+        code = exc.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert not runs.exists() or not any(runs.iterdir()), "nothing may launch"
+    return err
+
+
+def test_this_machine_has_no_cuda() -> None:
+    """The premise of the refusals below (a CPU build of PyTorch here)."""
+    assert devices.gpu_count() == (torch.cuda.device_count() if torch.version.cuda else 0)
+
+
+def test_cuda_without_cuda_is_refused_in_one_line(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(devices, "gpu_count", lambda: 0)
+    err = refused(capsys, "--engine", "torch", "--np", "1", "--device", "cuda",
+                  runs=tmp_path / "runs")
+    assert "--device 'cuda'" in err and "no CUDA GPU" in err and "--device cpu" in err
+
+
+def test_unknown_device_is_refused_in_one_line(tmp_path, capsys) -> None:
+    err = refused(capsys, "--device", "tpu", runs=tmp_path / "runs")
+    assert "--device" in err and "cpu, cuda, auto" in err
+
+
+def test_more_ranks_than_gpus_is_refused(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(devices, "gpu_count", lambda: 1)
+    err = refused(capsys, "--engine", "torch", "--np", "2", "--device", "cuda",
+                  runs=tmp_path / "runs")
+    assert "2 ranks on one host but only 1 GPU(s)" in err and "--np 1" in err
+
+
+def test_gpus_are_counted_per_host(monkeypatch) -> None:
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    cfg = JobConfig(engine="horovod", np=5, hosts="a:3,b:2", device="cuda")
+    assert devices.ranks_per_host(cfg) == 3
+    with pytest.raises(ConfigError, match="3 ranks on one host but only 2 GPU"):
+        devices.resolve_device(cfg)
+    assert devices.ranks_per_host(JobConfig(engine="horovod", np=4, hosts="a:2,b:2")) == 2
+
+
+def test_horovod_without_nccl_is_refused_with_the_rebuild(monkeypatch) -> None:
+    """The real Horovod here is a CPU build: on a machine with GPUs it must be refused."""
+    import horovod.torch as hvd
+
+    assert not hvd.nccl_built()
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    cfg = JobConfig(engine="horovod", np=2, device="cuda")
+    with pytest.raises(ConfigError) as info:
+        workbench.start(cfg)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "built without NCCL" in message and "make horovod" in message
+
+
+def test_auto_picks_cuda_only_where_every_rank_gets_a_gpu(monkeypatch) -> None:
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    cfg, note = devices.resolve_device(JobConfig(engine="torch", np=2, device="auto"))
+    assert cfg.device == "cuda" and note is None
+    cfg, note = devices.resolve_device(JobConfig(engine="torch", np=3, device="auto"))
+    assert cfg.device == "cpu" and "3 ranks on one host" in note
+    monkeypatch.setattr(devices, "gpu_count", lambda: 0)
+    cfg, note = devices.resolve_device(JobConfig(engine="torch", np=1, device="auto"))
+    assert cfg.device == "cpu" and "no CUDA GPU" in note
+
+
+@pytest.mark.parametrize("engine", ["torch", "horovod"])
+def test_cpu_job_ranks_never_initialise_cuda(tmp_path, engine) -> None:
+    """Every rank reports, when training starts, that CUDA is hidden from it and that no
+    CUDA context exists in it; the job's record says it ran on the CPU."""
+    job = workbench.start(JobConfig(engine=engine, np=2, runs_dir=str(tmp_path / "runs"),
+                                    **SMALL))
+    assert job.wait(120) == "succeeded", job.summary
+    ready = {e["rank"]: e for e in events(job.metrics(), "ready")}
+    assert sorted(ready) == [0, 1]
+    for rank, event in ready.items():
+        assert event["device"] == "cpu", rank
+        assert event["cuda_visible_devices"] == "", rank
+        assert event["cuda_initialized"] is False, rank
+        assert event["timing"].startswith("wall clock"), rank
+    assert job.record().config["device"] == "cpu"
