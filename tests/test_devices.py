@@ -108,3 +108,37 @@ def test_cpu_job_ranks_never_initialise_cuda(tmp_path, engine) -> None:
         assert event["cuda_initialized"] is False, rank
         assert event["timing"].startswith("wall clock"), rank
     assert job.record().config["device"] == "cpu"
+
+
+def test_panel_offers_the_device_only_where_cuda_exists(tmp_path, monkeypatch) -> None:
+    from workbench.ui import TrainingPanel
+
+    fields = dict(runs_dir=str(tmp_path), engine="torch", np=2, **SMALL)
+    panel = TrainingPanel(**fields)
+    try:
+        assert "device" not in panel.controls       # no CUDA here: the CPU is the only choice
+    finally:
+        panel.close()
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    panel = TrainingPanel(**fields)
+    try:
+        assert list(panel.controls["device"].options) == ["cpu", "cuda", "auto"]
+        assert panel.controls["device"].value == "cpu"
+        panel.controls["device"].value = "cuda"
+        panel.controls["np"].value = 3
+        panel.start_button.click()
+        assert "not valid" in panel.status.value and panel.job is None
+        assert "3 ranks on one host but only 2 GPU" in panel.alert.value
+    finally:
+        panel.close()
+
+
+def test_compute_sync_chart_names_the_clock() -> None:
+    from workbench.ui.run_charts import RunCharts
+
+    charts = RunCharts(np=1)
+    assert "CUDA" not in charts.figures["share"].title.text
+    charts.add([{"kind": "event", "rank": 0, "time": 1.0, "message": "ready",
+                 "device": "cuda:0", "timing": "CUDA events (GPU timeline)"}])
+    assert charts.figures["share"].title.text == (
+        "time per step: compute vs sync (CUDA events (GPU timeline) on cuda:0)")

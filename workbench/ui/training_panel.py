@@ -28,8 +28,16 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from workbench.config import DATASETS, ENGINES, MODELS, OPTIMIZERS, ConfigError, JobConfig
-from workbench.jobs import FINAL_STATES
+from workbench.config import (
+    DATASETS,
+    DEVICES,
+    ENGINES,
+    MODELS,
+    OPTIMIZERS,
+    ConfigError,
+    JobConfig,
+)
+from workbench.jobs import FINAL_STATES, devices
 from workbench.records.metrics import MetricsReader
 from workbench.ui import charts, live
 from workbench.ui.logs import LogPane
@@ -48,6 +56,14 @@ CONTROL_SPECS: list[tuple[str, str, Any]] = [
     ("seed", "seed", int),
     ("threads_per_rank", "threads/rank", int),
 ]
+
+
+def control_specs() -> list[tuple[str, str, Any]]:
+    """The panel's controls: `CONTROL_SPECS`, plus the device where CUDA exists (elsewhere
+    the only device is the CPU, and a choice that cannot work would only confuse)."""
+    if devices.gpu_count() > 0:
+        return [*CONTROL_SPECS, ("device", "device", DEVICES)]
+    return list(CONTROL_SPECS)
 
 
 #: What the charts show, in one sentence each, under the charts.
@@ -106,7 +122,7 @@ class TrainingPanel(widgets.VBox):
         self._steps_total = 0
         self._epochs = self._base.epochs
         self.controls = {name: _make_control(name, label, kind, getattr(self._base, name))
-                         for name, label, kind in CONTROL_SPECS}
+                         for name, label, kind in control_specs()}
         # no icons: an icon font adds a character to the button's accessible name
         self.start_button = widgets.Button(description="Start", button_style="success",
                                            tooltip="Launch the job")
