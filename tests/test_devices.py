@@ -142,3 +142,11 @@ def test_compute_sync_chart_names_the_clock() -> None:
                  "device": "cuda:0", "timing": "CUDA events (GPU timeline)"}])
     assert charts.figures["share"].title.text == (
         "time per step: compute vs sync (CUDA events (GPU timeline) on cuda:0)")
+
+
+def test_allreduce_bench_on_cuda_without_cuda_is_refused(tmp_path, capsys) -> None:
+    code = cli_main(["bench", "allreduce", "--engine", "torch", "--np", "2", "--device", "cuda",
+                     "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "no CUDA GPU" in err
