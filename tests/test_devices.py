@@ -150,3 +150,5 @@ def test_allreduce_bench_on_cuda_without_cuda_is_refused(tmp_path, capsys) -> No
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "no CUDA GPU" in err
+    cached = list((tmp_path / "runs" / ".cache").glob("*/digits-float32-*.x.npy"))
+    assert len(cached) == 1, "the ranks of a host share one prepared copy of the data"

@@ -15,6 +15,7 @@ after the step's last kernel: see `CudaClock`.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,11 +200,17 @@ class Batches:
                 self.pinned[1].to(self.device, non_blocking=True))
 
 
+def data_cache_dir(cfg: JobConfig) -> Path:
+    """Where the ranks of this host share their prepared dataset: runs/.cache/<host>/.
+    Named by host, because a runs folder on a shared file system serves several hosts."""
+    return Path(cfg.runs_dir).expanduser().resolve() / ".cache" / socket.gethostname()
+
+
 def build(cfg: JobConfig, device: torch.device) -> Setup:
     """Load the data and build the model with the job's seed, identically on every rank."""
     dtype = getattr(torch, cfg.dtype)
     data = load_dataset(cfg.dataset, samples=cfg.samples, features=cfg.features,
-                        seed=cfg.seed, dtype=dtype)
+                        seed=cfg.seed, dtype=dtype, cache_dir=data_cache_dir(cfg))
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, tuple(data.x.shape[1:]), data.n_classes, cfg.width)
     return Setup(data, model.to(device=device, dtype=dtype), device, clock_for(device))
