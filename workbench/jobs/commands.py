@@ -88,9 +88,11 @@ def follow(job: Job, quiet: bool = False, period_s: float = 0.5) -> None:
         finished = job.wait(period_s) != "running"
         for e in of_kind(reader.read_new(), "epoch"):
             if e["rank"] == 0 and not quiet:
+                held_out = (f"  val loss {e['val_loss']:.4f}  val accuracy "
+                            f"{e['val_accuracy']:.3f}") if "val_loss" in e else ""
                 print(f"  epoch {e['epoch'] + 1}/{epochs}  loss {e['loss']:.4f}  "
-                      f"accuracy {e['accuracy']:.3f}  {e['samples_per_s'] * job.world_size:,.0f}"
-                      " samples/s", flush=True)
+                      f"accuracy {e['accuracy']:.3f}{held_out}  "
+                      f"{e['samples_per_s'] * job.world_size:,.0f} samples/s", flush=True)
         if finished:
             return
 
@@ -99,8 +101,8 @@ def print_summary(summary: dict[str, Any]) -> None:
     """A short human-readable summary of a finished run."""
     status = summary.get("status", "?")
     print(f"{status}: {summary.get('run_id')}")
-    rows = [("final loss", summary.get("final_loss"), "{:.4f}"),
-            ("final accuracy", summary.get("final_accuracy"), "{:.3f}"),
+    rows = [("final loss", summary.get("final_loss"), "{:.4f} (held-out samples)"),
+            ("final accuracy", summary.get("final_accuracy"), "{:.3f} (held-out samples)"),
             ("samples/s", summary.get("samples_per_s"), "{:,.0f}"),
             ("training time", summary.get("train_time_s"), "{:.2f} s"),
             ("start-up time", summary.get("startup_s"), "{:.2f} s"),

@@ -60,6 +60,9 @@ class HorovodSync(Synchronizer):
     def update_wait_s(self) -> float:
         return self.clock.seconds(*self.waited) if self.waited else 0.0
 
+    def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
+        return hvd.allreduce(values, op=hvd.Sum, name="evaluation")
+
 
 def main() -> None:
     with RankContext.from_env() as ctx:
@@ -94,8 +97,9 @@ def main() -> None:
             optimizer, named_parameters=setup.model.named_parameters(), op=hvd.Average)
 
         # Step 5: train, each rank on its own shard of every global batch (see sharding.py).
-        train(ctx, setup, optimizer, HorovodSync(optimizer, setup.clock))
-        finish(ctx, setup, setup.model)
+        sync = HorovodSync(optimizer, setup.clock)
+        held_out = train(ctx, setup, optimizer, sync)
+        finish(ctx, setup, sync, held_out)
         hvd.shutdown()
 
 
