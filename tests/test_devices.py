@@ -35,8 +35,7 @@ def refused(capsys, *flags: str, runs: Path) -> str:
     return err
 
 
-def test_this_machine_has_no_cuda() -> None:
-    """The premise of the refusals below (a CPU build of PyTorch here)."""
+def test_gpu_count_is_what_torch_sees() -> None:
     assert devices.gpu_count() == (torch.cuda.device_count() if torch.version.cuda else 0)
 
 
@@ -72,7 +71,8 @@ def test_horovod_without_nccl_is_refused_with_the_rebuild(monkeypatch) -> None:
     """The real Horovod here is a CPU build: on a machine with GPUs it must be refused."""
     import horovod.torch as hvd
 
-    assert not hvd.nccl_built()
+    if hvd.nccl_built():
+        pytest.skip("this Horovod was built with NCCL: there is nothing to refuse here")
     monkeypatch.setattr(devices, "gpu_count", lambda: 2)
     cfg = JobConfig(engine="horovod", np=2, device="cuda")
     with pytest.raises(ConfigError) as info:
@@ -108,15 +108,18 @@ def test_cpu_job_ranks_never_initialise_cuda(tmp_path, engine) -> None:
         assert event["cuda_initialized"] is False, rank
         assert event["timing"].startswith("wall clock"), rank
     assert job.record().config["device"] == "cpu"
+    cached = list((tmp_path / "runs" / ".cache").glob("*/digits-float32-*.x.npy"))
+    assert len(cached) == 1, "the ranks of a host share one prepared copy of the data"
 
 
 def test_panel_offers_the_device_only_where_cuda_exists(tmp_path, monkeypatch) -> None:
     from workbench.ui import TrainingPanel
 
     fields = dict(runs_dir=str(tmp_path), engine="torch", np=2, **SMALL)
+    monkeypatch.setattr(devices, "gpu_count", lambda: 0)
     panel = TrainingPanel(**fields)
     try:
-        assert "device" not in panel.controls       # no CUDA here: the CPU is the only choice
+        assert "device" not in panel.controls       # no CUDA: the CPU is the only choice
     finally:
         panel.close()
     monkeypatch.setattr(devices, "gpu_count", lambda: 2)
@@ -144,11 +147,10 @@ def test_compute_sync_chart_names_the_clock() -> None:
         "time per step: compute vs sync (CUDA events (GPU timeline) on cuda:0)")
 
 
-def test_allreduce_bench_on_cuda_without_cuda_is_refused(tmp_path, capsys) -> None:
+def test_allreduce_bench_on_cuda_without_cuda_is_refused(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(devices, "gpu_count", lambda: 0)
     code = cli_main(["bench", "allreduce", "--engine", "torch", "--np", "2", "--device", "cuda",
                      "--runs-dir", str(tmp_path / "runs")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "no CUDA GPU" in err
-    cached = list((tmp_path / "runs" / ".cache").glob("*/digits-float32-*.x.npy"))
-    assert len(cached) == 1, "the ranks of a host share one prepared copy of the data"

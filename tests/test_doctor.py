@@ -182,14 +182,14 @@ def test_unresolvable_hostname_breaks_horovod_and_the_doctor_says_so(tmp_path: P
 
 
 def test_doctor_warns_when_cuda_is_there_but_horovod_has_no_nccl(report: dict[str, Any]) -> None:
-    """This machine's real Horovod (a CPU build) on a machine where torch sees CUDA."""
-    assert report["horovod"]["tensor_operations"]["nccl"] is False
+    """This machine's Horovod report, without NCCL, where torch sees CUDA."""
+    ops = report["horovod"]["tensor_operations"]
+    without_nccl = {**report["horovod"], "tensor_operations": {**ops, "nccl": False}}
     with_cuda = {**report["torch"], "cuda_available": True, "cuda_version": "12.1"}
-    check = doctor._gpu_horovod_check(with_cuda, report["horovod"])
+    check = doctor._gpu_horovod_check(with_cuda, without_nccl)
     assert check is not None and check.status == "warn"
     assert "without NCCL" in check.detail and "make horovod" in check.fix
-    with_nccl = {**report["horovod"],
-                 "tensor_operations": {**report["horovod"]["tensor_operations"], "nccl": True}}
+    with_nccl = {**report["horovod"], "tensor_operations": {**ops, "nccl": True}}
     assert doctor._gpu_horovod_check(with_cuda, with_nccl).status == "ok"
     if not report["torch"]["cuda_available"]:    # no GPU, no line about GPUs
         assert doctor._gpu_horovod_check(report["torch"], report["horovod"]) is None
