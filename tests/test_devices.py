@@ -154,3 +154,60 @@ def test_allreduce_bench_on_cuda_without_cuda_is_refused(tmp_path, capsys, monke
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "no CUDA GPU" in err
+
+
+class CountingClock:
+    """A wall clock that counts how often the loop waits for a step to finish."""
+
+    what = "counting wall clock"
+
+    def __init__(self) -> None:
+        from workbench.training.loop import WallClock
+
+        self.inner, self.settled, self.marks = WallClock(), 0, 0
+
+    def mark(self):
+        self.marks += 1
+        return self.inner.mark()
+
+    def settle(self, mark) -> None:
+        self.settled += 1
+
+    def seconds(self, start, end) -> float:
+        return self.inner.seconds(start, end)
+
+
+class FakeContext:
+    """What `train` needs of a RankContext: one rank, its config, and a metrics sink."""
+
+    def __init__(self, cfg: JobConfig) -> None:
+        self.config, self.rank, self.size, self.local_rank = cfg, 0, 1, 0
+        self.lines: list[dict] = []
+
+    def metric(self, kind: str, **fields) -> None:
+        self.lines.append({"kind": kind, **fields})
+
+
+def test_the_loop_waits_once_per_step_and_never_for_the_whole_device(tmp_path,
+                                                                   monkeypatch) -> None:
+    """The timing contract that makes GPU timing honest, checked on the CPU: the step's
+    clock is settled exactly once per logged step, and torch.cuda.synchronize (which
+    would also wait for NCCL's queued allreduces) is never called."""
+    from workbench.models import make_optimizer
+    from workbench.training.loop import Synchronizer, build, train
+
+    def no_full_sync(*_args, **_kwargs):
+        raise AssertionError("torch.cuda.synchronize called in the training loop")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", no_full_sync)
+    cfg = JobConfig(engine="serial", np=1, runs_dir=str(tmp_path), **SMALL).validate()
+    setup = build(cfg, torch.device("cpu"))
+    setup.clock = clock = CountingClock()
+    ctx = FakeContext(cfg)
+    optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr, 0.0, 0.0)
+    train(ctx, setup, optimizer, Synchronizer())
+    steps = [line for line in ctx.lines if line["kind"] == "step"]
+    assert len(steps) == cfg.max_steps and clock.settled == len(steps)
+    assert clock.marks == 3 * len(steps)
+    ready = next(line for line in ctx.lines if line.get("message") == "ready")
+    assert ready["timing"] == "counting wall clock"

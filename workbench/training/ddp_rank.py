@@ -3,7 +3,8 @@
 The same steps as the Horovod rank, in PyTorch's words (Li et al., VLDB 2020,
 arXiv:2006.15704):
 
-1. `dist.init_process_group`: join the job (gloo on CPU, NCCL on GPUs).
+1. `dist.init_process_group`: join the job (gloo on CPU; on GPUs NCCL, told the rank's
+   GPU up front with `device_id=`, so the GPU is taken before joining).
 2. Pin the device: one GPU per local rank, or this rank's share of the CPU cores.
 3-4. Wrap the model in `DistributedDataParallel`: its constructor broadcasts rank 0's
    parameters, and during `backward()` it averages gradients with allreduce, bucket by
@@ -11,7 +12,7 @@ arXiv:2006.15704):
 5. Shard the data: each rank trains on its own slice of every global batch.
 
 A communication hook times each bucket's allreduce, so a step can be split into time
-computing and time blocked on synchronization.
+computing and time blocked on synchronization (on GPUs with CUDA events: see DDPSync).
 """
 
 from __future__ import annotations
