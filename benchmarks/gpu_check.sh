@@ -99,7 +99,10 @@ if gpus == 0:
     print(f"GPU CHECK FAILED: no CUDA GPU is visible (torch {torch.__version__}, CUDA "
           f"{torch.version.cuda}): run it on a GPU machine, with a CUDA build of PyTorch")
     sys.exit(1)
-names = [torch.cuda.get_device_name(i) for i in range(gpus)]
+# GPU names from the driver: asking torch would create a CUDA context in this process,
+# which would sit on GPU 0 (memory and all) while the jobs run.
+names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], text=True,
+                       capture_output=True, timeout=60).stdout.strip().splitlines()
 nccl = torch.cuda.nccl.version()
 nccl = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
 print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, NCCL {nccl}, {gpus} GPU(s): "
