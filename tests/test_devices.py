@@ -211,3 +211,12 @@ def test_the_loop_waits_once_per_step_and_never_for_the_whole_device(tmp_path,
     assert clock.marks == 3 * len(steps)
     ready = next(line for line in ctx.lines if line.get("message") == "ready")
     assert ready["timing"] == "counting wall clock"
+
+
+def test_cuda_through_slurm_is_refused_until_slurm_jobs_request_gpus(monkeypatch) -> None:
+    monkeypatch.setattr(devices, "gpu_count", lambda: 8)     # a login node with GPUs
+    with pytest.raises(ConfigError, match="requests no GPUs"):
+        devices.resolve_device(JobConfig(engine="torch", np=2, device="cuda", launcher="slurm"))
+    cfg, note = devices.resolve_device(JobConfig(engine="torch", np=2, device="auto",
+                                                 launcher="slurm"))
+    assert cfg.device == "cpu" and "requests no GPUs" in note

@@ -83,6 +83,9 @@ def resolve_device(cfg: JobConfig) -> tuple[JobConfig, str | None]:
     if cfg.device == "cpu":
         return cfg, None
     problem = cuda_problem(cfg)
+    if cfg.launcher == "slurm":   # this host's GPUs say nothing about the compute nodes'
+        problem = ("the Slurm job requests no GPUs (and the nodes' GPUs cannot be counted "
+                   "from here)", "use --device cpu with --launcher slurm")
     if cfg.device == "cuda":
         if problem:
             raise ConfigError(f"invalid --device 'cuda': {problem[0]}: {problem[1]}")

@@ -1,6 +1,8 @@
 """A running job: launch it, watch it, stop it, and always leave a complete record.
 
 `start(cfg)` writes `config.json`, starts the engine's launcher and returns a `Job` at once.
+Before launching, the job takes its cores from the host's allocation (cores.py): while
+other jobs hold them, it is "queued" and a thread waits for its turn, then launches.
 A watcher thread then checks the job five times a second:
 
 - every rank reported success and the launcher ended  -> "succeeded";
@@ -9,6 +11,10 @@ A watcher thread then checks the job five times a second:
 - nothing new in metrics.jsonl for `stall_timeout` s  -> "stalled";
 - `stop()` was called                                 -> "stopped".
 
+With `launcher="slurm"` the job is submitted to Slurm instead (see slurm.py): it is
+"pending" while Slurm queues it, ranks are watched through what they write in the runs
+folder and the job's state in Slurm, and stopping it is `scancel`.
+
 Whatever the outcome, every process of the job is ended (see processes.py) and
 `summary.json` is written atomically, so a crash never leaves a half-written summary.
 """
@@ -16,6 +22,7 @@ Whatever the outcome, every process of the job is ended (see processes.py) and
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import platform
 import subprocess
@@ -30,6 +37,8 @@ from typing import Any
 import psutil
 
 from workbench.config import ConfigError, JobConfig
+from workbench.hosts.cpu import cpu_budget
+from workbench.jobs import cores, slurm
 from workbench.jobs.devices import rank_environment, resolve_device
 from workbench.jobs.engines import ENGINES, TRAINING_MODULES
 from workbench.jobs.processes import (
@@ -53,6 +62,7 @@ from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
 POLL_S = 0.2
+QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come
 _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 
 
@@ -61,6 +71,7 @@ class Job:
 
     def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
         self.config = cfg
+        sharing = cores.settings()  # a bad setting fails here, before anything is written
         self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, _label(cfg))
         self.world_size = cfg.world_size
         self.warnings: list[str] = []
@@ -69,13 +80,46 @@ class Job:
         self._lock = threading.Lock()
         self._reader = MetricsReader(self.run_dir / "metrics.jsonl")
         self._failure: dict[str, Any] | None = None
-        self._launch(module, args)
+        self._proc: subprocess.Popen[bytes] | slurm.SlurmBatch | None = None
+        self._slurm = cfg.launcher == "slurm"
+        self._started = self._asked = time.time()
+        # ---- the gate: take this job's cores from the host's allocation, or queue for them
+        self._ticket = SlurmTicket() if self._slurm else \
+            cores.Ticket(self.run_id, cores_needed(cfg), sharing)
+        if self._ticket.poll():
+            try:
+                self._launch(module, args)
+            except BaseException:
+                self._ticket.release()
+                raise
+        else:
+            self._status = "queued"
+            threading.Thread(target=self._wait_for_cores, args=(module, args),
+                             name=f"queue-{self.run_id}", daemon=True).start()
 
     # ------------------------------------------------------------------ public API
     @property
     def status(self) -> str:
-        """"running", "succeeded", "failed", "stopped" or "stalled"."""
+        """"queued" (waiting for this host's cores), "pending" (queued by Slurm), "running",
+        "succeeded", "failed", "stopped" or "stalled"."""
+        if self._status == "running" and self.pending_reason is not None:
+            return "pending"
         return self._status
+
+    @property
+    def pending_reason(self) -> str | None:
+        """Why Slurm still queues the job ("Resources", "Priority", ...); None otherwise."""
+        return self._proc.pending_reason if self._slurm and self._proc is not None else None
+
+    @property
+    def queue_position(self) -> int:
+        """While queued: 1 when this job starts next, 2 behind it, ...; else 0."""
+        return self._ticket.position if self._status == "queued" else 0
+
+    @property
+    def cores(self) -> list[int] | None:
+        """The cores allocated to this job ([]: none of its own), None while queued."""
+        return self._ticket.cores
 
     @property
     def done(self) -> bool:
@@ -83,13 +127,15 @@ class Job:
 
     @property
     def started_at(self) -> float:
-        """When the launcher was started, in seconds since the epoch."""
+        """When the launcher was started (while queued: when the job asked), in seconds
+        since the epoch."""
         return self._started
 
     @property
-    def launcher_pid(self) -> int:
-        """Pid of the engine's launcher (horovodrun, torchrun, or the serial rank itself)."""
-        return self._proc.pid
+    def launcher_pid(self) -> int | None:
+        """Pid of the engine's launcher (horovodrun, torchrun, or the serial rank itself);
+        None while the job is queued, and under Slurm, which starts the ranks on its nodes."""
+        return self._proc.pid if self._proc is not None else None
 
     @property
     def summary(self) -> dict[str, Any] | None:
@@ -118,16 +164,40 @@ class Job:
         except KeyboardInterrupt:
             self.stop()
             raise
-        return self._status
+        return self.status
 
     def stop(self) -> None:
-        """End every process of the job (within about 5 s) and record it as stopped."""
+        """End every process of the job (within about 5 s; under Slurm: `scancel`, within
+        10 s) and record it as stopped."""
         self._finish("stopped")
 
     def __repr__(self) -> str:
         return f"<Job {self.run_id} {self._status}>"
 
     # ------------------------------------------------------------------ launching
+    def _wait_for_cores(self, module: str, args: list[str]) -> None:
+        """Wait in the host's queue for this job's turn, then launch (unless stopped)."""
+        try:
+            while not self._ticket.poll():
+                if self._done.wait(QUEUE_POLL_S):
+                    return  # stopped while queued; _finish left the queue
+        except (OSError, ConfigError) as err:  # the shared folder went away, say
+            self._finish("failed", {"rank": None, "error": f"lost its place in the queue for "
+                                                           f"cores: {err}"})
+            return
+        error = None
+        with self._lock:
+            if self._done.is_set():
+                self._ticket.release()  # stopped just as the cores came
+                return
+            self._status = "running"
+            try:
+                self._launch(module, args)
+            except Exception as err:  # e.g. the launcher cannot be executed
+                error = f"could not launch the job after queueing: {err}"
+        if error:
+            self._finish("failed", {"rank": None, "error": error})
+
     def _launch(self, module: str, args: list[str]) -> None:
         cfg = self.config
         write_json_atomic(self.run_dir / "config.json", cfg.to_dict())
@@ -149,13 +219,27 @@ class Job:
             # How often Horovod's background thread looks for gradients ready to allreduce
             # (default 1 ms). Other engines have no such thread and ignore it.
             env["HOROVOD_CYCLE_TIME"] = repr(cfg.cycle_time_ms)
+        if self._slurm:  # ---- Slurm hook: Slurm starts the ranks (see slurm.py) ----
+            # The ranks run on compute nodes, where our pid means nothing: no owner watchdog.
+            del env[ENV_OWNER]
+            self._started = time.time()
+            self._proc = slurm.submit(cfg, self.run_id, self.run_dir, module, args, env)
+            _LIVE_JOBS.add(self)
+            threading.Thread(target=self._watch, name=f"watch-{self.run_id}",
+                             daemon=True).start()
+            return
         if cfg.oversubscribed():
             self.warnings.append(
-                f"{cfg.world_size} ranks x {threads} threads exceed this machine's "
-                f"{os.cpu_count()} cores: ranks will share cores and speedups will flatten")
+                f"{cfg.world_size} ranks x {threads} threads exceed the {cpu_budget().usable}"
+                " cores this host gives us: ranks will share cores and speedups will flatten")
+            warnings.warn(self.warnings[-1], stacklevel=3)
+        if self._ticket.warning:
+            self.warnings.append(self._ticket.warning)
             warnings.warn(self.warnings[-1], stacklevel=3)
         engine = ENGINES[cfg.engine]
         cmd = engine.command(cfg.world_size, module, args, cfg.hosts, free_port())
+        if self._ticket.cores:  # the launcher and every rank it starts inherit these cores
+            cmd = ["taskset", "--cpu-list", ",".join(map(str, self._ticket.cores)), *cmd]
         self._started = time.time()
         with open(self.run_dir / "logs" / "launcher.log", "ab") as log:
             log.write((" ".join(cmd) + "\n").encode())
@@ -169,8 +253,10 @@ class Job:
         threading.Thread(target=self._watch, name=f"watch-{self.run_id}", daemon=True).start()
 
     # ------------------------------------------------------------------ watching
-    def _vanished(self, exits: dict[int, dict[str, Any]]) -> list[tuple[int, int]]:
+    def _vanished(self, exits: dict[int, dict[str, Any]]) -> list[tuple[int, int | None]]:
         """(rank, pid) of ranks whose process is gone (or a zombie) without an exit record."""
+        if self._slurm:  # ---- Slurm hook: ranks on compute nodes, seen through the runs folder
+            return self._proc.vanished(exits)
         return [(rank, pid) for rank, pid in sorted(rank_pids(self.run_dir).items())
                 if rank not in exits and not pid_alive(pid)]
 
@@ -179,7 +265,7 @@ class Job:
         while not self._done.is_set():
             time.sleep(POLL_S)
             size = _size(self.run_dir / "metrics.jsonl")
-            if size != last_size:
+            if size != last_size or self.status == "pending":  # queued time is no stall
                 last_size, last_progress = size, time.time()
             outcome = self._check()
             if outcome is None and time.time() - last_progress > self.config.stall_timeout:
@@ -226,20 +312,26 @@ class Job:
         if all_ok and rc == 0:
             return "succeeded", None
         missing = sorted(set(range(self.world_size)) - set(exits))
+        ended = self._proc.ending() if self._slurm else \
+            f"the {self.config.engine} launcher exited with code {rc}"
         return "failed", {"rank": missing[0] if missing else None,
-                          "error": f"the {self.config.engine} launcher exited with code {rc}"
-                                   f" before rank(s) {missing} reported"}
+                          "error": f"{ended} before rank(s) {missing} reported"}
 
     def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
         """End all processes, then write summary.json. Runs once, whoever calls first."""
         with self._lock:
             if self._done.is_set():
                 return
-            survivors = terminate(job_processes(self.run_id, self.run_dir, self._proc.pid))
+            if self._slurm and self._proc is not None:  # ---- Slurm hook: scancel, and wait
+                self._proc.cancel()                      # until Slurm has ended the job
+            survivors = terminate(job_processes(self.run_id, self.run_dir, self.launcher_pid))
             try:
-                self._proc.wait(timeout=2)
+                if self._proc is not None:
+                    self._proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 pass
+            with contextlib.suppress(OSError, ConfigError):  # never lose the summary for it
+                self._ticket.release()  # the processes are gone: the cores are free again
             if failure and failure.get("rank") is not None:
                 failure["log_tail"] = RunRecord(self.run_dir).log(failure["rank"], last=20)
             elif failure:
@@ -264,9 +356,11 @@ class Job:
                                                              default=-1)]
         summary: dict[str, Any] = {
             "run_id": self.run_id, "run_dir": str(self.run_dir), "status": status,
-            "engine": cfg.engine, "np": self.world_size,
+            "engine": cfg.engine, "np": self.world_size, "launcher": cfg.launcher,
             "hosts": sorted({r["host"] for r in starts}),
             "threads_per_rank": cfg.resolved_threads(),
+            "cores": self._ticket.cores,
+            "queued_s": (self._started if self._proc else time.time()) - self._asked,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self._started)),
             "duration_s": time.time() - self._started,
             "startup_s": min((s["time"] - s["step_time_s"] for s in steps), default=None),
@@ -282,9 +376,27 @@ class Job:
             "warnings": self.warnings,
             "versions": _versions(),
         }
+        if self._slurm:
+            summary["slurm_job_id"] = self._proc.job_id
+            summary["slurm_state"] = self._proc.state
         if failure:
             summary["failure"] = failure
         return summary
+
+
+class SlurmTicket:
+    """The gate's answer for a Slurm job: go. It waits in Slurm's queue, for the cluster's
+    cores, not in this host's queue for this host's cores."""
+
+    cores: list[int] = []
+    warning: str | None = None
+    position = 0
+
+    def poll(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing to give back here: Slurm frees the job's cores."""
 
 
 # ---------------------------------------------------------------------- starting jobs
@@ -292,6 +404,8 @@ def start(cfg: JobConfig) -> Job:
     """Validate `cfg` and launch a training job; returns at once (see `Job`)."""
     cfg = apply_preset(cfg).validate()
     _check_engine(cfg.engine)
+    if cfg.launcher == "slurm":
+        slurm.check(cfg)
     cfg, note = resolve_device(cfg)     # "auto" settles here; "cuda" is checked here
     job = Job(cfg, TRAINING_MODULES[cfg.engine], [])
     _note(job, note)
@@ -307,6 +421,8 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
                     name=name, threads_per_rank=threads_per_rank, hosts=hosts,
                     stall_timeout=stall_timeout, **fields).validate()
     _check_engine(engine)
+    if cfg.launcher == "slurm":
+        slurm.check(cfg)
     cfg, note = resolve_device(cfg)
     job = Job(cfg, module, list(args or []))
     _note(job, note)
@@ -350,6 +466,15 @@ def _note(job: Job, note: str | None) -> None:
     if note:
         job.warnings.append(note)
         warnings.warn(note, stacklevel=3)
+
+
+def cores_needed(cfg: JobConfig) -> int:
+    """Cores this job binds on this host: ranks × threads, or 0 when it binds none here
+    (`cpu_bind="none"`, or ranks on other hosts, or Slurm's): then it only counts for its
+    user's limit."""
+    if cfg.cpu_bind != "core" or cfg.hosts is not None or cfg.launcher == "slurm":
+        return 0
+    return cfg.world_size * cfg.resolved_threads()
 
 
 def _label(cfg: JobConfig) -> str:

@@ -37,7 +37,7 @@ from workbench.config import (
     ConfigError,
     JobConfig,
 )
-from workbench.jobs import FINAL_STATES, devices
+from workbench.jobs import FINAL_STATES, devices, slurm
 from workbench.records.metrics import MetricsReader
 from workbench.ui import charts, live
 from workbench.ui.logs import LogPane
@@ -58,12 +58,17 @@ CONTROL_SPECS: list[tuple[str, str, Any]] = [
 ]
 
 
-def control_specs() -> list[tuple[str, str, Any]]:
-    """The panel's controls: `CONTROL_SPECS`, plus the device where CUDA exists (elsewhere
-    the only device is the CPU, and a choice that cannot work would only confuse)."""
+def control_specs(launcher: str = "local") -> list[tuple[str, str, Any]]:
+    """CONTROL_SPECS, with a launcher choice where Slurm's `sbatch` is here to submit to,
+    and a device choice where CUDA exists (elsewhere "local" and "cpu" are the only
+    choices, and a control for them would only distract)."""
+    specs = list(CONTROL_SPECS)
+    if slurm.available() is None:
+        choices = tuple(dict.fromkeys(("local", "slurm", launcher)))
+        specs = [*specs[:2], ("launcher", "launcher", choices), *specs[2:]]
     if devices.gpu_count() > 0:
-        return [*CONTROL_SPECS, ("device", "device", DEVICES)]
-    return list(CONTROL_SPECS)
+        specs.append(("device", "device", DEVICES))
+    return specs
 
 
 #: What the charts show, in one sentence each, under the charts.
@@ -122,7 +127,7 @@ class TrainingPanel(widgets.VBox):
         self._steps_total = 0
         self._epochs = self._base.epochs
         self.controls = {name: _make_control(name, label, kind, getattr(self._base, name))
-                         for name, label, kind in control_specs()}
+                         for name, label, kind in control_specs(self._base.launcher)}
         # no icons: an icon font adds a character to the button's accessible name
         self.start_button = widgets.Button(description="Start", button_style="success",
                                            tooltip="Launch the job")
@@ -285,6 +290,13 @@ class TrainingPanel(widgets.VBox):
 
     def _say_running(self) -> None:
         c, last = self._charts, self._charts.last
+        if self.job.pending_reason is not None:  # Slurm queues the job: say why
+            self._say(f"Run {self.job.run_id} queued: {self.job.pending_reason}")
+            return
+        if self.job.status == "queued":
+            self._say(f"Run {self.job.run_id} queued: number {self.job.queue_position} in "
+                      "this machine's queue. It starts when other jobs free enough cores.")
+            return
         if not last:
             self._say(f"Run {self.job.run_id}: ranks starting (importing, loading data) ...")
             return
