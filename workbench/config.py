@@ -16,6 +16,9 @@ from typing import Any
 from workbench.hosts.cpu import cpu_budget
 
 ENGINES = ("horovod", "torch", "serial")
+#: Engines that run something other than the training loop, so the panels do not offer them:
+#: "fork" starts the labs' workers (workbench/jobs/workers.py).
+LAB_ENGINES = ("fork",)
 MODELS = ("logreg", "mlp", "cnn")
 DATASETS = ("digits", "synthetic", "synthetic-images", "mnist", "cifar10")
 OPTIMIZERS = ("sgd", "adam")
@@ -147,7 +150,7 @@ class JobConfig:
     # -------------------------------------------------------------------- checking
     def validate(self) -> JobConfig:
         """Raise `ConfigError` naming the first bad field; return self when all is well."""
-        _choice("engine", self.engine, ENGINES)
+        _choice("engine", self.engine, ENGINES + LAB_ENGINES)
         _choice("model", self.model, MODELS)
         _choice("dataset", self.dataset, DATASETS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)

@@ -69,10 +69,13 @@ _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 class Job:
     """One launched job. Create it with `start()` or `start_module()`."""
 
-    def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
+    def __init__(self, cfg: JobConfig, module: str, args: list[str],
+                 files: dict[str, bytes] | None = None) -> None:
         self.config = cfg
         sharing = cores.settings()  # a bad setting fails here, before anything is written
         self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, _label(cfg))
+        for name, data in (files or {}).items():  # inputs the ranks read as they start
+            (self.run_dir / name).write_bytes(data)
         self.world_size = cfg.world_size
         self.warnings: list[str] = []
         self._status = "running"
@@ -404,6 +407,9 @@ def start(cfg: JobConfig) -> Job:
     """Validate `cfg` and launch a training job; returns at once (see `Job`)."""
     cfg = apply_preset(cfg).validate()
     _check_engine(cfg.engine)
+    if cfg.engine not in TRAINING_MODULES:
+        raise ConfigError(f"--engine {cfg.engine} runs the labs' workers, not training: use "
+                          f"one of {', '.join(TRAINING_MODULES)}")
     if cfg.launcher == "slurm":
         slurm.check(cfg)
     cfg, note = resolve_device(cfg)     # "auto" settles here; "cuda" is checked here
@@ -415,8 +421,12 @@ def start(cfg: JobConfig) -> Job:
 def start_module(engine: str, np: int, module: str, args: list[str] | None = None,
                  runs_dir: str = "runs", name: str = "", threads_per_rank: int = 1,
                  hosts: str | None = None, stall_timeout: float = 120.0,
-                 **fields: Any) -> Job:
-    """Launch any rank module (one that uses `RankContext`) as a job on `np` ranks."""
+                 files: dict[str, bytes] | None = None, **fields: Any) -> Job:
+    """Launch any rank module (one that uses `RankContext`) as a job on `np` ranks.
+
+    `files` ({name: bytes}) are written into the run folder before the ranks start: inputs
+    too large for command-line arguments (see workers.py).
+    """
     cfg = JobConfig(engine=engine, np=1 if engine == "serial" else np, runs_dir=runs_dir,
                     name=name, threads_per_rank=threads_per_rank, hosts=hosts,
                     stall_timeout=stall_timeout, **fields).validate()
@@ -424,7 +434,7 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
     if cfg.launcher == "slurm":
         slurm.check(cfg)
     cfg, note = resolve_device(cfg)
-    job = Job(cfg, module, list(args or []))
+    job = Job(cfg, module, list(args or []), files)
     _note(job, note)
     return job
 
