@@ -39,6 +39,7 @@ import psutil
 from workbench.config import ConfigError, JobConfig
 from workbench.hosts.cpu import cpu_budget
 from workbench.jobs import cores, slurm
+from workbench.jobs.devices import rank_environment, resolve_device
 from workbench.jobs.engines import ENGINES, TRAINING_MODULES
 from workbench.jobs.processes import (
     free_port,
@@ -211,6 +212,7 @@ class Job:
             ENV_RUN_DIR: str(self.run_dir), ENV_RUN_ID: self.run_id,
             ENV_OWNER: f"{me.pid}:{me.create_time()}", ENV_T0: repr(time.time()),
             "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
+            **rank_environment(cfg),
         }
         if cfg.timeline:
             env["HOROVOD_TIMELINE"] = str(self.run_dir / "timeline.json")
@@ -415,7 +417,10 @@ def start(cfg: JobConfig) -> Job:
                           f"one of {', '.join(TRAINING_MODULES)}")
     if cfg.launcher == "slurm":
         slurm.check(cfg)
-    return Job(cfg, TRAINING_MODULES[cfg.engine], [])
+    cfg, note = resolve_device(cfg)     # "auto" settles here; "cuda" is checked here
+    job = Job(cfg, TRAINING_MODULES[cfg.engine], [])
+    _note(job, note)
+    return job
 
 
 def start_module(engine: str, np: int, module: str, args: list[str] | None = None,
@@ -433,7 +438,10 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
     _check_engine(engine)
     if cfg.launcher == "slurm":
         slurm.check(cfg)
-    return Job(cfg, module, list(args or []), files)
+    cfg, note = resolve_device(cfg)
+    job = Job(cfg, module, list(args or []), files)
+    _note(job, note)
+    return job
 
 
 def apply_preset(cfg: JobConfig) -> JobConfig:
@@ -466,6 +474,13 @@ def _check_engine(engine: str) -> None:
     problem = ENGINES[engine].available()
     if problem:
         raise ConfigError(f"--engine {engine} cannot run here: {problem}")
+
+
+def _note(job: Job, note: str | None) -> None:
+    """Add a warning to a job that has just started (shown by the CLI and the panel)."""
+    if note:
+        job.warnings.append(note)
+        warnings.warn(note, stacklevel=3)
 
 
 def cores_needed(cfg: JobConfig) -> int:

@@ -16,7 +16,7 @@ def main() -> None:
     with RankContext.from_env() as ctx:
         cfg = ctx.config
         pin_cpu(cfg, 0)  # its threads; one process has no other rank to keep off its cores
-        setup = build(cfg, pick_device(0))
+        setup = build(cfg, pick_device(cfg.device, 0))
         optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
                                    cfg.momentum, cfg.weight_decay)
         setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
