@@ -16,6 +16,9 @@ from typing import Any
 from workbench.hosts.cpu import cpu_budget
 
 ENGINES = ("horovod", "torch", "serial")
+#: Engines that run something other than the training loop, so the panels do not offer them:
+#: "fork" starts the labs' workers (workbench/jobs/workers.py).
+LAB_ENGINES = ("fork",)
 MODELS = ("logreg", "mlp", "cnn")
 DATASETS = ("digits", "synthetic", "synthetic-images", "mnist", "cifar10")
 OPTIMIZERS = ("sgd", "adam")
@@ -24,6 +27,10 @@ CPU_BINDS = ("core", "none")
 #: Who starts the ranks: this machine (`local`), horovodrun over ssh on `--hosts` (`ssh`),
 #: or the cluster's scheduler (`slurm`, see workbench/jobs/slurm.py).
 LAUNCHERS = ("local", "ssh", "slurm")
+#: Where the ranks compute: "cpu" (the lessons' default: every laptop has one), "cuda" (one
+#: NVIDIA GPU per rank, checked before launch), or "auto" (cuda where every rank of a host
+#: can have a GPU of its own, else cpu). See workbench/jobs/devices.py.
+DEVICES = ("cpu", "cuda", "auto")
 
 #: Scaling presets. "compute-bound" does many FLOPs per parameter (a CNN with global average
 #: pooling: 85 thousand parameters, about 0.2 s of work per step of 128 samples on one core),
@@ -51,6 +58,15 @@ class JobConfig:
     `val_fraction` of the samples (drawn with `seed`) are held out and never trained on:
     the final loss and accuracy are measured on them, and, every `eval_every` epochs
     (0 = only at the end), so are the `val_loss` and `val_accuracy` of the epoch lines.
+
+    `warmup_epochs` > 0 raises the learning rate linearly from almost 0 to `lr` over that many
+    epochs (Goyal et al. 2017): a large learning rate, as the linear scaling rule gives a
+    large global batch, is safe only once the first steps have left the initial region.
+
+    Faults: with `fail_at_step` > 0, rank `fail_rank` fails at that step (counted from the
+    start of the job, across epochs), as a crashed machine would end it. Rank 0 saves a
+    checkpoint every `checkpoint_every` epochs (0 = never), and `resume` (a run id) starts
+    a new run from that run's last checkpoint (see workbench/training/checkpoint.py).
 
     Sizes are in samples, times in seconds (but `cycle_time_ms`, Horovod's cycle, is in
     milliseconds like horovodrun's --cycle-time-ms; 0 keeps Horovod's default of 1 ms).
@@ -80,6 +96,7 @@ class JobConfig:
     optimizer: str = "sgd"
     momentum: float = 0.0
     weight_decay: float = 0.0
+    warmup_epochs: float = 0.0
     seed: int = 0
     threads_per_rank: int = 0
     runs_dir: str = "runs"
@@ -87,6 +104,10 @@ class JobConfig:
     max_steps: int = 0
     straggler_delay: float = 0.0
     straggler_rank: int = 1
+    fail_rank: int = 0
+    fail_at_step: int = 0
+    checkpoint_every: int = 0
+    resume: str = ""
     timeline: bool = False
     cycle_time_ms: float = 0.0
     cpu_bind: str = "core"
@@ -94,6 +115,7 @@ class JobConfig:
     dtype: str = "float32"
     val_fraction: float = 0.1
     eval_every: int = 0
+    device: str = "cpu"
     name: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -142,12 +164,13 @@ class JobConfig:
     # -------------------------------------------------------------------- checking
     def validate(self) -> JobConfig:
         """Raise `ConfigError` naming the first bad field; return self when all is well."""
-        _choice("engine", self.engine, ENGINES)
+        _choice("engine", self.engine, ENGINES + LAB_ENGINES)
         _choice("model", self.model, MODELS)
         _choice("dataset", self.dataset, DATASETS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("dtype", self.dtype, DTYPES)
         _choice("cpu_bind", self.cpu_bind, CPU_BINDS)
+        _choice("device", self.device, DEVICES)
         _choice("launcher", self.launcher, LAUNCHERS)
         if self.preset is not None:
             _choice("preset", self.preset, tuple(PRESETS))
@@ -165,9 +188,13 @@ class JobConfig:
         _int_range("ntasks_per_node", self.ntasks_per_node, 0, 1024)
         _int_range("time_limit", self.time_limit, 0, 525_600)
         _int_range("eval_every", self.eval_every, 0, 10_000)
+        _int_range("fail_rank", self.fail_rank, 0, 255)
+        _int_range("fail_at_step", self.fail_at_step, 0, 10**9)
+        _int_range("checkpoint_every", self.checkpoint_every, 0, 10_000)
         _float_range("lr", self.lr, 0.0, 100.0, low_open=True)
         _float_range("momentum", self.momentum, 0.0, 0.999999)
         _float_range("weight_decay", self.weight_decay, 0.0, 1.0)
+        _float_range("warmup_epochs", self.warmup_epochs, 0.0, 1000.0)
         _float_range("straggler_delay", self.straggler_delay, 0.0, 60.0)
         _float_range("stall_timeout", self.stall_timeout, 1.0, 86_400.0)
         _float_range("cycle_time_ms", self.cycle_time_ms, 0.0, 1000.0)
@@ -195,6 +222,11 @@ class JobConfig:
         if self.straggler_delay > 0 and self.straggler_rank >= self.world_size:
             raise ConfigError(_bad("straggler_rank", self.straggler_rank,
                                    f"a rank below np={self.world_size}"))
+        if self.fail_at_step > 0 and self.fail_rank >= self.world_size:
+            raise ConfigError(_bad("fail_rank", self.fail_rank,
+                                   f"a rank below np={self.world_size}"))
+        if not isinstance(self.resume, str):
+            raise ConfigError(_bad("resume", self.resume, "a run id (see `workbench runs`)"))
         if self.model == "cnn" and self.dataset in ("digits", "synthetic"):
             raise ConfigError(_bad("model", "cnn", f"an image dataset (synthetic-images, mnist,"
                                    f" cifar10), not {self.dataset}"))

@@ -8,6 +8,8 @@ failure detection) is written once in `job.py`.
 - `torch`: PyTorch's launcher `torchrun` (`python -m torch.distributed.run`), for
   DistributedDataParallel.
 - `serial`: the module in one plain process: the sequential baseline.
+- `fork`: the labs' engine. One Python process imports the code once and forks the ranks
+  from itself (one host; see workers.py for why the labs do not use torchrun).
 """
 
 from __future__ import annotations
@@ -66,6 +68,13 @@ class TorchEngine(Engine):
                 "-m", module, *args]
 
 
+class ForkEngine(Engine):
+    def command(self, np: int, module: str, args: list[str], hosts: str | None,
+                port: int) -> list[str]:
+        # The module is its own launcher: it forks `np` ranks (only workers.py does this).
+        return [sys.executable, "-u", "-m", module, "--fork", str(np), *args]
+
+
 def horovodrun() -> str:
     """The `horovodrun` next to this interpreter (the project's venv), else on PATH."""
     beside = Path(sys.executable).parent / "horovodrun"
@@ -76,4 +85,5 @@ ENGINES: dict[str, Engine] = {
     "horovod": HorovodEngine("horovod"),
     "torch": TorchEngine("torch"),
     "serial": Engine("serial"),
+    "fork": ForkEngine("fork"),
 }

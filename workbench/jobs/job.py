@@ -40,6 +40,7 @@ import psutil
 from workbench.config import ConfigError, JobConfig
 from workbench.hosts.cpu import cpu_budget
 from workbench.jobs import cores, slurm
+from workbench.jobs.devices import rank_environment, resolve_device
 from workbench.jobs.engines import ENGINES, TRAINING_MODULES
 from workbench.jobs.processes import (
     free_port,
@@ -58,6 +59,7 @@ from workbench.records import (
     throughput,
     write_json_atomic,
 )
+from workbench.training.checkpoint import apply_resume
 from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
@@ -74,6 +76,9 @@ class Job:
         self.config = cfg
         sharing = cores.settings()  # a bad setting fails here, before anything is written
         self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, _label(cfg))
+        for name, data in (files or {}).items():  # inputs the ranks read as they start
+            (self.run_dir / name).parent.mkdir(parents=True, exist_ok=True)  # e.g. user/
+            (self.run_dir / name).write_bytes(data)
         self.world_size = cfg.world_size
         self.warnings: list[str] = []
         self._status = "running"
@@ -81,9 +86,6 @@ class Job:
         self._lock = threading.Lock()
         self._reader = MetricsReader(self.run_dir / "metrics.jsonl")
         self._failure: dict[str, Any] | None = None
-        for name, data in (files or {}).items():  # inputs the ranks read, e.g. a function
-            (self.run_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / name).write_bytes(data)  # no rank runs yet: nobody reads it half
         self._proc: subprocess.Popen[bytes] | slurm.SlurmBatch | None = None
         self._slurm = cfg.launcher == "slurm"
         self._started = self._asked = time.time()
@@ -232,6 +234,7 @@ class Job:
             ENV_RUN_DIR: str(self.run_dir), ENV_RUN_ID: self.run_id,
             ENV_OWNER: f"{me.pid}:{me.create_time()}", ENV_T0: repr(time.time()),
             "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
+            **rank_environment(cfg),
         }
         if cfg.timeline:
             env["HOROVOD_TIMELINE"] = str(self.run_dir / "timeline.json")
@@ -424,12 +427,22 @@ class SlurmTicket:
 
 # ---------------------------------------------------------------------- starting jobs
 def start(cfg: JobConfig) -> Job:
-    """Validate `cfg` and launch a training job; returns at once (see `Job`)."""
-    cfg = apply_preset(cfg).validate()
+    """Validate `cfg` and launch a training job; returns at once (see `Job`).
+
+    With `cfg.resume` set, the job continues that run from its last checkpoint, taking its
+    configuration for every field left at its default (see `training/checkpoint.py`).
+    """
+    cfg = apply_preset(apply_resume(cfg)).validate()
     _check_engine(cfg.engine)
+    if cfg.engine not in TRAINING_MODULES:
+        raise ConfigError(f"--engine {cfg.engine} runs the labs' workers, not training: use "
+                          f"one of {', '.join(TRAINING_MODULES)}")
     if cfg.launcher == "slurm":
         slurm.check(cfg)
-    return Job(cfg, TRAINING_MODULES[cfg.engine], [])
+    cfg, note = resolve_device(cfg)     # "auto" settles here; "cuda" is checked here
+    job = Job(cfg, TRAINING_MODULES[cfg.engine], [])
+    _note(job, note)
+    return job
 
 
 def start_module(engine: str, np: int, module: str, args: list[str] | None = None,
@@ -438,8 +451,9 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
                  files: dict[str, bytes] | None = None, **fields: Any) -> Job:
     """Launch any rank module (one that uses `RankContext`) as a job on `np` ranks.
 
-    `files` ({path in the run folder: bytes}) are written into the run folder before any
-    rank starts: inputs the ranks read, such as the pickled function of `workbench.launch`.
+    `files` ({path in the run folder: bytes}) are written into the run folder before the
+    ranks start: inputs too large for command-line arguments (see workers.py), such as the
+    pickled function of `workbench.launch`.
     """
     cfg = JobConfig(engine=engine, np=1 if engine == "serial" else np, runs_dir=runs_dir,
                     name=name, threads_per_rank=threads_per_rank, hosts=hosts,
@@ -447,7 +461,10 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
     _check_engine(engine)
     if cfg.launcher == "slurm":
         slurm.check(cfg)
-    return Job(cfg, module, list(args or []), files=files)
+    cfg, note = resolve_device(cfg)
+    job = Job(cfg, module, list(args or []), files)
+    _note(job, note)
+    return job
 
 
 def apply_preset(cfg: JobConfig) -> JobConfig:
@@ -480,6 +497,13 @@ def _check_engine(engine: str) -> None:
     problem = ENGINES[engine].available()
     if problem:
         raise ConfigError(f"--engine {engine} cannot run here: {problem}")
+
+
+def _note(job: Job, note: str | None) -> None:
+    """Add a warning to a job that has just started (shown by the CLI and the panel)."""
+    if note:
+        job.warnings.append(note)
+        warnings.warn(note, stacklevel=3)
 
 
 def cores_needed(cfg: JobConfig) -> int:
