@@ -369,7 +369,8 @@ class Job:
             tail = record.log(rank, last=20)
             if tail.strip():
                 return {"log_tail": tail, "log": f"rank{rank}.log"}
-        return {"log_tail": record.log("launcher", last=20), "log": "launcher.log"}
+        return {"log_tail": launcher_tail(record.log("launcher", last=200)),
+                "log": "launcher.log"}
 
     def _summary(self, status: str, failure: dict[str, Any] | None) -> dict[str, Any]:
         cfg, records = self.config, self._reader.all()
@@ -494,6 +495,16 @@ def launcher_cause(log_tail: str) -> str | None:
                 and not text.startswith(("raise ", "File "))):
             return text[:300]
     return None
+
+
+def launcher_tail(text: str, last: int = 20) -> str:
+    """The last lines the ranks wrote into a launcher log, without horovodrun's own
+    closing traceback (which only says that a process failed, not why)."""
+    lines = text.splitlines()
+    ranks = [i for i, line in enumerate(lines) if re.match(r"^\[\d+\]<std(err|out)>:", line)]
+    if ranks:
+        lines = lines[:ranks[-1] + 1]
+    return "\n".join(lines[-last:])
 
 
 def _one_line(exc: BaseException) -> str:
