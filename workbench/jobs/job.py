@@ -252,13 +252,18 @@ class Job:
             self._rank_beats[rank] = Staleness(heartbeat_path(self.run_dir, f"rank{rank}"))
         return self._rank_beats[rank].age()
 
-    def _undecided_remote(self, exits: dict[int, dict[str, Any]]) -> bool:
-        """True while a remote rank without an exit record might have just died: its
-        heartbeat is late but not yet late enough to call it gone."""
+    def _undecided_remote(self, exits: dict[int, dict[str, Any]], since: float) -> bool:
+        """True while a remote rank without an exit record might have died at about
+        `since` (time.monotonic()): its heartbeat has not changed since, but not for long
+        enough yet to call it gone. A live rank beats again within a second."""
         here = this_host()
-        return any(HEARTBEAT_PERIOD_S * 1.5 < self._remote_age(rank) <= REMOTE_GONE_S
-                   for rank, (_, host) in rank_hosts(self.run_dir).items()
-                   if rank not in exits and host != here)
+        for rank, (_, host) in rank_hosts(self.run_dir).items():
+            if rank in exits or host == here:
+                continue
+            age = self._remote_age(rank)
+            if self._rank_beats[rank].changed_at <= since and age <= REMOTE_GONE_S:
+                return True
+        return False
 
     def _check(self) -> tuple[str, dict[str, Any]] | None:
         """The job's outcome if it has one now, else None.
@@ -281,7 +286,7 @@ class Job:
                         if not rec.get("ok"))
         if errors:
             self._first_error_at = self._first_error_at or time.monotonic()
-            if (self._undecided_remote(exits)
+            if (self._undecided_remote(exits, self._first_error_at)
                     and time.monotonic() - self._first_error_at < 2 * REMOTE_GONE_S):
                 return None  # a remote rank may be the real culprit: look again shortly
             rank = errors[0][1]

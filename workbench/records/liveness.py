@@ -121,6 +121,11 @@ class Staleness:
             self._last, self._changed = text, time.monotonic()
         return time.monotonic() - self._changed
 
+    @property
+    def changed_at(self) -> float:
+        """When the content was last seen to change (time.monotonic(), as of `age()`)."""
+        return self._changed
+
 
 def owner_status(run_dir: Path, stale_s: float = 3 * OWNER_STALE_S) -> str:
     """"alive" or "gone": is the process that started this run still looking after it?
