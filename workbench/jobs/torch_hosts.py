@@ -12,10 +12,12 @@ and waits. The torchruns meet in a c10d rendezvous hosted by the one on the firs
 which assigns the ranks. If one host's torchrun fails, the others are ended, so the job
 fails as a whole (as horovodrun does).
 
-`env -i` starts the remote command with nothing but the allow-listed variables this
-launcher was given (jobs/environment.py): no secret of the notebook's environment reaches
-the remote host or its `ps`. The rendezvous port is derived from the run id (29500-29999),
-because the first host is remote and cannot be asked for a free port from here.
+`env -i` starts the remote command with nothing but the variables this launcher was given,
+which the job already cut down to the allow-list plus its `env` field (jobs/environment.py):
+no secret of the notebook's environment reaches the remote host or its `ps`.
+
+The rendezvous port is derived from the run id (29500-29999): the first host is remote and
+cannot be asked for a free port from here.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import zlib
 import psutil
 
 from workbench.config import parse_hosts
-from workbench.jobs.environment import rank_environment
 
 SSH = ["ssh", "-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no"]
 
@@ -75,7 +76,7 @@ def host_command(host: str, command: list[str]) -> list[str]:
     """The command that runs `command` on `host` with only the allow-listed environment."""
     if is_local(host):
         return command
-    env = [f"{k}={v}" for k, v in sorted(rank_environment().items())]
+    env = [f"{k}={v}" for k, v in sorted(os.environ.items())]  # the job's allow-listed set
     remote = (f"cd {shlex.quote(os.getcwd())} >/dev/null 2>&1; "
               f"exec env -i {shlex.join(env)} {shlex.join(command)}")
     return [*SSH, host, remote]
