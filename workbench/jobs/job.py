@@ -31,7 +31,6 @@ import time
 import traceback
 import warnings
 import weakref
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -208,7 +207,12 @@ class Job:
     def _watch_loop(self) -> None:
         last_size, last_progress, last_beat = -1, time.time(), 0.0
         while not self._done.is_set():
-            time.sleep(POLL_S)
+            try:  # sleep POLL_S, but wake at once when the launcher ends
+                self._proc.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
+            else:
+                time.sleep(0.05)  # the launcher is gone: no busy loop while we conclude
             if time.monotonic() - last_beat >= HEARTBEAT_PERIOD_S:
                 owner_beat(self.run_dir)  # remote ranks exit when this stops changing
                 last_beat = time.monotonic()
@@ -531,6 +535,8 @@ def _mean(values) -> float | None:
 
 
 def _versions() -> dict[str, str | None]:
+    from importlib import metadata  # here, not at the top: it costs start-up time
+
     out: dict[str, str | None] = {"python": platform.python_version()}
     for pkg in ("torch", "horovod", "workbench"):
         try:
