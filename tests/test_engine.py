@@ -17,8 +17,10 @@ import torch
 
 import workbench
 from workbench.cli import main as cli_main
+from workbench.config import JobConfig
 from workbench.jobs.processes import job_processes, rank_pids
 from workbench.records import MetricsReader, events, load_run, of_kind
+from workbench.training.sharding import holdout_split
 
 SMALL = dict(model="mlp", width=32, dataset="digits", epochs=1, threads_per_rank=1,
              stall_timeout=120.0)
@@ -83,7 +85,8 @@ def test_n_ranks_with_batch_b_equal_serial_with_batch_nb(tmp_path, serial_params
     assert parallel.keys() == serial.keys()
     worst = max(float((parallel[k] - serial[k]).abs().max()) for k in serial)
     assert worst < 1e-5, f"{engine} np={world} {opt}: parameters differ by {worst:g}"
-    assert job.summary["steps_completed"] == 1797 // (16 * world)  # a full epoch ran
+    train_samples = len(holdout_split(1797, 0, JobConfig().val_fraction)[0])
+    assert job.summary["steps_completed"] == train_samples // (16 * world)  # a full epoch
 
 
 # ----------------------------------------------------------------- lifecycle

@@ -44,6 +44,10 @@ class ConfigError(ValueError):
 class JobConfig:
     """Everything needed to launch one data-parallel training job.
 
+    `val_fraction` of the samples (drawn with `seed`) are held out and never trained on:
+    the final loss and accuracy are measured on them, and, every `eval_every` epochs
+    (0 = only at the end), so are the `val_loss` and `val_accuracy` of the epoch lines.
+
     Sizes are in samples, times in seconds (but `cycle_time_ms`, Horovod's cycle, is in
     milliseconds like horovodrun's --cycle-time-ms; 0 keeps Horovod's default of 1 ms).
     `batch_size` is per rank: with `np` ranks one synchronous step consumes `np * batch_size`
@@ -86,6 +90,8 @@ class JobConfig:
     cpu_bind: str = "core"
     stall_timeout: float = 120.0
     dtype: str = "float32"
+    val_fraction: float = 0.1
+    eval_every: int = 0
     name: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -160,12 +166,14 @@ class JobConfig:
         _int_range("threads_per_rank", self.threads_per_rank, 0, 1024)
         _int_range("max_steps", self.max_steps, 0, 10**9)
         _int_range("straggler_rank", self.straggler_rank, 0, 255)
+        _int_range("eval_every", self.eval_every, 0, 10_000)
         _float_range("lr", self.lr, 0.0, 100.0, low_open=True)
         _float_range("momentum", self.momentum, 0.0, 0.999999)
         _float_range("weight_decay", self.weight_decay, 0.0, 1.0)
         _float_range("straggler_delay", self.straggler_delay, 0.0, 60.0)
         _float_range("stall_timeout", self.stall_timeout, 1.0, 86_400.0)
         _float_range("cycle_time_ms", self.cycle_time_ms, 0.0, 1000.0)
+        _float_range("val_fraction", self.val_fraction, 0.0, 0.5)
         if not isinstance(self.runs_dir, str) or not self.runs_dir.strip():
             raise ConfigError(_bad("runs_dir", self.runs_dir, "a folder path"))
         if self.name and not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", self.name):

@@ -104,6 +104,10 @@ def _epoch_line(e: dict[str, Any], epochs: int, world: int) -> str:
         parts.append(f"loss {e['loss']:.4f}")
     if isinstance(e.get("accuracy"), (int, float)):
         parts.append(f"accuracy {e['accuracy']:.3f}")
+    if isinstance(e.get("val_loss"), (int, float)):  # held-out, when evaluated each epoch
+        parts.append(f"val loss {e['val_loss']:.4f}")
+    if isinstance(e.get("val_accuracy"), (int, float)):
+        parts.append(f"val accuracy {e['val_accuracy']:.3f}")
     if isinstance(e.get("samples_per_s"), (int, float)):
         parts.append(f"{e['samples_per_s'] * world:,.0f} samples/s")
     return "  ".join(parts)
@@ -113,8 +117,8 @@ def print_summary(summary: dict[str, Any]) -> None:
     """A short human-readable summary of a finished run."""
     status = summary.get("status", "?")
     print(f"{status}: {summary.get('run_id')}")
-    rows = [("final loss", summary.get("final_loss"), "{:.4f}"),
-            ("final accuracy", summary.get("final_accuracy"), "{:.3f}"),
+    rows = [("final loss", summary.get("final_loss"), "{:.4f} (held-out samples)"),
+            ("final accuracy", summary.get("final_accuracy"), "{:.3f} (held-out samples)"),
             ("samples/s", summary.get("samples_per_s"), "{:,.0f}"),
             ("training time", summary.get("train_time_s"), "{:.2f} s"),
             ("start-up time", summary.get("startup_s"), "{:.2f} s"),

@@ -51,6 +51,10 @@ class DDPSync(Synchronizer):
 
         return fut.then(done)
 
+    def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(values)  # in place, summing: what DDP's hook does, before dividing
+        return values
+
     def backward_wait_s(self) -> float:
         """Time from the last bucket's launch (compute done) to the last allreduce's end."""
         if not self.launched or not self.completed:
@@ -81,8 +85,8 @@ def main() -> None:
 
         # Step 5: train on this rank's shards (the loop calls ddp_model through setup.model).
         setup.model = ddp_model
-        train(ctx, setup, optimizer, sync)
-        finish(ctx, setup, ddp_model.module)
+        held_out = train(ctx, setup, optimizer, sync)
+        finish(ctx, setup, sync, held_out)
         dist.destroy_process_group()
 
 

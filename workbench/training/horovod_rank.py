@@ -41,6 +41,9 @@ class HorovodSync(Synchronizer):
             self.optimizer.step()
         return waited
 
+    def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
+        return hvd.allreduce(values, op=hvd.Sum, name="evaluation")
+
 
 def main() -> None:
     with RankContext.from_env() as ctx:
@@ -75,8 +78,9 @@ def main() -> None:
             optimizer, named_parameters=setup.model.named_parameters(), op=hvd.Average)
 
         # Step 5: train, each rank on its own shard of every global batch (see sharding.py).
-        train(ctx, setup, optimizer, HorovodSync(optimizer))
-        finish(ctx, setup, setup.model)
+        sync = HorovodSync(optimizer)
+        held_out = train(ctx, setup, optimizer, sync)
+        finish(ctx, setup, sync, held_out)
         hvd.shutdown()
 
 

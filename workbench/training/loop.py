@@ -7,6 +7,11 @@ object with two methods (`begin_step`, `finish_step`); the loop itself is plain 
 
 Each step records how long it spent *computing* (forward + backward) and how long it
 then waited for gradient *synchronization* that was not hidden behind the backward pass.
+
+Evaluation uses samples training never sees (`holdout_split`). Every rank evaluates its
+own slice of them, one batch at a time (a forward pass over the whole set at once would
+hold every activation in memory together), and the ranks then add up their loss sums and
+counts with one allreduce, so all ranks learn the same held-out loss and accuracy.
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ from workbench.config import JobConfig
 from workbench.data import Dataset, load_dataset
 from workbench.models import build_model
 from workbench.training.reporter import RankContext
-from workbench.training.sharding import epoch_order, shard, steps_per_epoch
+from workbench.training.sharding import (
+    epoch_order,
+    eval_shard,
+    holdout_split,
+    shard,
+    steps_per_epoch,
+)
 
 
 class Synchronizer:
@@ -41,14 +52,29 @@ class Synchronizer:
         """Seconds the backward pass itself was blocked on communication (DDP), else 0."""
         return 0.0
 
+    def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """`values` summed over every rank (one rank: itself). Every rank must call it."""
+        return values
+
 
 @dataclass
 class Setup:
-    """What a rank builds before training: data, model and the device they live on."""
+    """What a rank builds before training: data, model and the device they live on.
+
+    `data` holds every sample once; `train_idx` and `val_idx` say which samples are trained
+    on and which are held out, so splitting costs no copy of the data.
+    """
 
     data: Dataset
     model: nn.Module
     device: torch.device
+    train_idx: torch.Tensor
+    val_idx: torch.Tensor
+
+    @property
+    def module(self) -> nn.Module:
+        """The model itself, unwrapped from DistributedDataParallel where it is wrapped."""
+        return getattr(self.model, "module", self.model)
 
 
 def pick_device(local_rank: int) -> torch.device:
@@ -103,7 +129,8 @@ def build(cfg: JobConfig, device: torch.device) -> Setup:
                         seed=cfg.seed, dtype=dtype)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, tuple(data.x.shape[1:]), data.n_classes, cfg.width)
-    return Setup(data, model.to(device=device, dtype=dtype), device)
+    train_idx, val_idx = holdout_split(len(data), cfg.seed, cfg.val_fraction)
+    return Setup(data, model.to(device=device, dtype=dtype), device, train_idx, val_idx)
 
 
 def _sync_clock(device: torch.device) -> float:
@@ -114,20 +141,26 @@ def _sync_clock(device: torch.device) -> float:
 
 
 def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
-          sync: Synchronizer) -> None:
-    """Run `cfg.epochs` epochs of synchronous data-parallel SGD on this rank's shards."""
+          sync: Synchronizer) -> dict[str, float] | None:
+    """Run `cfg.epochs` epochs of synchronous data-parallel SGD on this rank's shards.
+
+    Returns the held-out metrics of the last epoch if that epoch was evaluated, else None.
+    """
     cfg, data, model, device = ctx.config, setup.data, setup.model, setup.device
-    steps = steps_per_epoch(len(data), ctx.size, cfg.batch_size)
+    n_train = len(setup.train_idx)
+    steps = steps_per_epoch(n_train, ctx.size, cfg.batch_size)
     if steps == 0:
-        raise ValueError(f"{len(data)} samples are fewer than one global batch of "
+        raise ValueError(f"{n_train} training samples are fewer than one global batch of "
                          f"{ctx.size} ranks x {cfg.batch_size}: lower --batch-size or --np")
     if cfg.max_steps:
         steps = min(steps, cfg.max_steps)
     loss_fn = nn.CrossEntropyLoss()  # mean over the batch: the invariant needs the mean
     ctx.metric("event", message="ready", steps_per_epoch=steps, epochs=cfg.epochs,
-               device=str(device), threads=torch.get_num_threads(), cores=allowed_cores())
+               device=str(device), threads=torch.get_num_threads(), cores=allowed_cores(),
+               train_samples=n_train, val_samples=len(setup.val_idx))
+    held_out = None
     for epoch in range(cfg.epochs):
-        order = epoch_order(len(data), cfg.seed, epoch)
+        order = setup.train_idx[epoch_order(n_train, cfg.seed, epoch)]
         epoch_start, loss_sum, correct = time.perf_counter(), 0.0, 0
         for step in range(steps):
             idx = shard(order, step, ctx.rank, ctx.size, cfg.batch_size)
@@ -149,23 +182,57 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
             ctx.metric("step", epoch=epoch, step=epoch * steps + step, loss=loss.item(),
                        accuracy=hits / len(y), samples=len(y), step_time_s=t2 - t0,
                        compute_s=(t1 - t0) - backward_wait, sync_s=backward_wait + update_wait)
-        elapsed = time.perf_counter() - epoch_start
+        elapsed = time.perf_counter() - epoch_start  # training only: evaluation comes after
+        held_out = None
+        if cfg.eval_every and (epoch + 1) % cfg.eval_every == 0:
+            held_out = evaluate(ctx, setup, sync)
         ctx.metric("epoch", epoch=epoch, loss=loss_sum / steps,
                    accuracy=correct / (steps * cfg.batch_size), samples=steps * cfg.batch_size,
-                   epoch_time_s=elapsed, samples_per_s=steps * cfg.batch_size / elapsed)
+                   epoch_time_s=elapsed, samples_per_s=steps * cfg.batch_size / elapsed,
+                   **(held_out or {}))
+    return held_out
 
 
-def finish(ctx: RankContext, setup: Setup, state_model: nn.Module) -> None:
-    """Rank 0 evaluates `state_model` on the whole dataset; saves model.pt and result.json."""
+def evaluate(ctx: RankContext, setup: Setup, sync: Synchronizer) -> dict[str, float]:
+    """Mean loss and accuracy on the held-out samples, computed together by every rank.
+
+    Each rank takes its slice of the held-out samples and runs it through the model in
+    batches of `batch_size` (no gradients are kept, so this needs less memory than a
+    training step). Sums, not means, are added across ranks, because the slices may differ
+    in size by one sample: [loss sum, correct, count] in float64, one allreduce.
+    Returns {"val_loss", "val_accuracy"}; every rank must call it, as every rank must join
+    an allreduce.
+    """
+    model, data, device = setup.module, setup.data, setup.device
+    mine = eval_shard(setup.val_idx, ctx.rank, ctx.size)
+    totals = torch.zeros(3, dtype=torch.float64)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for batch in mine.split(ctx.config.batch_size):
+            x, y = data.x[batch].to(device), data.y[batch].to(device)
+            out = model(x)
+            totals[0] += float(nn.functional.cross_entropy(out, y, reduction="sum"))
+            totals[1] += int((out.argmax(1) == y).sum())
+            totals[2] += len(y)
+    model.train(was_training)
+    loss_sum, correct, count = sync.allreduce_sum(totals.to(device)).cpu().tolist()
+    return {"val_loss": loss_sum / count, "val_accuracy": correct / count}
+
+
+def finish(ctx: RankContext, setup: Setup, sync: Synchronizer,
+           held_out: dict[str, float] | None = None) -> None:
+    """Evaluate on the held-out samples (unless `train` just did); rank 0 saves the results.
+
+    Every rank must call it: the evaluation is shared. Rank 0 writes model.pt and
+    result.json with `final_loss` and `final_accuracy`, both on the held-out samples.
+    """
+    held_out = held_out or evaluate(ctx, setup, sync)
     if ctx.rank != 0:
         return
-    model, data = state_model, setup.data
-    with torch.no_grad():
-        out = model(data.x.to(setup.device))
-        y = data.y.to(setup.device)
-        loss = float(nn.functional.cross_entropy(out, y))
-        acc = float((out.argmax(1) == y).float().mean())
     tmp = ctx.run_dir / "model.pt.tmp"
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
+    torch.save({k: v.detach().cpu() for k, v in setup.module.state_dict().items()}, tmp)
     tmp.replace(ctx.run_dir / "model.pt")
-    ctx.write_result({"final_loss": loss, "final_accuracy": acc})
+    ctx.write_result({"final_loss": held_out["val_loss"],
+                      "final_accuracy": held_out["val_accuracy"],
+                      "val_samples": len(setup.val_idx)})

@@ -18,8 +18,8 @@ def main() -> None:
         setup = build(cfg, pick_device(0))
         optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
                                    cfg.momentum, cfg.weight_decay)
-        train(ctx, setup, optimizer, Synchronizer())
-        finish(ctx, setup, setup.model)
+        sync = Synchronizer()
+        finish(ctx, setup, sync, train(ctx, setup, optimizer, sync))
 
 
 if __name__ == "__main__":

@@ -33,3 +33,26 @@ def shard(order: torch.Tensor, step: int, rank: int, world_size: int,
     """Indices of the samples that `rank` trains on at `step` of this epoch."""
     start = step * world_size * batch_size + rank * batch_size
     return order[start:start + batch_size]
+
+
+def holdout_split(n_samples: int, seed: int, fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, validation) sample indices: `fraction` of the samples, drawn with `seed`, held out.
+
+    The same on every rank and in every run with this seed, so a resumed run and the run it
+    continues hold out the same samples. Training never sees the held-out samples: measuring
+    accuracy on samples the model was fitted to rewards memorising, not learning. With
+    `fraction` 0 nothing is held out and the validation indices are the training indices.
+    The draw uses its own generator stream, so the epochs' orders do not depend on it.
+    """
+    n_val = round(n_samples * fraction)
+    if n_val == 0:
+        every = torch.arange(n_samples)
+        return every, every
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + 1_000_002)  # no epoch's stream
+    perm = torch.randperm(n_samples, generator=gen)
+    return perm[n_val:].sort().values, perm[:n_val].sort().values
+
+
+def eval_shard(val_idx: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    """The contiguous slice of the held-out samples that `rank` evaluates (sizes differ by <= 1)."""
+    return val_idx.tensor_split(world_size)[rank]
