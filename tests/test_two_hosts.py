@@ -295,9 +295,20 @@ def until(predicate, timeout: float, what: str) -> float:
     began = time.monotonic()
     while not predicate():
         if time.monotonic() - began > timeout:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+            left = [p for netns in ("a", "b") for p in _processes_in_netns_named(netns)]
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; "
+                                 f"processes in the hosts' namespaces: {left}")
         time.sleep(0.1)
     return time.monotonic() - began
+
+
+def _processes_in_netns_named(suffix: str) -> list[str]:
+    """Command lines of the processes in this test's namespaces ending in -<suffix>."""
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    tag = f"wbt{os.getpid() % 10000}-{suffix}"
+    if tag not in names:
+        return []
+    return [cmd for _, cmd in Host("", "", tag).job_processes()]
 
 
 def ranks_on(host: Host, job: workbench.Job) -> list[int]:
@@ -404,3 +415,27 @@ def job_processes_here(job: workbench.Job):
     from workbench.jobs.processes import job_processes
 
     return job_processes(job.run_id, job.run_dir, job.launcher_pid)
+
+
+def test_remote_ranks_leave_when_their_owner_dies(on_cluster: Cluster) -> None:
+    """Kill -9 the process that started the job: nothing on either host outlives it long
+    (the ranks see the owner's heartbeat go stale; no pid of the owner means anything there)."""
+    a, b = on_cluster.hosts
+    script = (
+        "import time, workbench\n"
+        f"job = workbench.start(workbench.JobConfig(engine='horovod', np=2, "
+        f"hosts={hosts_of(on_cluster)!r}, runs_dir={str(on_cluster.runs)!r}, **{LONG!r}))\n"
+        "print(job.run_dir, flush=True)\n"
+        "time.sleep(600)\n")
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        run_dir = Path(owner.stdout.readline().strip())
+        until(lambda: len({r["rank"] for r in of_kind(MetricsReader(run_dir).all(), "step")})
+              == 2, 120, "training to start on both hosts")
+    finally:
+        owner.kill()
+        owner.wait()
+    took = until(lambda: not a.job_processes() and not b.job_processes(), 15,
+                 "the ranks on both hosts to leave after their owner died")
+    print(f"remote ranks gone {took:.1f} s after their owner was killed")
+    assert workbench.load_run(run_dir).status == "lost"

@@ -30,7 +30,8 @@ from typing import Any
 import psutil
 
 HEARTBEAT_PERIOD_S = 1.0   # how often owner and ranks rewrite their heartbeat
-OWNER_STALE_S = 10.0       # a remote rank gives its owner this long before exiting
+OWNER_STALE_S = 7.0        # a remote rank gives its owner this long before exiting: long
+                           # enough for a busy kernel, short enough to be gone in 15 s
 RANK_STALE_S = 10.0        # the launcher's host gives a remote rank this long
 
 
