@@ -42,8 +42,9 @@ lab: setup  ## start JupyterLab on 127.0.0.1 (token authentication), opened on t
 
 # One pytest run over tests/ and the notebooks, so its closing line counts everything.
 # A failing test, or no test at all (pytest's exit code 5), makes the target fail.
+# -rs lists every skipped test with its reason (e.g. the Slurm tests, without root).
 test: setup sysdeps  ## run tests/ and every notebook (nbmake), browser tests included
-	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbmake --nbmake-timeout=600 --durations=15 \
+	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbmake --nbmake-timeout=600 --durations=15 -rs \
 	  $(PYTEST_ARGS)
 
 demo: setup  ## headless strong-scaling sweep, written to demo-report.html

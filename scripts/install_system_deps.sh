@@ -4,6 +4,9 @@
 #   chromium        the browser tests drive JupyterLab in a real Chromium (Playwright)
 #   iproute2        `ip netns` gives the two-host test its two network namespaces
 #   openssh-server  horovodrun starts the remote ranks of a multi-host job over ssh
+#   slurm-wlm       Slurm (sbatch, srun, slurmctld, slurmd): the Slurm tests submit jobs
+#   munge           to a one-node cluster that scripts/local_slurm.sh starts; munge
+#                   authenticates Slurm's messages
 #
 # Idempotent and fast: when every program is present it prints one line and
 # touches nothing (no `apt-get update`). Needs root; without it, it only says
@@ -18,18 +21,22 @@ declare -A PROVIDES=(
     [ip]=iproute2
     [sshd]=openssh-server
     [ssh]=openssh-client
+    [sbatch]=slurm-wlm
+    [slurmctld]=slurm-wlm
+    [slurmd]=slurm-wlm
+    [munged]=munge
 )
 
 missing=()
 for prog in "${!PROVIDES[@]}"; do
-    # sshd lives in /usr/sbin, which is not on every user's PATH.
+    # sshd, munged and Slurm's daemons live in /usr/sbin, not on every user's PATH.
     if ! command -v "$prog" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$prog" ]; then
         missing+=("${PROVIDES[$prog]}")
     fi
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "System packages present (chromium, iproute2, openssh)."
+    echo "System packages present (chromium, iproute2, openssh, slurm-wlm, munge)."
     exit 0
 fi
 # Sort and de-duplicate so the message is stable.
@@ -43,7 +50,7 @@ fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "Missing system packages: ${missing[*]}" >&2
     echo "Install them as root:  sudo apt-get install -y ${missing[*]}" >&2
-    echo "(Without them the browser and two-host tests are skipped.)" >&2
+    echo "(Without them the browser, two-host and Slurm tests are skipped.)" >&2
     exit 1
 fi
 

@@ -3,7 +3,8 @@
 #
 # Steps: 1. a virtual environment in .venv/ (Python >= 3.10),
 #        2. the workbench in editable mode with its pinned dependencies (pyproject.toml),
-#        3. Horovod, built from source once and cached (scripts/build_horovod.sh).
+#        3. JupyterLab's settings overrides: no "get notified about Jupyter news?" pop-up,
+#        4. Horovod, built from source once and cached (scripts/build_horovod.sh).
 #
 # Idempotent: a stamp in .venv/ records what was installed; when pyproject.toml and
 # these scripts have not changed, a second run returns in well under a second.
@@ -54,6 +55,9 @@ PYTHONWARNINGS=ignore pipq install -q --progress-bar off -e ".[dev]"
 "$PY" -c "import workbench, torch, jupyterlab" \
     || { echo "setup: the pinned dependencies did not install; see the pip messages above" >&2
          exit 1; }
+
+step "Switching off JupyterLab's news pop-up (.venv/share/jupyter/lab/settings/overrides.json)"
+"$PY" -m workbench.classroom.lab >/dev/null
 
 step "Installing Horovod (built once from source, then cached in .cache/wheels/)"
 horovod=ok

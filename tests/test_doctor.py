@@ -16,6 +16,7 @@ import pytest
 from _setup_helpers import run_reaped
 
 from workbench import doctor
+from workbench.hosts import cpu_budget
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -55,7 +56,9 @@ def test_doctor_json_reports_horovod_with_gloo() -> None:
     assert data["horovod"]["frameworks"]["pytorch"] is True
     assert data["torch"]["backends"]["gloo"] is True
     assert data["ready"] is True
-    assert data["cpu"]["usable"] == len(os.sched_getaffinity(0))
+    budget = cpu_budget()  # the affinity, capped by a cgroup quota or CPU_LIMIT
+    assert (data["cpu"]["usable"], data["cpu"]["source"]) == (budget.usable, budget.source)
+    assert data["cpu"]["affinity"] == len(os.sched_getaffinity(0))
 
 
 def test_doctor_agrees_with_horovodrun_check_build(report: dict[str, Any]) -> None:

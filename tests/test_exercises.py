@@ -14,11 +14,14 @@ from workbench.exercises import (
     Feedback,
     allreduce,
     build_notebooks,
+    laws,
+    lr_scaling,
     parallelism,
     pipeline,
     ring,
     scaling,
     sharding,
+    staleness,
 )
 from workbench.exercises.feedback import call_student
 
@@ -79,6 +82,15 @@ def test_average_gradients_without_communication():
                     "never combined the ranks")
 
 
+def test_average_gradients_all_zeros_and_divided_by_p_minus_one():
+    fb = allreduce.check_average_gradients(lambda grads: [torch.zeros_like(g) for g in grads])
+    assert_rejected(fb, "holds zeros")
+    fb = allreduce.check_average_gradients(
+        lambda grads: [t / (len(grads) - 1) for t in allreduce.allreduce_sum(grads)])
+    assert_rejected(fb, "world size minus one", "not by p − 1")
+    assert "sum of the gradients" not in str(fb)
+
+
 def test_average_gradients_bad_shapes_and_none():
     assert_rejected(allreduce.check_average_gradients(lambda grads: None), "returned None")
     assert_rejected(allreduce.check_average_gradients(
@@ -105,7 +117,18 @@ def test_shard_last_rank_takes_the_rest():
     def last_takes_rest(n, rank, p):
         size = n // p
         return list(range(rank * size, n if rank == p - 1 else (rank + 1) * size))
-    assert_rejected(sharding.check_shard(last_takes_rest), "Unequal shards", "hangs")
+    assert_rejected(sharding.check_shard(last_takes_rest), "Unbalanced shards", "its share")
+
+
+def test_balanced_shards_still_take_unequal_numbers_of_steps():
+    """n = 13, p = 4, b = 1: a right answer to the exercise, yet rank 0 takes one step more."""
+    shard = solution("02_shard_a_dataset.ipynb", "shard")
+    sizes = [len(shard(13, rank, 4)) for rank in range(4)]
+    assert sizes == [4, 3, 3, 3]
+    assert sharding.steps_per_rank(sizes, batch_size=1) == [4, 3, 3, 3]
+    assert sharding.steps_per_rank([3, 3, 3, 3], batch_size=1) == [3, 3, 3, 3]  # dropped one
+    assert "drop the incomplete last" in sharding.__doc__
+    assert sharding.show_steps(shard, 13, 4, 1).endswith("[4, 3, 3, 3]")
 
 
 def test_shard_overlapping_and_identical_shards():
@@ -151,6 +174,25 @@ def test_scaling_table_compared_with_previous_row_and_bad_shape():
     assert_rejected(scaling.check_scaling_table(lambda t: [1, 2]), "expected a dict")
     assert_rejected(scaling.check_scaling_table(lambda t: {p: 1.0 for p in t}),
                     "not a pair of numbers")
+
+
+def _rounded(t, decimals, percent=False):
+    """The right table, rounded as a student might; efficiency in percent if asked."""
+    out = {}
+    for p, (s, e) in scaling.reference_table(t).items():
+        out[p] = (round(s, decimals), round(100 * e if percent else e, decimals))
+    return out
+
+
+def test_scaling_table_rounded_to_two_decimals_passes():
+    assert scaling.check_scaling_table(lambda t: _rounded(t, 2)).passed
+
+
+def test_scaling_table_rounded_too_much_or_in_percent():
+    fb = scaling.check_scaling_table(lambda t: _rounded(t, 1))
+    assert_rejected(fb, "rounded too much", "two decimals")
+    assert_rejected(scaling.check_scaling_table(lambda t: _rounded(t, 2, percent=True)),
+                    "percentage", "as a fraction")
 
 
 def test_scaling_reference_comes_from_the_scaling_metrics():
@@ -230,7 +272,8 @@ def test_pipeline_schedule_counts_match_the_formula():
 
 
 def test_pipeline_bubble_wrong_denominators():
-    assert_rejected(pipeline.check_bubble_fraction(lambda p, m: (p - 1) / m), "busy slots M")
+    assert_rejected(pipeline.check_bubble_fraction(lambda p, m: (p - 1) / m),
+                    "Megatron", "ideal (busy) time", "whole run")
     assert_rejected(pipeline.check_bubble_fraction(lambda p, m: (p - 1) / p),
                     "does not depend on M")
     assert_rejected(pipeline.check_bubble_fraction(lambda p, m: (p - 1) / (m + p)),
@@ -239,15 +282,23 @@ def test_pipeline_bubble_wrong_denominators():
 
 
 def test_pipeline_micro_batches_wrong_answers():
-    assert_rejected(pipeline.check_micro_batches(16), "not enough", "M ≥ 4P")
+    assert_rejected(pipeline.check_micro_batches(16), "not enough", "M = 4P", "16%")
     assert_rejected(pipeline.check_micro_batches(30), "not the smallest")
     assert_rejected(pipeline.check_micro_batches(None), "no answer yet")
     assert_rejected(pipeline.check_micro_batches(27.5), "whole number")
+    assert_rejected(pipeline.check_micro_batches("27 micro-batches"), "whole number")
+    assert_rejected(pipeline.check_micro_batches(True), "whole number")
+
+
+def test_pipeline_micro_batches_accepts_a_whole_number_in_any_form():
+    for answer in (27, 27.0, "27", " 27 "):
+        assert pipeline.check_micro_batches(answer).passed, answer
 
 
 # --- 6. data or model parallelism ---------------------------------------------------------------
 
-def _rule(gb_per_s, state_bytes=None, with_activations=True, compare_cuts=True):
+def _rule(gb_per_s, state_bytes=None, with_activations=True, compare_cuts=True,
+          ring_factor=True, cuts_twice=True):
     """The course's rule with one slip built in, as a student might write it."""
     def choose(s):
         per_param = s.state_bytes_per_param if state_bytes is None else state_bytes
@@ -255,12 +306,14 @@ def _rule(gb_per_s, state_bytes=None, with_activations=True, compare_cuts=True):
         if need > s.device_memory_gb:
             return "model"
         bandwidth = gb_per_s(s)
-        ar = 2 * (s.workers - 1) / s.workers * 4 * s.params / bandwidth
+        factor = 2 * (s.workers - 1) / s.workers if ring_factor else 1.0
+        ar = factor * 4 * s.params / bandwidth
         if ar <= s.compute_s:
             return "data"
         if not compare_cuts:
             return "model"
-        return "model" if 2 * s.cut_activations_mb * 1e6 / bandwidth < ar else "data"
+        cut = (2 if cuts_twice else 1) * s.cut_activations_mb * 1e6 / bandwidth
+        return "model" if cut < ar else "data"
     return choose
 
 
@@ -285,6 +338,29 @@ def test_parallelism_memory_slips():
     assert_rejected(parallelism.check_parallelism_choice(lambda s: "data"), "Memory")
 
 
+BYTES = lambda s: s.link_gbit_s * 1e9 / 8  # noqa: E731  (the right bandwidth, bytes/s)
+
+
+def test_parallelism_wrong_cost_models_are_rejected():
+    assert_rejected(parallelism.check_parallelism_choice(_rule(BYTES, ring_factor=False)),
+                    "2(p − 1)/p", "270M")
+    assert_rejected(parallelism.check_parallelism_choice(_rule(BYTES, cuts_twice=False)),
+                    "twice per step", "long sequences")
+    both = _rule(BYTES, ring_factor=False, cuts_twice=False)  # no factor, no backward pass
+    assert_rejected(parallelism.check_parallelism_choice(both), "2(p − 1)/p")
+
+
+def test_parallelism_scenarios_leave_no_slip_unnoticed():
+    """Every slip of the cost model flips the choice of at least one scenario."""
+    slips = [dict(ring_factor=False), dict(cuts_twice=False), dict(compare_cuts=False),
+             dict(ring_factor=False, cuts_twice=False), dict(state_bytes=4),
+             dict(with_activations=False)]
+    for slip in slips:
+        rule = _rule(BYTES, **slip)
+        assert any(rule(s) != parallelism.reference_choice(s)
+                   for s in parallelism.SCENARIOS), slip
+
+
 def test_parallelism_model_whenever_communication_bound():
     fb = parallelism.check_parallelism_choice(
         _rule(lambda s: s.link_gbit_s * 1e9 / 8, compare_cuts=False))
@@ -292,12 +368,125 @@ def test_parallelism_model_whenever_communication_bound():
     assert_rejected(parallelism.check_parallelism_choice(lambda s: 42), "'data' or 'model'")
 
 
+# --- 8. staleness ------------------------------------------------------------------------------
+
+def test_staleness_solutions_pass():
+    nb = "08_staleness.ipynb"
+    assert staleness.check_staleness(solution(nb, "staleness_per_push")).passed
+    assert staleness.check_staleness_lr(solution(nb, "staleness_lr")).passed
+
+
+def test_staleness_reference_matches_the_parameter_server_rule():
+    assert staleness.reference_staleness(staleness.TRACE) == [0, 0, 0, 3, 0, 1]
+    assert staleness.reference_staleness(staleness.ROUND_ROBIN) == [0, 1, 2, 2, 2]
+
+
+def test_staleness_wrong_counts():
+    right = staleness.reference_staleness
+    assert_rejected(staleness.check_staleness(lambda ev: [t + 1 for t in right(ev)]),
+                    "Off by one", "Its own update comes after")
+    assert_rejected(staleness.check_staleness(staleness._absolute_versions),
+                    "Subtract the version the worker pulled")
+    assert_rejected(staleness.check_staleness(staleness._events_between),
+                    "Pulls do not change the parameters")
+    assert_rejected(staleness.check_staleness(lambda ev: [0] * 3), "one staleness for each")
+
+
+def test_staleness_wrong_learning_rates():
+    assert_rejected(staleness.check_staleness_lr(lambda tau, lr: lr / tau),
+                    "ZeroDivisionError", "max(1, staleness)")
+    assert_rejected(staleness.check_staleness_lr(lambda tau, lr: lr * max(1, tau)),
+                    "You multiplied")
+    assert_rejected(staleness.check_staleness_lr(lambda tau, lr: lr / (tau + 1)), "τ + 1")
+    assert_rejected(staleness.check_staleness_lr(lambda tau, lr: lr), "does not depend")
+
+
+# --- 9. linear scaling rule -----------------------------------------------------------------------
+
+def test_linear_scaling_solution_passes_and_follows_goyal():
+    fb = lr_scaling.check_learning_rate(solution("09_linear_scaling_rule.ipynb",
+                                                 "learning_rate"))
+    assert fb.passed, str(fb)
+    assert lr_scaling.reference_lr(10, 32, 32) == pytest.approx(0.4)   # 1024 = 4 × 256
+    assert lr_scaling.reference_lr(0, 32, 32) == pytest.approx(0.1)    # warm-up starts at η
+    assert lr_scaling.reference_lr(2.5, 32, 32) == pytest.approx(0.25)  # half-way
+
+
+def _lr_rule(scale, warmup="linear"):
+    """The rule with one slip: `scale(p, b)` gives k; warm-up 'linear', 'none' or 'from0'."""
+    def lr(epoch, p, b):
+        target = scale(p, b) * lr_scaling.BASE_LR
+        if warmup == "none" or epoch >= lr_scaling.WARMUP_EPOCHS:
+            return target
+        start = 0.0 if warmup == "from0" else lr_scaling.BASE_LR
+        return start + (target - start) * epoch / lr_scaling.WARMUP_EPOCHS
+    return lr
+
+
+def test_linear_scaling_wrong_answers():
+    check, B = lr_scaling.check_learning_rate, lr_scaling.BASE_BATCH
+    assert_rejected(check(_lr_rule(lambda p, b: p)), "scaled by the number of workers")
+    assert_rejected(check(_lr_rule(lambda p, b: b / B)), "batch of one worker")
+    assert_rejected(check(_lr_rule(lambda p, b: (p * b / B) ** 0.5)), "square-root")
+    assert_rejected(check(_lr_rule(lambda p, b: p * b / B, warmup="none")), "No warm-up")
+    assert_rejected(check(_lr_rule(lambda p, b: p * b / B, warmup="from0")), "starts at 0")
+
+
+# --- 10. Amdahl or Gustafson --------------------------------------------------------------------
+
+def test_laws_solutions_pass():
+    nb = "10_amdahl_or_gustafson.ipynb"
+    assert laws.check_serial_shares(solution(nb, "serial_shares")).passed
+    assert laws.check_which_law(solution(nb, "which_law")).passed
+
+
+def test_laws_serial_shares_invert_the_course_formulas():
+    from workbench.scaling import metrics
+    for p in (2, 4, 8):
+        s_a, _ = laws.serial_shares(p, metrics.amdahl(p, 0.9))
+        _, s_g = laws.serial_shares(p, metrics.gustafson(p, 0.9))
+        assert s_a == pytest.approx(0.1) and s_g == pytest.approx(0.1)
+        assert s_a == pytest.approx(metrics.karp_flatt(metrics.amdahl(p, 0.9), p))
+
+
+def test_laws_serial_share_slips():
+    a_of = lambda p, s: (p / s - 1) / (p - 1)  # noqa: E731
+    g_of = lambda p, s: (p - s) / (p - 1)  # noqa: E731
+    assert_rejected(laws.check_serial_shares(lambda p, s: (g_of(p, s), a_of(p, s))), "Swapped")
+    assert_rejected(laws.check_serial_shares(lambda p, s: (a_of(p, s), a_of(p, s))),
+                    "One number for both laws")
+    assert_rejected(laws.check_serial_shares(lambda p, s: (1 - a_of(p, s), 1 - g_of(p, s))),
+                    "parallel share")
+    assert_rejected(laws.check_serial_shares(lambda p, s: (100 * a_of(p, s), 100 * g_of(p, s))),
+                    "percentages")
+
+
+def test_laws_which_law_slips():
+    assert_rejected(laws.check_which_law(lambda pts: "amdahl"), "varies relative to its size")
+    assert_rejected(laws.check_which_law(lambda pts: "gustafson"), "varies")
+
+    def two_points_are_enough(pts):  # the right comparison, but never says "cannot tell"
+        return laws.reference_law(pts) or "amdahl"
+    assert_rejected(laws.check_which_law(two_points_are_enough), "fits it exactly",
+                    "three worker counts")
+
+    def absolute_spread(pts):  # the spread not relative to the share's size
+        shares = [laws.serial_shares(p, s) for p, s in pts if p > 1]
+        if len(shares) < 2:
+            return None
+        spread = [max(x) - min(x) for x in zip(*shares, strict=True)]
+        return "amdahl" if spread[0] < spread[1] else "gustafson"
+    assert_rejected(laws.check_which_law(absolute_spread), "never larger than s_G")
+
+
 # --- every checker: never raises, same shape ----------------------------------------------------
 
 CHECKERS = [allreduce.check_average_gradients, sharding.check_shard,
             scaling.check_scaling_table, ring.check_reduce_scatter_step,
             ring.check_allgather_step, pipeline.check_bubble_fraction,
-            parallelism.check_parallelism_choice]
+            parallelism.check_parallelism_choice, staleness.check_staleness,
+            staleness.check_staleness_lr, lr_scaling.check_learning_rate,
+            laws.check_serial_shares, laws.check_which_law]
 
 
 @pytest.mark.parametrize("checker", CHECKERS, ids=lambda c: c.__name__)

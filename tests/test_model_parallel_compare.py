@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from _labs_helpers import live_children
+from _labs_helpers import assert_recorded_and_reaped
 
 from workbench.model_parallel.compare import compare, memory_figure
 from workbench.model_parallel.pipeline import train_unsplit
@@ -16,10 +16,11 @@ WIDTH, STEPS = 256, 3
 
 
 @pytest.fixture(scope="module")
-def result():
+def result(tmp_path_factory):
+    runs_dir = tmp_path_factory.mktemp("runs")
     r = compare(2, width=WIDTH, layers=4, batch_size=64, microbatches=4, steps=STEPS,
-                optimizer="adam", lr=0.01, timeout=280)
-    assert live_children() == []
+                optimizer="adam", lr=0.01, runs_dir=str(runs_dir), timeout=280)
+    assert_recorded_and_reaped(runs_dir)
     return r
 
 
@@ -58,9 +59,10 @@ def test_memory_figure(result):
     assert list(fig.x_range.factors) == ["data parallel", "model parallel"]
 
 
-def test_cli_json_is_one_document():
+def test_cli_json_is_one_document(tmp_path):
     out = subprocess.run([sys.executable, "-m", "workbench.cli", "compare", "--width", "64",
-                          "--batch-size", "256", "--steps", "2", "--json"],
+                          "--batch-size", "256", "--steps", "2", "--json",
+                          "--runs-dir", str(tmp_path)],
                          capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)

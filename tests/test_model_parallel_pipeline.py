@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from _labs_helpers import live_children
+from _labs_helpers import assert_recorded_and_reaped
 
 from workbench.model_parallel.pipeline import (
     PipelineConfig,
@@ -48,14 +48,15 @@ def test_every_schedule_runs_each_pass_once_forward_first(schedule, stages, micr
 
 
 @pytest.fixture(scope="module")
-def runs():
+def runs(tmp_path_factory):
     """GPipe with M = 1, 4, 8 and 1F1B with M = 4, 8 on 2 stages, in one set of processes."""
     cfgs = [PipelineConfig(stages=2, microbatches=m, schedule="gpipe", steps=STEPS)
             for m in (1, 4, 8)]
     cfgs += [PipelineConfig(stages=2, microbatches=m, schedule="1f1b", steps=STEPS)
              for m in (4, 8)]
-    results = run_pipelines(cfgs, timeout=280)
-    assert live_children() == []
+    runs_dir = tmp_path_factory.mktemp("runs")
+    results = run_pipelines(cfgs, runs_dir=str(runs_dir), timeout=280)
+    assert_recorded_and_reaped(runs_dir)
     return results
 
 
@@ -125,7 +126,8 @@ def test_cli_json_and_html(tmp_path):
 
     html = tmp_path / "schedule.html"
     out = run_cli("pipeline", "--stages", "2", "--microbatches", "2", "--schedule", "1f1b",
-                  "--steps", "2", "--compute-ms", "5", "--html", str(html), "--json")
+                  "--steps", "2", "--compute-ms", "5", "--html", str(html), "--json",
+                  "--runs-dir", str(tmp_path / "runs"))
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert {"measured_bubble", "theoretical_bubble", "time_s", "per_stage",
@@ -133,3 +135,4 @@ def test_cli_json_and_html(tmp_path):
     assert {"stage", "microbatch", "kind", "start", "end"} <= set(doc["events"][0])
     assert doc["theoretical_bubble"] == pytest.approx(1 / 3)
     assert "Bokeh" in html.read_text()
+    assert_recorded_and_reaped(tmp_path / "runs")

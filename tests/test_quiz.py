@@ -4,6 +4,11 @@ scores, explains and resets when driven headlessly."""
 
 from __future__ import annotations
 
+import html
+import json
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import ipywidgets as widgets
@@ -12,7 +17,8 @@ import yaml
 
 from workbench.exercises.pipeline import idle_fraction
 from workbench.quiz import TOPICS, BankError, Quiz, grade, load_bank, quiz_html
-from workbench.quiz.bank import BANK_PATH, parse_number
+from workbench.quiz.bank import BANK_PATH, mentions, parse_number, shuffled
+from workbench.quiz.widget import PARSE_NUMBER_JS
 from workbench.scaling import costmodel, metrics
 
 BANK = {q.id: q for q in load_bank()}
@@ -53,7 +59,7 @@ EXPECTED = {
     "speedup-from-times": metrics.speedup(120, 40),
     "efficiency-from-times": metrics.efficiency(metrics.speedup(120, 40), 4),
     "efficiency-from-throughput": metrics.efficiency(
-        metrics.speedup_from_throughput(1535, 1085), 2),
+        metrics.speedup_from_throughput(1640, 1000), 2),
     "amdahl-value": metrics.amdahl(8, 0.9),
     "amdahl-limit": metrics.amdahl(1e12, 0.95),
     "gustafson-value": metrics.gustafson(8, 0.9),
@@ -64,6 +70,7 @@ EXPECTED = {
     "bus-bandwidth": costmodel.busbw(1e8, 0.5, 4) / 1e9,
     "parameter-server-traffic": costmodel.parameter_server_time(100, 8, 0.0, 1.0),
     "bubble-value": idle_fraction(4, 8),
+    "bubble-at-4p": idle_fraction(4, 16),
     "consistency-update": 1.0 - 0.1 * (2 + 4) / 2,
     "training-memory": 2e9 * 16 / 1e9,
     "global-batch": 8 * 32,
@@ -147,6 +154,42 @@ def test_numeric_accepts_fractions_and_percentages_within_tolerance():
     assert parse_number("1/0") is None and parse_number(float("nan")) is None
 
 
+def test_thousands_separators_and_decimal_commas_are_told_apart():
+    assert parse_number("1,600") == 1600 and parse_number("12,000.5") == 12000.5
+    assert parse_number("0,75") == 0.75 and parse_number("1,5") == 1.5
+    assert grade(BANK["parameter-server-traffic"], "1,600").correct
+    assert grade(BANK["parameter-server-traffic"], "1600 ").correct
+
+
+#: Answers a student might type, read by the widget (Python) and by the HTML page (JS).
+TYPED = ["0.75", "0,75", "3/4", "75%", " 75 % ", "1,600", "12,000.5", "1e3", "-3/4", ".5",
+         "5.", "1/0", "abc", "", "1.5/3", "inf", "0,750", "3/4%", "1,60"]
+
+
+def test_html_script_reads_numbers_as_the_widget_does():
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("needs Node.js to run the HTML quiz's script: apt-get install -y nodejs")
+    script = (f"const f = {PARSE_NUMBER_JS};\n"
+              f"const xs = {json.dumps(TYPED)};\n"
+              "console.log(JSON.stringify(xs.map(x => { const v = f(x); "
+              "return Number.isNaN(v) ? null : v; })));")
+    out = subprocess.run([node, "-e", script], capture_output=True, text=True, timeout=30,
+                         check=True).stdout
+    in_page = json.loads(out)
+    in_widget = [parse_number(x) for x in TYPED]
+    assert in_page == pytest.approx(in_widget), list(zip(TYPED, in_page, in_widget, strict=True))
+    assert in_page[TYPED.index("75%")] == 0.75 and in_page[TYPED.index("1,600")] == 1600
+
+
+def test_keywords_match_at_the_start_of_words_only():
+    assert not mentions("a clear benefit", "fit") and mentions("it fits in memory", "fit")
+    assert mentions("they synchronize", "synchroni") and not mentions("asynchronous", "synchroni")
+    q = BANK["review-efficiency"]
+    hints = grade(q, "Several devices compute in parallel, a clear benefit.").hints
+    assert "Memory" in hints and "Parallel computation" not in hints
+
+
 def test_explain_scores_ticked_rubric_points_and_names_missing_ones():
     q = BANK["review-parallelism"]
     text = "Data parallelism keeps a replica on every device, so the model must fit in memory."
@@ -169,7 +212,7 @@ def test_the_model_answers_make_their_own_rubric_points():
 
 def test_quiz_widget_scores_explains_and_lets_the_student_retry():
     ids = ["speedup-from-times", "speedup-definition", "frameworks", "review-efficiency"]
-    quiz = Quiz(ids=ids)
+    quiz = Quiz(ids=ids, shuffle=False)
     assert quiz.summary() == "Score: 0 / 4 (0 of 4 questions checked)"
     assert isinstance(quiz.cards["speedup-from-times"].prompt, widgets.HTMLMath)
 
@@ -178,7 +221,7 @@ def test_quiz_widget_scores_explains_and_lets_the_student_retry():
     quiz.answer("speedup-definition", "c")
     assert not quiz.check("speedup-definition").correct
     assert "efficiency, not the speedup" in quiz.feedback("speedup-definition")
-    quiz.answer("frameworks", ["a", "b", "c"])
+    quiz.answer("frameworks", ["b", "c", "d"])
     quiz.check("frameworks")
     quiz.answer("review-efficiency", "Devices work in parallel.", covered=[0, 3])
     quiz.check("review-efficiency")
@@ -221,10 +264,84 @@ def test_whole_bank_revealed_scores_full_marks():
 
 
 def test_kernel_free_html_has_a_reveal_and_an_answer_per_question():
-    page = quiz_html(topic="metrics")
+    page = quiz_html(topic="metrics", shuffle=False)
     questions = load_bank(topic="metrics")
     assert page.count("<details>") == len(questions)
     assert "data-kind='single' data-answer='b'" in page       # speedup-definition
     assert "data-kind='numeric' data-answer='3.0' data-tolerance='0.01'" in page
     assert "Model answer:" in page and "onclick=" in page
     assert "<script" not in page      # inline handlers only, nothing to evaluate on load
+
+
+# --- fair to every learner: no key learned by position -------------------------------------------
+
+CHOICE_QUESTIONS = [q for q in BANK.values() if q.kind in ("single", "multiple")]
+SEEDS = ["ada", "grace", "alan", "barbara", "edsger", "learner", 0, 1, 2, 3]
+
+
+def first_option_score(questions) -> float:
+    """The share of choice questions answered right by always ticking the first option."""
+    return sum(q.answer in ("a", ["a"]) for q in questions) / len(questions)
+
+
+def html_keys(page: str) -> list[str]:
+    """The answer of every choice question in a kernel-free page, in its shown letters."""
+    return re.findall(r"data-kind='(?:single|multiple)' data-answer='([a-z,]+)'", page)
+
+
+def test_no_key_letter_holds_more_than_40_percent_of_single_choice_questions():
+    singles = [q.answer for q in BANK.values() if q.kind == "single"]
+    for letter in "abcd":
+        assert singles.count(letter) / len(singles) <= 0.40, (letter, singles.count(letter))
+    assert len({tuple(q.answer) for q in BANK.values() if q.kind == "multiple"}) > 1
+
+
+def test_always_picking_the_first_option_scores_under_40_percent_in_every_order():
+    assert first_option_score(CHOICE_QUESTIONS) < 0.40          # the bank's own order
+    for seed in SEEDS:
+        widget = Quiz(seed=seed)                                    # the widget's order
+        assert first_option_score([q for q in widget.questions
+                                   if q.kind in ("single", "multiple")]) < 0.40, seed
+        keys = html_keys(quiz_html(seed=seed))                      # the HTML page's order
+        assert len(keys) == len(CHOICE_QUESTIONS)
+        assert sum(k == "a" for k in keys) / len(keys) < 0.40, seed
+
+
+def test_each_learner_sees_one_order_in_widget_and_html_and_is_graded_in_it():
+    q = BANK["sync-sgd"]
+    orders = {shuffled(q, seed).choices for seed in SEEDS}
+    assert len(orders) > 1                          # learners see different orders
+    mine = shuffled(q, "ada")
+    assert shuffled(q, "ada") == mine               # and the same one every time
+    assert sorted(mine.choices) == sorted(q.choices)
+    assert mine.choice(mine.answer) == q.choice(q.answer)
+    for letter, reason in q.why.items():            # each note follows its choice
+        moved = mine.letters[mine.choices.index(q.choice(letter))]
+        assert mine.why[moved] == reason
+
+    quiz = Quiz(ids=["sync-sgd"], seed="ada")
+    assert quiz.cards["sync-sgd"].q.choices == mine.choices
+    page = quiz_html(questions=[q], seed="ada")
+    shown = re.findall(r"value='([a-z])'> \(\1\) ([^<]+)</label>", page)
+    assert [text for _, text in shown] == [html.escape(c) for c in mine.choices]
+    assert f"data-answer='{mine.answer}'" in page
+
+    quiz.answer("sync-sgd", mine.answer)
+    assert quiz.check("sync-sgd").correct
+    wrong = next(x for x in mine.letters if x != mine.answer)
+    quiz.answer("sync-sgd", wrong)
+    g = quiz.check("sync-sgd")
+    assert not g.correct and f"the answer is ({mine.answer})" in g.feedback
+    assert f"About ({wrong}): {mine.why[wrong]}" in g.feedback
+
+
+def test_the_learner_is_who_jupyterhub_says(monkeypatch):
+    monkeypatch.setenv("JUPYTERHUB_USER", "ada")
+    assert Quiz(ids=["sync-sgd"]).questions[0] == shuffled(BANK["sync-sgd"], "ada")
+    assert quiz_html(questions=[BANK["sync-sgd"]]) == quiz_html(
+        questions=[BANK["sync-sgd"]], seed="ada")
+
+
+def test_a_shuffled_quiz_revealed_still_scores_full_marks():
+    quiz = Quiz(topic="frameworks", seed="grace")
+    assert quiz.reveal() == len(quiz.cards)

@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 import torch
-from _labs_helpers import live_children
+from _labs_helpers import assert_recorded_and_reaped
 
 from workbench.synchronization.ring_allreduce import (
     bytes_sent_per_worker,
@@ -42,8 +42,8 @@ def test_bytes_sent_follow_the_bandwidth_term():
 
 
 @pytest.mark.parametrize("np_", [2, 3])
-def test_ring_equals_torch_distributed_all_reduce(np_):
-    r = run_ring_lab(np_, sizes=(7, 1001), repeats=2, timeout=240)
+def test_ring_equals_torch_distributed_all_reduce(np_, tmp_path):
+    r = run_ring_lab(np_, sizes=(7, 1001), repeats=2, runs_dir=str(tmp_path), timeout=240)
     assert [c["n"] for c in r["checks"]] == [7, 1001]
     for c in r["checks"]:
         assert c["exact_integers"], c
@@ -51,7 +51,7 @@ def test_ring_equals_torch_distributed_all_reduce(np_):
     for row in r["rows"]:
         assert row["ring_s"] > 0 and row["library_s"] > 0 and row["model_s"] > 0
     assert r["alpha_s"] >= 0 and r["beta_s_per_byte"] >= 0
-    assert live_children() == []
+    assert_recorded_and_reaped(tmp_path)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("horovod") is None, reason="Horovod not built")

@@ -78,6 +78,31 @@ def test_scaling_charts_fit_and_update():
     assert report.fitted_law(rows, "weak")[0] == "Gustafson"
 
 
+def test_no_fit_is_drawn_through_a_run_slower_than_one_worker():
+    """The comm-bound preset measured S = 0.3 at 2 workers: a clipped Amdahl fit would draw
+    a flat line at 1, far from the points. Say why instead, with Karp–Flatt."""
+    rows = metrics.scaling_rows([1, 2], [10.0, 33.3], [100.0, 30.0])
+    assert rows[1]["speedup"] == pytest.approx(0.3)
+    assert report.fitted_law(rows, "strong") is None
+    charts = report.ScalingCharts(rows)
+    assert charts.fit.data["x"] == [] and charts.fit_far.data["x"] == []
+    labels = [item.label["value"] for item in charts.speedup.legend[0].items]
+    assert "no fit (see the note)" in labels
+    note = report.fit_note(rows, "strong")
+    kf = metrics.karp_flatt(0.3, 2)
+    assert "slower than one worker: communication costs more than it saves" in note.lower()
+    assert f"Karp–Flatt e = {kf:.2f}" in note and kf > 1
+    assert "No Amdahl fit is drawn" in note
+    assert report.fit_note(metrics.scaling_rows([1, 2], [10.0, 6.0], [100.0, 166.0])) is None
+
+    weak = metrics.scaling_rows([1, 2], [10.0, 33.3], [100.0, 30.0], mode="weak")
+    assert weak[1]["karp_flatt"] is None                 # Karp–Flatt is for strong scaling
+    assert "No Gustafson fit" in report.fit_note(weak, "weak")
+    assert "is for strong scaling" in report.fit_note(weak, "weak")
+    page = report.report_html(rows, {"engine": "horovod", "mode": "strong"})
+    assert "communication costs more than it saves" in page
+
+
 def test_report_is_standalone_html_with_three_charts(tmp_path: Path):
     rows = metrics.scaling_rows([1, 2], [10.0, 6.0], [100.0, 166.0])
     path = report.write_report(tmp_path / "r.html", rows,

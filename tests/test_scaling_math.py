@@ -67,6 +67,9 @@ def test_scaling_rows_strong_and_weak():
     assert strong[0]["karp_flatt"] is None and strong[0]["efficiency"] == 1.0
     weak = metrics.scaling_rows([1, 2, 4], [10.0, 12.5, 16.0], [100.0, 160.0, 250.0])
     assert [round(r["efficiency"], 4) for r in weak] == [1.0, 0.8, 0.625]
+    assert all(r["karp_flatt"] is not None for r in strong[1:])
+    weak = metrics.scaling_rows([1, 2, 4], [10.0, 12.5, 16.0], [100.0, 160.0, 250.0], "weak")
+    assert all(r["karp_flatt"] is None for r in weak)   # it inverts Amdahl: strong only
 
 
 def test_bad_timings_are_rejected():

@@ -7,33 +7,34 @@ import subprocess
 import sys
 
 import pytest
-from _labs_helpers import live_children
+from _labs_helpers import assert_recorded_and_reaped
 
 from workbench.synchronization.async_ps import PSConfig, run_parameter_server
 
 
-def test_sync_mode_has_no_staleness_and_learns():
-    r = run_parameter_server("sync", workers=2, epochs=1, timeout=240)
+def test_sync_mode_has_no_staleness_and_learns(tmp_path):
+    r = run_parameter_server("sync", workers=2, epochs=1, runs_dir=str(tmp_path), timeout=240)
     assert r["mean_staleness"] == 0 and r["max_staleness"] == 0
     assert r["staleness_histogram"] == {"0": r["gradients_used"]}
     assert r["updates"] * 2 == r["gradients_used"]          # one update per 2 gradients
     assert r["final_loss"] < 0.7 * r["loss_curve"][0]["loss"]
     assert [w["gradients"] for w in r["workers"]] == [r["updates"], r["updates"]]
-    assert live_children() == []
+    (record,) = assert_recorded_and_reaped(tmp_path)
+    assert record.config["np"] == 3 and record.config["extra"]["settings"]["mode"] == "sync"
 
 
-def test_async_mode_measures_staleness_above_zero():
-    r = run_parameter_server("async", workers=2, epochs=1, timeout=240)
+def test_async_mode_measures_staleness_above_zero(tmp_path):
+    r = run_parameter_server("async", workers=2, epochs=1, runs_dir=str(tmp_path), timeout=240)
     assert r["mean_staleness"] > 0
     assert r["max_staleness"] >= 1
     assert r["updates"] == r["gradients_used"]               # every gradient is an update
     assert r["final_loss"] < 0.7 * r["loss_curve"][0]["loss"]
-    assert live_children() == []
+    assert_recorded_and_reaped(tmp_path)
 
 
-def test_backup_workers_drop_the_stragglers_gradients():
+def test_backup_workers_drop_the_stragglers_gradients(tmp_path):
     r = run_parameter_server("backup", workers=2, backup_workers=1, epochs=1,
-                             straggler_delay=0.03, timeout=240)
+                             straggler_delay=0.03, runs_dir=str(tmp_path), timeout=240)
     assert r["max_staleness"] == 0                # no stale gradient is ever applied
     assert r["gradients_dropped"] > 0             # the straggler's gradients came too late
     straggler, *others = r["workers"]
@@ -52,10 +53,11 @@ def test_bad_settings_are_explained(kwargs, message):
         PSConfig(**kwargs).validate()
 
 
-def test_cli_json_with_a_staleness_aware_straggler():
+def test_cli_json_with_a_staleness_aware_straggler(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "workbench.cli", "async", "--mode", "async", "--workers", "2",
-         "--epochs", "1", "--straggler-delay", "0.01", "--staleness-aware", "--json"],
+         "--epochs", "1", "--straggler-delay", "0.01", "--staleness-aware", "--json",
+         "--runs-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)

@@ -111,6 +111,25 @@ def test_scaling_panel_refuses_bad_worker_counts(tmp_path):
         panel.close()
 
 
+def test_scaling_panel_says_why_it_draws_no_fit_when_a_run_got_slower(tmp_path):
+    """The rows of a comm-bound sweep that got slower at 2 workers, shown headlessly."""
+    from workbench.scaling import metrics
+
+    panel = ScalingPanel(runs_dir=str(tmp_path))
+    try:
+        panel.show_rows(metrics.scaling_rows([1, 2], [10.0, 33.3], [100.0, 30.0]))
+        note = _text(panel.note)
+        assert "slower than one worker: communication costs more than it saves" in note.lower()
+        assert "Karp–Flatt e = 5.67" in note and "No Amdahl fit is drawn" in note
+        assert panel.sources["fit"].data["x"] == []
+        assert "<td>5.667</td>" in _text(panel.table)
+        panel.show_rows(metrics.scaling_rows([1, 2, 4], [10.0, 5.5, 3.25],
+                                             [100.0, 100 / 0.55, 100 / 0.325]))
+        assert _text(panel.note) == "" and len(panel.sources["fit"].data["x"]) > 0
+    finally:
+        panel.close()
+
+
 # ---------------------------------------------------------------------- real Horovod jobs
 
 
@@ -233,7 +252,10 @@ def test_scaling_panel_runs_a_sweep_and_plots_each_point(tmp_path):
         sps = [p.samples_per_s for p in panel.points]
         assert pts["speedup"] == pytest.approx([1.0, sps[1] / sps[0]])
         assert pts["efficiency"][1] == pytest.approx(pts["speedup"][1] / 2)
-        assert len(panel.sources["fit"].data["x"]) > 0         # the fitted law is drawn
+        # the fitted law is drawn, unless 2 workers were slower than one: then the note says so
+        got_slower = pts["speedup"][1] < 1
+        assert (len(panel.sources["fit"].data["x"]) == 0) == got_slower
+        assert ("costs more than it saves" in _text(panel.note)) == got_slower
         assert "Karp–Flatt" in _text(panel.table) and "<td>2</td>" in _text(panel.table)
         cfgs = [json.loads((Path(p.summary["run_dir"]) / "config.json").read_text())
                 for p in panel.points]

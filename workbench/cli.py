@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "workbench.scaling.commands",             # workbench scale / bench / simulate / timeline
     "workbench.synchronization.commands",     # workbench async / hogwild / stragglers / ring
     "workbench.model_parallel.commands",      # workbench pipeline / compare
+    "workbench.classroom.commands",           # workbench classroom nbgrader / cores / quiet-lab
 ]
 
 

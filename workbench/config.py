@@ -9,17 +9,24 @@ and what is allowed.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.hosts.cpu import cpu_budget
+
 ENGINES = ("horovod", "torch", "serial")
+#: Engines that run something other than the training loop, so the panels do not offer them:
+#: "fork" starts the labs' workers (workbench/jobs/workers.py).
+LAB_ENGINES = ("fork",)
 MODELS = ("logreg", "mlp", "cnn")
 DATASETS = ("digits", "synthetic", "synthetic-images", "mnist", "cifar10")
 OPTIMIZERS = ("sgd", "adam")
 DTYPES = ("float32", "float64")
 CPU_BINDS = ("core", "none")
+#: Who starts the ranks: this machine (`local`), horovodrun over ssh on `--hosts` (`ssh`),
+#: or the cluster's scheduler (`slurm`, see workbench/jobs/slurm.py).
+LAUNCHERS = ("local", "ssh", "slurm")
 
 #: Scaling presets. "compute-bound" does many FLOPs per parameter (a CNN with global average
 #: pooling: 85 thousand parameters, about 0.2 s of work per step of 128 samples on one core),
@@ -50,6 +57,7 @@ class JobConfig:
 
     Sizes are in samples, times in seconds (but `cycle_time_ms`, Horovod's cycle, is in
     milliseconds like horovodrun's --cycle-time-ms; 0 keeps Horovod's default of 1 ms).
+    `time_limit` is in minutes, as Slurm's `--time` (0 = the partition's default).
     `batch_size` is per rank: with `np` ranks one synchronous step consumes `np * batch_size`
     samples.
 
@@ -67,6 +75,13 @@ class JobConfig:
     np: int = 2
     hosts: str | None = None
     env: list[str] = field(default_factory=list)
+    launcher: str = "local"
+    partition: str | None = None
+    nodes: int = 0
+    ntasks_per_node: int = 0
+    time_limit: int = 0
+    account: str | None = None
+    sbatch_arg: str = ""
     model: str = "mlp"
     width: int = 64
     dataset: str = "digits"
@@ -135,25 +150,30 @@ class JobConfig:
         return 1 if self.engine == "serial" else self.np
 
     def resolved_threads(self) -> int:
-        """Intra-op threads per rank: the setting, or cores ÷ ranks (at least 1)."""
+        """Intra-op threads per rank: the setting, or usable cores ÷ ranks (at least 1).
+
+        Usable cores are this host's CPU budget (`workbench.hosts.cpu_budget`): the cores
+        we may run on, capped by a cgroup quota or JupyterHub's CPU_LIMIT.
+        """
         if self.threads_per_rank > 0:
             return self.threads_per_rank
-        return max(1, (os.cpu_count() or 1) // self.world_size)
+        return max(1, cpu_budget().usable // self.world_size)
 
     def oversubscribed(self) -> bool:
-        """True when ranks × threads exceed this machine's cores (speedups will flatten)."""
-        return self.hosts is None and self.world_size * self.resolved_threads() > (
-            os.cpu_count() or 1)
+        """True when ranks × threads exceed this host's usable cores (speedups will flatten)."""
+        return self.hosts is None and self.launcher == "local" and (
+            self.world_size * self.resolved_threads() > cpu_budget().usable)
 
     # -------------------------------------------------------------------- checking
     def validate(self) -> JobConfig:
         """Raise `ConfigError` naming the first bad field; return self when all is well."""
-        _choice("engine", self.engine, ENGINES)
+        _choice("engine", self.engine, ENGINES + LAB_ENGINES)
         _choice("model", self.model, MODELS)
         _choice("dataset", self.dataset, DATASETS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("dtype", self.dtype, DTYPES)
         _choice("cpu_bind", self.cpu_bind, CPU_BINDS)
+        _choice("launcher", self.launcher, LAUNCHERS)
         if self.preset is not None:
             _choice("preset", self.preset, tuple(PRESETS))
         _int_range("np", self.np, 1, 256)
@@ -166,6 +186,9 @@ class JobConfig:
         _int_range("threads_per_rank", self.threads_per_rank, 0, 1024)
         _int_range("max_steps", self.max_steps, 0, 10**9)
         _int_range("straggler_rank", self.straggler_rank, 0, 255)
+        _int_range("nodes", self.nodes, 0, 100_000)
+        _int_range("ntasks_per_node", self.ntasks_per_node, 0, 1024)
+        _int_range("time_limit", self.time_limit, 0, 525_600)
         _int_range("eval_every", self.eval_every, 0, 10_000)
         _float_range("lr", self.lr, 0.0, 100.0, low_open=True)
         _float_range("momentum", self.momentum, 0.0, 0.999999)
@@ -200,6 +223,7 @@ class JobConfig:
             if sum(slots.values()) < self.np:
                 raise ConfigError(_bad("np", self.np, f"at most the {sum(slots.values())} slots"
                                        f" that --hosts {self.hosts} offers"))
+        self._validate_launcher()
         if self.straggler_delay > 0 and self.straggler_rank >= self.world_size:
             raise ConfigError(_bad("straggler_rank", self.straggler_rank,
                                    f"a rank below np={self.world_size}"))
@@ -208,6 +232,50 @@ class JobConfig:
                                    f" cifar10), not {self.dataset}"))
         if self.timeline and self.engine != "horovod":
             raise ConfigError(_bad("timeline", True, "only with --engine horovod"))
+
+    def _validate_launcher(self) -> None:
+        """`--hosts` selects ssh (alone, or with `--launcher ssh`); Slurm's fields need Slurm."""
+        if self.launcher == "ssh" and self.hosts is None:
+            raise ConfigError(_bad("launcher", "ssh", "--hosts HOST:SLOTS,... with it (the"
+                                   " hosts horovodrun reaches over ssh)"))
+        if self.launcher == "slurm":
+            if self.hosts is not None:
+                raise ConfigError(_bad("hosts", self.hosts, "no --hosts with --launcher slurm"
+                                       " (Slurm chooses the hosts: use --nodes, --partition)"))
+            if self.nodes > self.world_size:
+                raise ConfigError(_bad("nodes", self.nodes, f"at most np={self.world_size}"
+                                       " (each node runs at least one rank)"))
+            if self.ntasks_per_node and self.ntasks_per_node * max(self.nodes, 1) < \
+                    self.world_size:
+                raise ConfigError(_bad("ntasks_per_node", self.ntasks_per_node,
+                                       f"enough for np={self.world_size} on --nodes "
+                                       f"{max(self.nodes, 1)}"))
+            for name in ("partition", "account"):
+                value = getattr(self, name)
+                if value is not None and not re.fullmatch(r"[A-Za-z0-9_.,-]{1,64}", value):
+                    raise ConfigError(_bad(name, value, "a Slurm name (letters, digits, _.,-)"))
+            sbatch_args(self.sbatch_arg)  # raises on bad quoting or a non-option
+            return
+        slurm_only = {"partition": None, "nodes": 0, "ntasks_per_node": 0, "time_limit": 0,
+                      "account": None, "sbatch_arg": ""}
+        for name, unset in slurm_only.items():
+            if getattr(self, name) != unset:
+                raise ConfigError(_bad(name, getattr(self, name), "only with --launcher slurm"))
+
+
+def sbatch_args(text: str) -> list[str]:
+    """Split `--sbatch-arg` ("--qos=debug --mem=4G") into sbatch options, as a shell would."""
+    import shlex
+
+    try:
+        args = shlex.split(text)
+    except ValueError as exc:
+        raise ConfigError(_bad("sbatch_arg", text, f"sbatch options ({exc})")) from None
+    for arg in args:
+        if not arg.startswith("-"):
+            raise ConfigError(_bad("sbatch_arg", text, "sbatch options, each starting with -"
+                                   ", e.g. '--qos=debug --mem=4G'"))
+    return args
 
 
 def parse_hosts(hosts: str) -> dict[str, int]:

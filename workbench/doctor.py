@@ -41,6 +41,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from workbench.hosts.cpu import cpu_budget
+
 #: Horovod release the set-up builds (scripts/build_horovod.sh).
 HOROVOD_VERSION = "0.28.1"
 #: How to (re)build Horovod, for the messages below.
@@ -155,18 +157,32 @@ def horovodrun_path() -> str | None:
 
 
 def _cpu() -> dict[str, Any]:
-    """Logical CPUs, the ones this process may use (containers and taskset limit them),
-    and physical cores: one rank per physical core is the fair way to measure speedup."""
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        usable = os.cpu_count()
+    """Logical CPUs, the cores this process may really use and what decided that (its CPU
+    budget: affinity capped by a cgroup quota or CPU_LIMIT), and physical cores: one rank
+    per physical core is the fair way to measure speedup."""
+    budget = cpu_budget()
     try:
         import psutil
         physical = psutil.cpu_count(logical=False)
     except Exception:
         physical = None
-    return {"logical": os.cpu_count(), "usable": usable, "physical": physical}
+    return {"logical": os.cpu_count(), "usable": budget.usable, "source": budget.source,
+            "quota": budget.quota, "limits": budget.limits, "affinity": len(budget.cores),
+            "physical": physical}
+
+
+#: Below this, multi-process PyTorch (DataLoader workers, gloo's shared-memory transport)
+#: can die with "Bus error": Docker and Kubernetes give containers 64 MB by default.
+SHM_MIN_BYTES = 512 * 2**20
+
+
+def _shm(path: str = "/dev/shm") -> dict[str, Any]:
+    """Size and free space of the shared-memory folder, in bytes (None where absent)."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return {"path": path, "total": None, "free": None}
+    return {"path": path, "total": usage.total, "free": usage.free}
 
 
 def _gpus(torch_info: dict[str, Any]) -> dict[str, Any]:
@@ -338,12 +354,14 @@ def _network_check(net: dict[str, Any]) -> Check:
                  f"add the line `127.0.1.1 {net['hostname']}` to /etc/hosts", required=True)
 
 
-def _machine_checks(cpu: dict[str, Any], gpus: dict[str, Any]) -> list[Check]:
+def _machine_checks(cpu: dict[str, Any], gpus: dict[str, Any],
+                    shm: dict[str, Any]) -> list[Check]:
     cores = (f"{cpu['usable']} usable ({cpu['logical']} logical, "
              f"{cpu['physical'] or '?'} physical)")
     checks = [Check("CPU cores", "ok" if (cpu["usable"] or 1) >= 2 else "warn", cores,
                     "" if (cpu["usable"] or 1) >= 2 else
-                    "one core: ranks will take turns, so no speedup can be measured")]
+                    "one core: ranks will take turns, so no speedup can be measured"),
+              _quota_check(cpu), _shm_check(shm)]
     if gpus["count"]:
         checks.append(Check("GPUs", "ok", f"{gpus['count']}: {', '.join(gpus['names'])}"))
     elif gpus["driver_gpus"]:
@@ -353,6 +371,30 @@ def _machine_checks(cpu: dict[str, Any], gpus: dict[str, Any]) -> list[Check]:
     else:
         checks.append(Check("GPUs", "ok", "none: jobs run on the CPU cores"))
     return checks
+
+
+def _quota_check(cpu: dict[str, Any]) -> Check:
+    """Say which limit sets the usable cores: threads per rank follow it."""
+    if cpu["quota"] is None:
+        return Check("CPU quota", "ok", f"none: all {cpu['affinity']} cores this process may "
+                                        "run on are usable")
+    found = ", ".join(f"{k} {v:g}" for k, v in cpu["limits"].items() if k != "affinity")
+    return Check("CPU quota", "ok",
+                 f"{cpu['quota']:g} CPUs ({found}) on {cpu['affinity']} cores: jobs size "
+                 f"their threads to {cpu['usable']} (decided by {cpu['source']})")
+
+
+def _shm_check(shm: dict[str, Any]) -> Check:
+    """A small /dev/shm makes multi-process PyTorch crash with "Bus error"."""
+    if shm["total"] is None:
+        return Check("Shared memory", "ok", f"{shm['path']} absent (not Linux)")
+    size = f"{shm['path']}: {shm['total'] / 2**20:.0f} MB, {shm['free'] / 2**20:.0f} MB free"
+    if shm["total"] >= SHM_MIN_BYTES:
+        return Check("Shared memory", "ok", size)
+    return Check("Shared memory", "warn",
+                 size + f", below {SHM_MIN_BYTES // 2**20} MB: ranks may die with 'Bus error'",
+                 "Docker: run with --shm-size=1g; a Kubernetes hub: mount an emptyDir with "
+                 "medium: Memory at /dev/shm (docs/classroom.md)")
 
 
 def _jupyter_checks(j: dict[str, Any]) -> list[Check]:
@@ -381,13 +423,14 @@ def _jupyter_checks(j: dict[str, Any]) -> list[Check]:
 def diagnose() -> dict[str, Any]:
     """Check everything; return the report as a JSON-ready dict.
 
-    Keys: `python`, `torch`, `horovod`, `network`, `cpu`, `gpus`, `jupyter`, `checks` (one
+    Keys: `python`, `torch`, `horovod`, `network`, `cpu` (`usable` cores and the `source` that
+    decided it), `shm`, `gpus`, `jupyter`, `checks` (one
     dict per line of the report) and `ready` (True when Horovod jobs can run here).
     """
     probe = _start_horovod_probe()          # runs while we look at the rest
     try:
         report: dict[str, Any] = {"python": _python(), "torch": _torch(), "cpu": _cpu(),
-                                  "network": _network()}
+                                  "shm": _shm(), "network": _network()}
         report["gpus"] = _gpus(report["torch"])
         report["jupyter"] = _jupyter()
         report["horovod"] = _finish_horovod_probe(probe)
@@ -400,7 +443,7 @@ def diagnose() -> dict[str, Any]:
               _torch_check(report["torch"]),
               *_horovod_checks(report["horovod"]),
               _network_check(report["network"]),
-              *_machine_checks(report["cpu"], report["gpus"]),
+              *_machine_checks(report["cpu"], report["gpus"], report["shm"]),
               *_jupyter_checks(report["jupyter"])]
     report["checks"] = [asdict(c) for c in checks]
     report["ready"] = not any(c.required and c.status == "fail" for c in checks)

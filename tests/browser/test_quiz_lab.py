@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 from labdriver import ARTIFACTS, CHROMIUM, chromium_page, jupyter_lab, open_and_run, write_notebook
 
+from workbench.quiz import load_bank
+from workbench.quiz.bank import shuffled
+
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs {CHROMIUM}: "
@@ -22,7 +25,7 @@ pytestmark = [
 
 WIDGET_CELL = """\
 from workbench.quiz import Quiz
-quiz = Quiz(ids=["speedup-definition", "speedup-from-times"])
+quiz = Quiz(ids=["speedup-definition", "speedup-from-times"], seed="lab")
 quiz"""
 
 HTML_CELL = """\
@@ -45,7 +48,9 @@ def test_quiz_typesets_maths_scores_clicks_and_checks_without_kernel(tmp_path):
                 "() => document.querySelectorAll('.widget-htmlmath mjx-container').length >= 4",
                 timeout=60_000)
 
-            card.get_by_role("button", name="b", exact=True).click()
+            q = next(q for q in load_bank() if q.id == "speedup-definition")
+            right = shuffled(q, "lab").answer         # the letter this learner sees
+            card.get_by_role("button", name=right, exact=True).click()
             card.get_by_role("button", name="Check", exact=True).click()
             page.get_by_text("Score: 1 / 2 (1 of 2 questions checked)").wait_for(timeout=30_000)
             assert "Correct." in card.inner_text()

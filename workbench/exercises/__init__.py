@@ -16,24 +16,35 @@ answer is not finished. Wrong answers get hints that name the likely mistake.
 | finish a ring allreduce | :mod:`.ring` | ``check_reduce_scatter_step``, ``check_allgather_step`` |
 | pipeline bubble | :mod:`.pipeline` | ``check_bubble_fraction``, ``check_micro_batches`` |
 | data or model parallelism? | :mod:`.parallelism` | ``check_parallelism_choice`` |
+| asynchronous staleness | :mod:`.staleness` | ``check_staleness``, ``check_staleness_lr`` |
+| the linear scaling rule with warm-up | :mod:`.lr_scaling` | ``check_learning_rate`` |
+| Amdahl or Gustafson? | :mod:`.laws` | ``check_serial_shares``, ``check_which_law`` |
 """
 
 from workbench.exercises.allreduce import check_average_gradients
 from workbench.exercises.feedback import Feedback
+from workbench.exercises.laws import check_serial_shares, check_which_law
+from workbench.exercises.lr_scaling import check_learning_rate
 from workbench.exercises.parallelism import check_parallelism_choice
 from workbench.exercises.pipeline import check_bubble_fraction, check_micro_batches
 from workbench.exercises.ring import check_allgather_step, check_reduce_scatter_step
 from workbench.exercises.scaling import check_scaling_table
 from workbench.exercises.sharding import check_shard
+from workbench.exercises.staleness import check_staleness, check_staleness_lr
 
 __all__ = [
     "Feedback",
     "check_allgather_step",
     "check_average_gradients",
     "check_bubble_fraction",
+    "check_learning_rate",
     "check_micro_batches",
     "check_parallelism_choice",
     "check_reduce_scatter_step",
     "check_scaling_table",
+    "check_serial_shares",
     "check_shard",
+    "check_staleness",
+    "check_staleness_lr",
+    "check_which_law",
 ]

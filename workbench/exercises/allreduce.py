@@ -147,15 +147,32 @@ def _ranks_disagree(out: list[torch.Tensor], grads: list[torch.Tensor], p: int) 
 
 
 def _wrong_scale(factors: dict[int, float]) -> Feedback:
-    """Every rank agrees, but on c times the average: name the divisor that went wrong."""
+    """Every rank agrees, but on c times the average: name the divisor that went wrong.
+
+    The pattern over all world sizes tells the slips apart: with 2 ranks a sum and a
+    division by p − 1 both give twice the average, with 3 ranks they do not.
+    """
     p, c = next((p, c) for p, c in factors.items() if abs(c - 1.0) > 1e-6)
-    if abs(c - p) < 1e-6:
+    if abs(c) < 1e-12:
+        return not_yet(
+            f"with {p} ranks every rank holds zeros.",
+            "The gradients are gone: return the averaged tensors, not new zero tensors. Did "
+            "you create the result with zeros_like and never add the sum to it?",
+        )
+    if all(abs(f - q / (q - 1)) < 1e-6 for q, f in factors.items()) and any(
+            abs(f - q) > 1e-6 for q, f in factors.items()):
+        return not_yet(
+            "you divide by the world size minus one.",
+            "Divide the sum by p = len(rank_grads), the number of gradients added, not by "
+            "p − 1: the average of p numbers is their sum over p.",
+        )
+    if all(abs(f - q) < 1e-6 for q, f in factors.items()):
         return not_yet(
             f"with {p} ranks every rank holds the sum of the gradients, {p} times the average.",
             "An allreduce sums; you still have to divide by the world size. Summing instead of "
             "averaging makes the step p times larger, like multiplying the learning rate by p.",
         )
-    divisors = {q: q / f for q, f in factors.items()}
+    divisors = {q: q / f for q, f in factors.items()}  # no zero here: caught above
     if len({round(d, 6) for d in divisors.values()}) == 1:
         fixed = next(iter(divisors.values()))
         return not_yet(

@@ -136,7 +136,8 @@ SHARD = [
 **Goals.** After this exercise you can
 - split a dataset so every sample is used by exactly one rank,
 - handle a number of samples that does not divide evenly,
-- explain why unequal shards can make synchronous training hang.
+- explain why even balanced shards can make synchronous training hang, and how training
+  loops avoid it.
 
 **Time:** about 15 minutes.
 """),
@@ -148,11 +149,14 @@ In data parallelism each rank trains the same model on a different part of the d
 
 - no overlap: a sample on two ranks counts twice per epoch;
 - nothing dropped: a sample on no rank is never learned from;
-- balanced: shard sizes differ by at most one. In synchronous training every rank must take
-  the same number of steps; a rank with extra batches calls the allreduce alone and waits
-  for ever.
+- balanced: shard sizes differ by at most one, so no rank does more than its share.
 
 With $n = 13$ and $p = 4$: $13 = 4 \times 3 + 1$, so one rank gets 4 samples and three get 3.
+
+A balanced partition is not yet enough for synchronous training, where every rank must
+take the same number of steps: with a batch of 1, the rank with 4 samples takes a fourth
+step, and its fourth allreduce waits for ever for partners that have finished. The last
+cells show it, and how training loops avoid it.
 """),
     code("from workbench.exercises import sharding as ex"),
     md(r"""
@@ -179,12 +183,25 @@ def shard(n_samples, rank, world_size):
     code("print(ex.show_shards(shard, n_samples=13, world_size=4))"),
     code("ex.check_shard(shard)"),
     md(r"""
+## Equal shards, equal steps
+
+Steps per rank in one epoch, with a batch of 1 sample, for your balanced shards of 13 samples:
+"""),
+    code("print(ex.show_steps(shard, n_samples=13, world_size=4, batch_size=1))"),
+    md(r"""
+One rank takes a step the others never take. Equal step counts need **equal** shards:
+drop the incomplete last global batch (here 12 samples, 3 steps each), or pad it with
+repeated samples (16 samples, 4 steps each).
+"""),
+    md(r"""
 ## Summary
 
 - A sharding is right when it is a balanced partition: every sample on exactly one rank,
   sizes within one of each other.
 - Two common correct answers: contiguous blocks with the remainder spread over the first
   ranks, or every $p$-th sample, `range(rank, n_samples, world_size)`.
+- Balanced is not equal: with 13 samples on 4 ranks one rank takes an extra step and its
+  allreduce hangs. Equal step counts need equal shards, by dropping or padding.
 - PyTorch's `DistributedSampler` makes shards exactly equal by repeating a few samples
   (`drop_last=False`) or by dropping the remainder (`drop_last=True`), and reshuffles each
   epoch when you call `set_epoch`.
@@ -250,7 +267,8 @@ def scaling_table(times):
 
 The experimentally determined serial fraction $e = (1/S - 1/p) / (1 - 1/p)$ (Karp & Flatt
 1990) stays flat when a fixed serial part limits the speedup, and grows with $p$ when an
-overhead grows with $p$, such as communication.
+overhead grows with $p$, such as communication. It inverts Amdahl's law, so it is meant for
+strong scaling, as here: the same epoch at every $p$.
 """),
     code(r"""
 for p, e in ex.karp_flatt_table(ex.TIMES_S).items():
@@ -274,7 +292,8 @@ RING = [
 **Goals.** After this exercise you can
 - describe the two phases of a ring allreduce, reduce-scatter and allgather,
 - write one reduce-scatter step on simulated ranks,
-- explain why each worker sends about $2n$ bytes whatever the number of workers.
+- explain why the ring is bandwidth-optimal: it meets the lower bound of
+  $2\frac{p-1}{p}n$ bytes per rank, with every link equally loaded.
 
 **Time:** about 25 minutes.
 """),
@@ -355,9 +374,11 @@ def my_allgather_step(chunks, step):
 
 - Reduce-scatter adds chunks as they travel around the ring; allgather copies the finished
   chunks around once more. Each phase takes $p - 1$ steps.
-- Each rank sends $2(p-1)$ chunks of $n/p$ elements, about $2n$ whatever $p$ is: the ring is
-  bandwidth-optimal, $T = 2(p-1)\alpha + 2\frac{p-1}{p} n \beta$. Its weakness is the
-  $2(p-1)$ latencies.
+- Each rank sends $2(p-1)$ chunks of $n/p$ elements, $2\frac{p-1}{p}n$ in all. No allreduce
+  can send less per rank, and the ring loads every link equally: that makes it
+  bandwidth-optimal, $T = 2(p-1)\alpha + 2\frac{p-1}{p} n \beta$ (about $2n$ is not the
+  reason: a parameter-server worker sends that much too). Its weakness is the $2(p-1)$
+  latencies; Rabenseifner's halving-doubling needs only $2\log_2 p$.
 - `workbench.synchronization.ring_allreduce` runs the same steps with real messages between
   processes.
 """),
@@ -426,8 +447,11 @@ micro_batches_needed = 27
 ## Summary
 
 - With $P$ stages and $M$ micro-batches the bubble is $(P-1)/(M+P-1)$: more micro-batches
-  shrink it; more stages grow it. It is small once $M \ge 4P$.
-- The 1F1B schedule (PipeDream) keeps the same bubble but holds only $P$ micro-batches of
+  shrink it; more stages grow it. At $M = 4P$ it is still $(P-1)/(5P-1)$, 16–20%.
+  Megatron-LM writes the same idle time over the ideal time, $(P-1)/M$: both are right;
+  say which one you use.
+- The 1F1B schedule with a flush (PipeDream-Flush, Narayanan et al., ICML 2021) keeps the
+  same bubble but holds only $P$ micro-batches of
   activations instead of $M$; Megatron-LM's interleaved schedule divides the bubble by the
   number of model chunks per stage.
 """),
@@ -504,8 +528,8 @@ def choose(s):
 - When a replica fits, data parallelism is simpler and usually wins, unless its gradient
   allreduce outlasts the compute and model parallelism would send less.
 - Bits are not bytes: a 10 Gbit/s link moves 1.25 GB/s.
-- Large systems combine both: model (or pipeline) parallelism inside a server with a fast
-  bus, data parallelism across servers.
+- Large systems combine them: tensor parallelism (each layer split) inside a server with a
+  fast bus, pipeline and data parallelism across servers.
 """),
 ]
 
@@ -547,12 +571,250 @@ HTML(quiz_html(topic="metrics"))
 ## Summary
 
 - Speedup $T_1/T_p$, efficiency $S/p$, scalability $E(p)$ as $p$ grows; accuracy does not
-  depend on the platform, speed does.
+  depend on the platform, speed does (as long as the training recipe is the same:
+  asynchronous SGD and very large batches change what is learned).
 - Data parallelism replicates the model and exchanges gradients; model parallelism splits
   the model and exchanges activations.
 - Synchronous SGD waits for everyone; asynchronous SGD never waits but uses stale gradients.
 - Cost models tell you what to expect before you measure: the ring allreduce, the parameter
   server, Amdahl, Gustafson, Karp–Flatt and the pipeline bubble.
+"""),
+]
+
+STALENESS = [
+    md(r"""
+# Exercise 8: the staleness of asynchronous gradients
+
+**Goals.** After this exercise you can
+- read a parameter server's log and say how old each applied gradient is,
+- explain why a slow worker's gradients are the stalest,
+- damp stale gradients with a staleness-aware learning rate.
+
+**Time:** about 15 minutes.
+"""),
+    md(r"""
+## Background
+
+In asynchronous SGD a worker *pulls* the parameters, computes a gradient and *pushes* it;
+the server applies it at once, making a new version of the parameters. The **staleness**
+$\tau$ of a gradient counts the updates applied between its pull and its push:
+
+$$\tau = \text{version when applied} - \text{version pulled}.$$
+
+Below, a server's log: the version starts at 0 and each push adds one, after its gradient
+is applied.
+"""),
+    code(r"""
+from workbench.exercises import staleness as ex
+
+print(ex.show_trace(ex.TRACE))
+"""),
+    md(r"""
+## Task 1
+
+Write `staleness_per_push(events)`: `events` is a list of `("pull", worker)` and
+`("push", worker)` in time order; return the staleness of every push, in order.
+"""),
+    Task(
+        exercise=r'''
+def staleness_per_push(events):
+    """Return [staleness of each push], in the order of the pushes."""
+    # Your code here.
+    raise NotImplementedError
+''',
+        solution=r'''
+def staleness_per_push(events):
+    """Return [staleness of each push], in the order of the pushes."""
+    version, pulled, out = 0, {}, []
+    for action, worker in events:
+        if action == "pull":
+            pulled[worker] = version  # the parameters this worker computes on
+        else:
+            out.append(version - pulled[worker])  # updates applied since its pull
+            version += 1  # its own update comes after
+    return out
+'''),
+    code("ex.check_staleness(staleness_per_push)"),
+    md(r"""
+## Task 2
+
+Zhang et al. (IJCAI 2016) divide the learning rate by the staleness, so an old gradient
+takes a smaller step; a fresh one ($\tau = 0$) keeps the base rate. Write
+`staleness_lr(staleness, base_lr)`.
+"""),
+    Task(
+        exercise=r'''
+def staleness_lr(staleness, base_lr):
+    """The learning rate for a gradient of this staleness."""
+    # Your code here.
+    raise NotImplementedError
+''',
+        solution=r'''
+def staleness_lr(staleness, base_lr):
+    """The learning rate for a gradient of this staleness."""
+    return base_lr / max(1, staleness)  # a fresh gradient keeps the base rate
+'''),
+    code("ex.check_staleness_lr(staleness_lr)"),
+    md(r"""
+## Summary
+
+- Staleness counts the *updates* between a worker's pull and its push; pulls change
+  nothing. Synchronous SGD has $\tau = 0$.
+- A slow worker's gradients are the stalest: others update the model while it computes.
+  More workers mean more staleness, about $N - 1$ on average.
+- Staleness-aware SGD uses $\eta / \max(1, \tau)$. The parameter-server lab of notebook 03
+  runs it with `staleness_aware=True`.
+"""),
+]
+
+LINEAR_SCALING = [
+    md(r"""
+# Exercise 9: the linear scaling rule, with a warm-up
+
+**Goals.** After this exercise you can
+- say how the global batch grows with the number of workers,
+- scale the learning rate with it (Goyal et al. 2017),
+- add the gradual warm-up that makes large rates safe at the start.
+
+**Time:** about 15 minutes.
+"""),
+    md(r"""
+## Background
+
+With $p$ workers of $b$ samples each, every update averages a global batch of $p b$
+samples. A rate $\eta$ tuned for a batch of $B_0$ is then too small: Goyal et al. use
+$k \eta$ with $k = p b / B_0$ (**linear scaling**), reached by a **gradual warm-up**: the
+rate rises linearly from $\eta$ to $k \eta$ over the first 5 epochs. Here $\eta = 0.1$ was
+tuned for $B_0 = 256$, as in the paper.
+"""),
+    code(r"""
+from workbench.exercises import lr_scaling as ex
+
+print(f"base rate {ex.BASE_LR} for a global batch of {ex.BASE_BATCH}, "
+      f"warm-up over {ex.WARMUP_EPOCHS} epochs")
+"""),
+    md(r"""
+## Your task
+
+Write `learning_rate(epoch, workers, batch_per_worker)`; `epoch` may be fractional
+(2.5 is half-way through the third epoch).
+"""),
+    Task(
+        exercise=r'''
+def learning_rate(epoch, workers, batch_per_worker):
+    """The learning rate at this epoch, by the linear scaling rule with warm-up."""
+    # Your code here: use ex.BASE_LR, ex.BASE_BATCH and ex.WARMUP_EPOCHS.
+    raise NotImplementedError
+''',
+        solution=r'''
+def learning_rate(epoch, workers, batch_per_worker):
+    """The learning rate at this epoch, by the linear scaling rule with warm-up."""
+    k = workers * batch_per_worker / ex.BASE_BATCH  # the global batch, relative to B0
+    target = k * ex.BASE_LR
+    if epoch >= ex.WARMUP_EPOCHS:
+        return target
+    return ex.BASE_LR + (target - ex.BASE_LR) * epoch / ex.WARMUP_EPOCHS
+'''),
+    code("ex.check_learning_rate(learning_rate)"),
+    md(r"""
+## Summary
+
+- The global batch is $p \cdot b$; the rule scales the rate by $k = p b / B_0$, not by $p$
+  alone and not by the batch of one worker.
+- The warm-up starts at $\eta$, not at 0, and reaches $k \eta$ after 5 epochs.
+- With both, Goyal et al. trained ResNet-50 with a batch of 8192 without losing accuracy;
+  beyond that, large batches do change what is learned.
+"""),
+]
+
+LAWS = [
+    md(r"""
+# Exercise 10: Amdahl or Gustafson?
+
+**Goals.** After this exercise you can
+- say of which time each law's serial share is a share,
+- turn a measured speedup into each law's serial share,
+- decide from three or more worker counts which law describes a job, and say when the
+  data cannot tell.
+
+**Time:** about 20 minutes.
+"""),
+    md(r"""
+## Background
+
+- **Amdahl**, fixed total work: $S(p) = 1 / (s_A + (1 - s_A)/p)$, with $s_A$ the serial
+  share of the **one-worker** time.
+- **Gustafson**, work growing with $p$: $S(p) = s_G + (1 - s_G)\,p$, with $s_G$ the serial
+  share of the **$p$-worker** time.
+
+Each law has one parameter, so each fits any one measured point exactly. With more worker
+counts, the law whose share stays the same from point to point describes the job.
+"""),
+    code(r"""
+from workbench.exercises import laws as ex
+
+for name, points, _ in ex.DATASETS:
+    print(f"{name}: " + ", ".join(f"S({p}) = {s:.3f}" for p, s in points))
+"""),
+    md(r"""
+## Task 1
+
+Write `serial_shares(p, speedup)`, returning `(s_amdahl, s_gustafson)`: solve each law for
+its own serial share.
+"""),
+    Task(
+        exercise=r'''
+def serial_shares(p, speedup):
+    """Return (s_amdahl, s_gustafson) for one measured point."""
+    # Your code here.
+    raise NotImplementedError
+''',
+        solution=r'''
+def serial_shares(p, speedup):
+    """Return (s_amdahl, s_gustafson) for one measured point."""
+    s_amdahl = (p / speedup - 1) / (p - 1)  # of the one-worker time (= Karp-Flatt)
+    s_gustafson = (p - speedup) / (p - 1)  # of the p-worker time
+    return s_amdahl, s_gustafson
+'''),
+    code("ex.check_serial_shares(serial_shares)"),
+    md(r"""
+## Task 2
+
+Write `which_law(points)` for a list of `(p, speedup)`: return `"amdahl"` or
+`"gustafson"`, whichever law's share varies less (relative to its size) across the points
+with $p > 1$, or `None` when there are fewer than two such points.
+"""),
+    Task(
+        exercise=r'''
+def which_law(points):
+    """Return "amdahl", "gustafson", or None when the points cannot tell."""
+    # Your code here: use serial_shares from Task 1.
+    raise NotImplementedError
+''',
+        solution=r'''
+def which_law(points):
+    """Return "amdahl", "gustafson", or None when the points cannot tell."""
+    shares = [serial_shares(p, s) for p, s in points if p > 1]
+    if len(shares) < 2:
+        return None  # one parameter per law: each fits one point exactly
+
+    def spread(values):
+        return (max(values) - min(values)) / (sum(values) / len(values))
+
+    amdahl = spread([a for a, _ in shares])
+    gustafson = spread([g for _, g in shares])
+    return "amdahl" if amdahl < gustafson else "gustafson"
+'''),
+    code("ex.check_which_law(which_law)"),
+    md(r"""
+## Summary
+
+- $s_A$ is a share of the one-worker time, $s_G$ of the $p$-worker time: the same run gives
+  two different numbers, so name which one you mean.
+- Amdahl's $s_A$ computed point by point is the Karp–Flatt metric; it is meant for strong
+  scaling.
+- Two worker counts cannot tell the laws apart. Measure at least three (or use the
+  simulator, `workbench.scaling.simulate`), then see whose share holds steady.
 """),
 ]
 
@@ -564,6 +826,9 @@ NOTEBOOKS = {
     "05_pipeline_bubble.ipynb": PIPELINE,
     "06_data_or_model_parallelism.ipynb": PARALLELISM,
     "07_review_questions.ipynb": REVIEW,
+    "08_staleness.ipynb": STALENESS,
+    "09_linear_scaling_rule.ipynb": LINEAR_SCALING,
+    "10_amdahl_or_gustafson.ipynb": LAWS,
 }
 
 

@@ -52,6 +52,13 @@ SCENARIOS = (
     Scenario("long-sequence transformer", 500e6, 16, 20.0, 24.0, 4, 100.0, 0.8, 32.0),
     Scenario("CNN with large feature maps on slow Ethernet", 20e6, 16, 8.0, 16.0, 4, 10.0,
              0.05, 200.0),
+    # Two scenarios with tight margins, so that a slip in either cost model changes the
+    # choice: the allreduce is 1.50 s against 1 s of compute (0.86 s without the ring's
+    # 2(p − 1)/p factor), and the cut sends 1.0 s or 2.0 s (half that if counted once).
+    Scenario("270M-parameter transformer on 10 Gbit/s", 268e6, 16, 6.0, 16.0, 8, 10.0, 1.0,
+             625.0),
+    Scenario("270M-parameter transformer, long sequences", 268e6, 16, 6.0, 16.0, 8, 10.0, 1.0,
+             1250.0),
 )
 
 
@@ -142,15 +149,28 @@ def _hints(s: Scenario, choice: str) -> list[str]:
         return [f"{fits} The allreduce takes {ar:.3g} s, less than the {comp:g} s of compute, so "
                 "data parallelism is not communication-bound: it is the simpler choice."]
     if choice == "model":
-        return [f"{fits} The job is communication-bound (allreduce {ar:.3g} s > compute "
-                f"{comp:g} s), but model parallelism would send {mp:.3g} s of activations and "
-                "their gradients, even more. Compare both before switching."]
+        hints = [f"{fits} The job is communication-bound (allreduce {ar:.3g} s > compute "
+                 f"{comp:g} s), but model parallelism would send {mp:.3g} s of activations and "
+                 "their gradients, even more. Compare both before switching."]
+        if mp / 2 < ar:
+            hints.append("Activations cross each cut twice per step: forward, and their "
+                         f"gradients backward. Counted once they would take {mp / 2:.3g} s.")
+        return hints
     hints = [f"{fits} But the gradient allreduce takes {ar:.3g} s, more than the {comp:g} s of "
              f"compute, while model parallelism would send only {mp:.3g} s of activations."]
     if allreduce_s(s, bytes_per_s=s.link_gbit_s * 1e9) <= comp:
         hints.append(f"Bits are not bytes: {s.link_gbit_s:g} Gbit/s is "
                      f"{s.link_gbit_s / 8:g} GB/s. Divide by 8 before dividing bytes by it.")
+    if _ring_factor(s) * ar <= comp:
+        hints.append(f"The ring sends 2(p − 1)/p × n bytes per worker, {1 / _ring_factor(s):.3g}"
+                     f" times the gradient's n bytes for p = {s.workers}, not n once: "
+                     "reduce-scatter, then allgather.")
     return hints
+
+
+def _ring_factor(s: Scenario) -> float:
+    """n ÷ the bytes a ring allreduce sends per worker: p / (2(p − 1))."""
+    return s.workers / (2 * (s.workers - 1))
 
 
 def numbers_table() -> str:

@@ -7,9 +7,13 @@ while each stage is busy for only M of them. The idle share, the *bubble*, is
 
     bubble = (P − 1) / (M + P − 1)
 
-and the backward pass has the same shape. More micro-batches shrink it: it is small once
-M ≥ 4P. 1F1B scheduling (PipeDream, Narayanan et al. 2019) keeps the same bubble but holds
-only P micro-batches of activations instead of M.
+and the backward pass has the same shape. More micro-batches shrink it, but slowly: at the
+rule of thumb M = 4P it is still (P − 1)/(5P − 1), 16% for P = 4 and near 20% for many
+stages. Megatron-LM and the Ultra-Scale Playbook normalise the same idle time by the ideal
+(busy) time instead, (P − 1)/M; both are right, as long as you say which one you use. This
+exercise uses the idle share of the whole run. 1F1B with a flush (PipeDream-Flush,
+Narayanan et al., ICML 2021) keeps the same bubble but holds only P micro-batches of
+activations instead of M; the original PipeDream (SOSP 2019) is asynchronous.
 
 The checker's reference counts idle slots in the simulated schedule, :func:`schedule`, rather
 than trusting the formula: the formula is what the student derives.
@@ -75,8 +79,10 @@ def _bubble_hint(p: int, m: int, value: float, want: float) -> Feedback:
     message = f"for P = {p} stages and M = {m} micro-batches you predict {value:.4g}, " \
               f"the schedule is idle {want:.4g} of the time."
     if math.isclose(value, (p - 1) / m):
-        return not_yet(message, "You divided the idle slots by the busy slots M. The bubble is "
-                       "a share of the whole run, which lasts M + P − 1 slots.")
+        return not_yet(message, "(P − 1)/M is the bubble relative to the ideal (busy) time, "
+                       "as Megatron-LM writes it: a fair measure, but not the one asked for "
+                       "here. This exercise asks for the idle share of the whole run, which "
+                       "lasts M + P − 1 slots.")
     if math.isclose(value, (p - 1) / p):
         return not_yet(message, "Your answer does not depend on M. Count the slots in "
                        "show_schedule(P, M) for two values of M: more micro-batches shrink "
@@ -100,6 +106,20 @@ def smallest_micro_batches(stages: int, max_bubble: float) -> int:
     return m
 
 
+def _whole_number(answer: object) -> int | None:
+    """The answer as an int when it is one: 27, 27.0 and the text "27" all are."""
+    if isinstance(answer, bool):
+        return None
+    if isinstance(answer, str):
+        answer = answer.strip()
+        return int(answer) if answer.lstrip("+-").isdigit() else None
+    try:
+        m = int(answer)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return m if m == answer else None
+
+
 def check_micro_batches(answer: object, stages: int = 4, max_bubble: float = 0.10) -> Feedback:
     """Check the smallest number of micro-batches that keeps the bubble within `max_bubble`."""
     want = smallest_micro_batches(stages, max_bubble)
@@ -107,11 +127,8 @@ def check_micro_batches(answer: object, stages: int = 4, max_bubble: float = 0.1
         return not_yet("no answer yet.",
                        f"Set the variable to the smallest whole M for which "
                        f"(P − 1) / (M + P − 1) ≤ {max_bubble:g} with P = {stages}.")
-    try:
-        m = int(answer)
-        if m != answer:
-            raise ValueError
-    except (TypeError, ValueError):
+    m = _whole_number(answer)
+    if m is None:
         return not_yet(f"your answer {answer!r} is not a whole number of micro-batches.",
                        "Micro-batches come in whole numbers: answer with an int such as 12.")
     if m == want:
@@ -124,7 +141,8 @@ def check_micro_batches(answer: object, stages: int = 4, max_bubble: float = 0.1
         hint = (f"With M = {m} the bubble is {bubble:.1%}, above {max_bubble:.0%}. Solve "
                 f"(P − 1) / (M + P − 1) ≤ {max_bubble:g} for M, then round up.")
         if m == 4 * stages:
-            hint += " The rule of thumb M ≥ 4P makes the bubble small, not necessarily this small."
+            hint += (f" The rule of thumb M = 4P still leaves (P − 1)/(5P − 1) = {bubble:.0%}"
+                     " idle, not this little.")
         return not_yet(f"M = {m} micro-batches is not enough.", hint)
     return not_yet(
         f"M = {m} works (bubble {bubble:.1%}) but is not the smallest.",

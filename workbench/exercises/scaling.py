@@ -92,8 +92,18 @@ def _shape_problem(out: object, times: Mapping[int, float]) -> Feedback | None:
     return None
 
 
+#: Rounding to two decimals moves a value by at most 0.005: such answers are right.
+ROUNDING = 0.005
+
+
 def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-6)
+    """Equal up to rounding to two decimals (or a relative 0.1% for large values)."""
+    return math.isclose(a, b, rel_tol=1e-3, abs_tol=ROUNDING + 1e-9)
+
+
+def _rounded_too_much(a: float, b: float) -> bool:
+    """Within 5% of the right value but beyond two-decimal rounding: one decimal, say."""
+    return math.isclose(a, b, rel_tol=0.05)
 
 
 def _value_problem(out: Mapping, times: Mapping[int, float]) -> Feedback | None:
@@ -133,7 +143,11 @@ def _speedup_hint(p: int, s: float, s_ref: float, t1: float, tp: float,
             "That is the efficiency, not the speedup. Speedup is T(1) / T(p) without dividing "
             "by p.",
         )
-    return not_yet(message, f"Speedup is T(1) / T(p) = {t1:g} / {tp:g} for this row.")
+    if _rounded_too_much(s, s_ref):
+        return not_yet(message, f"Close, but rounded too much: {t1:g} / {tp:g} = "
+                       f"{s_ref:.4f}. Keep at least two decimals (or do not round at all).")
+    return not_yet(message, f"Speedup is T(1) / T(p) = {t1:g} / {tp:g} for this row: the "
+                   "one-worker time over this row's time, nothing else.")
 
 
 def _efficiency_hint(p: int, s_ref: float, e: float, e_ref: float) -> Feedback:
@@ -148,4 +162,10 @@ def _efficiency_hint(p: int, s_ref: float, e: float, e_ref: float) -> Feedback:
         return not_yet(message, "You multiplied by p; efficiency is speedup divided by p.")
     if _close(e, 1 / e_ref):
         return not_yet(message, "Inverted ratio: efficiency is speedup / p, not p / speedup.")
+    if math.isclose(e, 100 * e_ref, rel_tol=1e-3, abs_tol=0.5 + 1e-9):
+        return not_yet(message, f"That is a percentage. Give efficiency as a fraction: "
+                       f"{e_ref:.2f} rather than {100 * e_ref:.0f} (%).")
+    if _rounded_too_much(e, e_ref):
+        return not_yet(message, f"Close, but rounded too much: the efficiency is "
+                       f"{e_ref:.4f}. Keep at least two decimals (or do not round at all).")
     return not_yet(message, "Efficiency = speedup / p, using the speedup of the same row.")

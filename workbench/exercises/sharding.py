@@ -2,15 +2,20 @@
 
 In data parallelism each rank trains on a different subset of the samples. A correct
 sharding is a *partition*: every sample is on exactly one rank (no overlap, none dropped),
-and the shards have almost the same size (they differ by at most one sample). The size
-matters because synchronous training makes every rank take the same number of steps: a
-rank with more batches than the others calls the allreduce alone and waits for ever.
-PyTorch's `DistributedSampler` gets equal shards by padding with repeated samples; here we
-ask for an exact partition instead.
+and the shards have almost the same size (they differ by at most one sample), so no rank
+does more than its share of the work.
+
+A balanced partition does not give every rank the same number of *steps*, which
+synchronous training needs: with n = 13 samples, p = 4 ranks and a batch of 1, rank 0 has 4
+samples and takes 4 steps, the others 3, and rank 0's fourth allreduce waits for ever
+(:func:`steps_per_rank`). Equal step counts need equal shards: drop the incomplete last
+global batch (as the workbench's training loop does) or pad it with repeated samples (as
+PyTorch's `DistributedSampler` does by default).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 
@@ -111,14 +116,34 @@ def _partition_problem(shards: list[list[int]], n: int) -> Feedback | None:
     if max(sizes) - min(sizes) > 1:
         problems.append(f"the shard sizes are {sizes}")
         hints.append(
-            "Unequal shards: sizes may differ by at most one sample. In synchronous training "
-            "the rank with the most batches sets the pace, and a rank with extra batches calls "
-            "the allreduce alone and hangs. Spread the remainder: one extra sample for each of "
-            "the first n_samples % world_size ranks."
+            "Unbalanced shards: sizes may differ by at most one sample, or one rank does more "
+            "than its share of every epoch while the others wait for it. Spread the "
+            "remainder: one extra sample for each of the first n_samples % world_size ranks."
         )
     if not problems:
         return None
     return not_yet(f"{case}: " + "; ".join(problems) + ".", *hints)
+
+
+def steps_per_rank(shard_sizes: Iterable[int], batch_size: int) -> list[int]:
+    """Steps each rank takes in an epoch when it keeps its last, incomplete batch.
+
+    ``steps_per_rank([4, 3, 3, 3], 1) == [4, 3, 3, 3]``: a balanced partition of 13 samples
+    over 4 ranks, yet rank 0 takes one step more and its last allreduce has no partner.
+    """
+    return [math.ceil(size / batch_size) for size in shard_sizes]
+
+
+def show_steps(fn, n_samples: int, world_size: int, batch_size: int) -> str:
+    """The shard sizes `fn` gives and the steps each rank would take; or why not."""
+    sizes = []
+    for rank in range(world_size):
+        out, crash = call_student(fn, n_samples, rank, world_size)
+        if crash:
+            return str(crash)
+        sizes.append(len(list(out or ())))
+    return (f"shard sizes {sizes} -> steps per rank with a batch of {batch_size}: "
+            f"{steps_per_rank(sizes, batch_size)}")
 
 
 def show_shards(fn, n_samples: int, world_size: int) -> str:

@@ -13,7 +13,8 @@ import sys
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
-from workbench.jobs.job import Job, start
+from workbench.jobs import slurm
+from workbench.jobs.job import FINAL_STATES, Job, start
 from workbench.records import MetricsReader, list_runs, load_run, of_kind
 
 _SKIP = {"extra"}
@@ -88,8 +89,16 @@ def follow(job: Job, quiet: bool = False, period_s: float = 0.5) -> None:
     """Wait for `job`, printing one progress line per finished epoch (rank 0's view)."""
     reader = MetricsReader(job.run_dir)
     epochs = job.config.epochs
+    place, reason = 0, None
     while True:
-        finished = job.wait(period_s) != "running"
+        finished = job.wait(period_s) in FINAL_STATES
+        if job.queue_position != place and not quiet:  # waiting for cores (jobs/cores.py)
+            place = job.queue_position
+            if place:
+                print(f"  queued: number {place} in this machine's queue for cores", flush=True)
+        if job.pending_reason != reason and not quiet:  # Slurm queues it, or starts it
+            reason = job.pending_reason
+            print(f"  queued by Slurm: {reason}" if reason else "  running", flush=True)
         for e in of_kind(reader.read_new(), "epoch"):
             if e.get("rank") == 0 and not quiet:
                 print(f"  {_epoch_line(e, epochs, job.world_size)}", flush=True)
@@ -140,8 +149,7 @@ def print_summary(summary: dict[str, Any]) -> None:
 def cmd_runs(args: argparse.Namespace) -> int:
     runs = list_runs(args.runs_dir)
     if args.json:
-        print(json.dumps([{"run_id": r.run_id, "status": r.status, **_brief(r)} for r in runs],
-                         indent=2))
+        print(json.dumps([{"run_id": r.run_id, **_brief(r)} for r in runs], indent=2))
         return 0
     if not runs:
         print(f"no runs in {args.runs_dir}")
@@ -151,13 +159,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
         b = _brief(r)
         loss = f"{b['final_loss']:.4f}" if b["final_loss"] is not None else "-"
         sps = f"{b['samples_per_s']:,.0f}" if b["samples_per_s"] else "-"
-        print(f"{r.run_id:<40} {r.status:<10} {b['engine']:<8} {b['np']:>3} {loss:>8} {sps:>10}")
+        print(f"{r.run_id:<40} {b['status']:<10} {b['engine']:<8} {b['np']:>3} {loss:>8} "
+              f"{sps:>10}")
     return 0
 
 
 def _brief(record) -> dict[str, Any]:
     cfg, summary = record.config, record.summary or {}
-    return {"engine": cfg.get("engine"), "np": summary.get("np", cfg.get("np")),
+    # A run without a summary may be a job that Slurm still queues: only Slurm knows.
+    status = record.status if summary else (slurm.run_status(record.run_dir) or record.status)
+    return {"status": status, "engine": cfg.get("engine"),
+            "np": summary.get("np", cfg.get("np")),
             "final_loss": summary.get("final_loss"), "samples_per_s": summary.get("samples_per_s")}
 
 

@@ -12,6 +12,8 @@ failure detection) is written once in `job.py`.
   `workbench.jobs.torch_hosts` as horovodrun starts remote ranks, meeting in a c10d
   rendezvous on the first host.
 - `serial`: the module in one plain process: the sequential baseline.
+- `fork`: the labs' engine. One Python process imports the code once and forks the ranks
+  from itself (one host; see workers.py for why the labs do not use torchrun).
 """
 
 from __future__ import annotations
@@ -72,6 +74,13 @@ class TorchEngine(Engine):
                 "--np", str(np), "--rdzv-id", run_id, "--", "-m", module, *args]
 
 
+class ForkEngine(Engine):
+    def command(self, np: int, module: str, args: list[str], hosts: str | None,
+                run_id: str) -> list[str]:
+        # The module is its own launcher: it forks `np` ranks (only workers.py does this).
+        return [sys.executable, "-u", "-m", module, "--fork", str(np), *args]
+
+
 def horovodrun() -> str:
     """The `horovodrun` next to this interpreter (the project's venv), else on PATH."""
     beside = Path(sys.executable).parent / "horovodrun"
@@ -82,4 +91,5 @@ ENGINES: dict[str, Engine] = {
     "horovod": HorovodEngine("horovod"),
     "torch": TorchEngine("torch"),
     "serial": Engine("serial"),
+    "fork": ForkEngine("fork"),
 }

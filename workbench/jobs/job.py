@@ -1,6 +1,8 @@
 """A running job: launch it, watch it, stop it, and always leave a complete record.
 
 `start(cfg)` writes `config.json`, starts the engine's launcher and returns a `Job` at once.
+Before launching, the job takes its cores from the host's allocation (cores.py): while
+other jobs hold them, it is "queued" and a thread waits for its turn, then launches.
 A watcher thread then checks the job five times a second:
 
 - every rank reported success and the launcher ended  -> "succeeded";
@@ -8,6 +10,10 @@ A watcher thread then checks the job five times a second:
   of memory), or the launcher failed                   -> "failed", naming the rank;
 - no new metrics line for `stall_timeout` s           -> "stalled";
 - `stop()` was called                                 -> "stopped".
+
+With `launcher="slurm"` the job is submitted to Slurm instead (see slurm.py): it is
+"pending" while Slurm queues it, ranks are watched through what they write in the runs
+folder and the job's state in Slurm, and stopping it is `scancel`.
 
 Ranks on the launcher's host are checked by pid. Ranks on other hosts are checked through
 what they write into the shared run folder (their heartbeat files) and through the
@@ -22,7 +28,7 @@ still ends, as "failed" with that error in the summary: it never stays "running"
 from __future__ import annotations
 
 import atexit
-import os
+import contextlib
 import platform
 import re
 import subprocess
@@ -35,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
+from workbench.hosts.cpu import cpu_budget
+from workbench.jobs import cores, slurm
 from workbench.jobs.engines import ENGINES, TRAINING_MODULES
 from workbench.jobs.environment import rank_environment
 from workbench.jobs.processes import job_processes, pid_alive, rank_hosts, terminate
@@ -62,6 +70,7 @@ from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
 POLL_S = 0.2
+QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come
 #: After the launcher has exited, a remote rank whose heartbeat has not changed for this
 #: long is judged gone (it beats every second while alive).
 REMOTE_GONE_S = 3.0
@@ -71,9 +80,13 @@ _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 class Job:
     """One launched job. Create it with `start()` or `start_module()`."""
 
-    def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
+    def __init__(self, cfg: JobConfig, module: str, args: list[str],
+                 files: dict[str, bytes] | None = None) -> None:
         self.config = cfg
+        sharing = cores.settings()  # a bad setting fails here, before anything is written
         self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, _label(cfg))
+        for name, data in (files or {}).items():  # inputs the ranks read as they start
+            (self.run_dir / name).write_bytes(data)
         self.world_size = cfg.world_size
         self.warnings: list[str] = []
         self._status = "running"
@@ -84,13 +97,47 @@ class Job:
         self._summary_data: dict[str, Any] | None = None
         self._rank_beats: dict[int, Staleness] = {}
         self._first_error_at: float | None = None
-        self._launch(module, args)
+        self._proc: subprocess.Popen[bytes] | slurm.SlurmBatch | None = None
+        self._slurm = cfg.launcher == "slurm"
+        self._started = self._asked = time.time()
+        # ---- the gate: take this job's cores from the host's allocation, or queue for them
+        self._ticket = SlurmTicket() if self._slurm else \
+            cores.Ticket(self.run_id, cores_needed(cfg), sharing)
+        if self._ticket.poll():
+            try:
+                self._launch(module, args)
+            except BaseException:
+                self._ticket.release()
+                raise
+        else:
+            self._status = "queued"
+            owner_beat(self.run_dir)  # a queued run is looked after too: not "lost"
+            threading.Thread(target=self._wait_for_cores, args=(module, args),
+                             name=f"queue-{self.run_id}", daemon=True).start()
 
     # ------------------------------------------------------------------ public API
     @property
     def status(self) -> str:
-        """"running", "succeeded", "failed", "stopped" or "stalled"."""
+        """"queued" (waiting for this host's cores), "pending" (queued by Slurm), "running",
+        "succeeded", "failed", "stopped" or "stalled"."""
+        if self._status == "running" and self.pending_reason is not None:
+            return "pending"
         return self._status
+
+    @property
+    def pending_reason(self) -> str | None:
+        """Why Slurm still queues the job ("Resources", "Priority", ...); None otherwise."""
+        return self._proc.pending_reason if self._slurm and self._proc is not None else None
+
+    @property
+    def queue_position(self) -> int:
+        """While queued: 1 when this job starts next, 2 behind it, ...; else 0."""
+        return self._ticket.position if self._status == "queued" else 0
+
+    @property
+    def cores(self) -> list[int] | None:
+        """The cores allocated to this job ([]: none of its own), None while queued."""
+        return self._ticket.cores
 
     @property
     def done(self) -> bool:
@@ -98,13 +145,15 @@ class Job:
 
     @property
     def started_at(self) -> float:
-        """When the launcher was started, in seconds since the epoch."""
+        """When the launcher was started (while queued: when the job asked), in seconds
+        since the epoch."""
         return self._started
 
     @property
-    def launcher_pid(self) -> int:
-        """Pid of the engine's launcher (horovodrun, torchrun, or the serial rank itself)."""
-        return self._proc.pid
+    def launcher_pid(self) -> int | None:
+        """Pid of the engine's launcher (horovodrun, torchrun, or the serial rank itself);
+        None while the job is queued, and under Slurm, which starts the ranks on its nodes."""
+        return self._proc.pid if self._proc is not None else None
 
     @property
     def summary(self) -> dict[str, Any] | None:
@@ -142,16 +191,41 @@ class Job:
         except KeyboardInterrupt:
             self.stop()
             raise
-        return self._status
+        return self.status
 
     def stop(self) -> None:
-        """End every process of the job (within about 5 s) and record it as stopped."""
+        """End every process of the job (within about 5 s; under Slurm: `scancel`, within
+        10 s) and record it as stopped."""
         self._finish("stopped")
 
     def __repr__(self) -> str:
         return f"<Job {self.run_id} {self._status}>"
 
     # ------------------------------------------------------------------ launching
+    def _wait_for_cores(self, module: str, args: list[str]) -> None:
+        """Wait in the host's queue for this job's turn, then launch (unless stopped)."""
+        try:
+            while not self._ticket.poll():
+                if self._done.wait(QUEUE_POLL_S):
+                    return  # stopped while queued; _finish left the queue
+                owner_beat(self.run_dir)
+        except (OSError, ConfigError) as err:  # the shared folder went away, say
+            self._finish("failed", {"rank": None, "error": f"lost its place in the queue for "
+                                                           f"cores: {err}"})
+            return
+        error = None
+        with self._lock:
+            if self._done.is_set():
+                self._ticket.release()  # stopped just as the cores came
+                return
+            self._status = "running"
+            try:
+                self._launch(module, args)
+            except Exception as err:  # e.g. the launcher cannot be executed
+                error = f"could not launch the job after queueing: {err}"
+        if error:
+            self._finish("failed", {"rank": None, "error": error})
+
     def _launch(self, module: str, args: list[str]) -> None:
         cfg = self.config
         write_json_atomic(self.run_dir / "config.json", cfg.to_dict())
@@ -172,12 +246,27 @@ class Job:
             # How often Horovod's background thread looks for gradients ready to allreduce
             # (default 1 ms). Other engines have no such thread and ignore it.
             env["HOROVOD_CYCLE_TIME"] = repr(cfg.cycle_time_ms)
+        if self._slurm:  # ---- Slurm hook: Slurm starts the ranks (see slurm.py) ----
+            # The ranks run on compute nodes, where our pid means nothing: no owner pid
+            # watchdog there (they still leave when the owner's heartbeat says "stop").
+            del env[ENV_OWNER]
+            self._started = time.time()
+            self._proc = slurm.submit(cfg, self.run_id, self.run_dir, module, args, env)
+            _LIVE_JOBS.add(self)
+            threading.Thread(target=self._watch, name=f"watch-{self.run_id}",
+                             daemon=True).start()
+            return
         if cfg.oversubscribed():
             self.warnings.append(
-                f"{cfg.world_size} ranks x {threads} threads exceed this machine's "
-                f"{_cores()} cores: ranks will share cores and speedups will flatten")
+                f"{cfg.world_size} ranks x {threads} threads exceed the {cpu_budget().usable}"
+                " cores this host gives us: ranks will share cores and speedups will flatten")
+            warnings.warn(self.warnings[-1], stacklevel=3)
+        if self._ticket.warning:
+            self.warnings.append(self._ticket.warning)
             warnings.warn(self.warnings[-1], stacklevel=3)
         cmd = ENGINES[cfg.engine].command(cfg.world_size, module, args, cfg.hosts, self.run_id)
+        if self._ticket.cores:  # the launcher and every rank it starts inherit these cores
+            cmd = ["taskset", "--cpu-list", ",".join(map(str, self._ticket.cores)), *cmd]
         self._started = time.time()
         with open(self.run_dir / "logs" / "launcher.log", "ab") as log:
             log.write((" ".join(cmd) + "\n").encode())
@@ -207,17 +296,20 @@ class Job:
     def _watch_loop(self) -> None:
         last_size, last_progress, last_beat = -1, time.time(), 0.0
         while not self._done.is_set():
-            try:  # sleep POLL_S, but wake at once when the launcher ends
-                self._proc.wait(timeout=POLL_S)
-            except subprocess.TimeoutExpired:
-                pass
+            if self._slurm:  # asking Slurm costs a command: keep to the plain poll
+                time.sleep(POLL_S)
             else:
-                time.sleep(0.05)  # the launcher is gone: no busy loop while we conclude
+                try:  # sleep POLL_S, but wake at once when the launcher ends
+                    self._proc.wait(timeout=POLL_S)
+                except subprocess.TimeoutExpired:
+                    pass
+                else:
+                    time.sleep(0.05)  # the launcher is gone: no busy loop while we conclude
             if time.monotonic() - last_beat >= HEARTBEAT_PERIOD_S:
                 owner_beat(self.run_dir)  # remote ranks exit when this stops changing
                 last_beat = time.monotonic()
             size = self._reader.size()
-            if size != last_size:
+            if size != last_size or self.status == "pending":  # queued time is no stall
                 last_size, last_progress = size, time.time()
             outcome = self._check()
             if outcome is None and time.time() - last_progress > self.config.stall_timeout:
@@ -234,6 +326,10 @@ class Job:
         stopped changing, for `RANK_STALE_S`, or for `REMOTE_GONE_S` once the launcher
         (which would have noticed its ssh session end) has exited.
         """
+        if self._slurm:  # ---- Slurm hook: ranks on compute nodes, seen through the runs folder
+            return [(rank, f"rank {rank} (pid {pid}) ended without reporting (its Slurm task "
+                           "recorded its end): killed by a signal or out of memory")
+                    for rank, pid in self._proc.vanished(exits)]
         here, out = this_host(), []
         for rank, (pid, host) in sorted(rank_hosts(self.run_dir).items()):
             if rank in exits:
@@ -311,12 +407,14 @@ class Job:
         missing = sorted(set(range(self.world_size)) - set(exits))
         started = rank_hosts(self.run_dir)
         cause = launcher_cause(RunRecord(self.run_dir).log("launcher", last=60))
+        ended = self._proc.ending() if self._slurm else \
+            f"the {self.config.engine} launcher exited with code {rc}"
         return "failed", {
             # Blame a rank only if it got as far as starting; a rank that failed before
             # (an import error, a Horovod/torch mismatch) shows its cause in launcher.log.
             "rank": next((r for r in missing if r in started), None),
-            "error": f"the {self.config.engine} launcher exited with code {rc} before "
-                     f"rank(s) {missing} reported" + (f": {cause}" if cause else "")}
+            "error": f"{ended} before rank(s) {missing} reported" + (
+                f": {cause}" if cause else "")}
 
     def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
         """End all processes, then write summary.json. Runs once, whoever calls first.
@@ -362,12 +460,17 @@ class Job:
         """Tell remote ranks to stop (heartbeat), end local ones; return any survivors."""
         try:
             owner_beat(self.run_dir, stop=True)
+            if self._slurm and self._proc is not None:  # ---- Slurm hook: scancel, and wait
+                self._proc.cancel()                      # until Slurm has ended the job
         finally:  # a failed write must not spare the local processes
-            survivors = terminate(job_processes(self.run_id, self.run_dir, self._proc.pid))
+            survivors = terminate(job_processes(self.run_id, self.run_dir, self.launcher_pid))
             try:
-                self._proc.wait(timeout=2)
+                if self._proc is not None:
+                    self._proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 pass
+            with contextlib.suppress(OSError, ConfigError):  # never lose the summary for it
+                self._ticket.release()  # the processes are gone: the cores are free again
         return survivors
 
     def _log_tail(self, rank: int | None) -> dict[str, str]:
@@ -391,12 +494,14 @@ class Job:
         last_epoch = [e for e in epochs if e.get("epoch") == last]
         summary: dict[str, Any] = {
             "run_id": self.run_id, "run_dir": str(self.run_dir), "status": status,
-            "engine": cfg.engine, "np": self.world_size,
+            "engine": cfg.engine, "np": self.world_size, "launcher": cfg.launcher,
             "hosts": sorted({r["host"] for r in starts if r.get("host")}),
             "ranks": {str(rank): {"pid": pid, "host": host}
                       for rank, (pid, host) in sorted(rank_hosts(self.run_dir).items())},
-            "launcher": {"pid": self._proc.pid, "host": this_host()},
+            "launcher_process": {"pid": self.launcher_pid, "host": this_host()},
             "threads_per_rank": cfg.resolved_threads(),
+            "cores": self._ticket.cores,
+            "queued_s": (self._started if self._proc else time.time()) - self._asked,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self._started)),
             "duration_s": time.time() - self._started,
             "startup_s": min((step_start(s) for s in steps), default=None),
@@ -415,9 +520,27 @@ class Job:
         if self._reader.bad_lines:
             summary["warnings"] = [*self.warnings, f"{self._reader.bad_lines} metrics line(s) "
                                    "were not valid JSON and were skipped"]
+        if self._slurm and self._proc is not None:
+            summary["slurm_job_id"] = self._proc.job_id
+            summary["slurm_state"] = self._proc.state
         if failure:
             summary["failure"] = failure
         return summary
+
+
+class SlurmTicket:
+    """The gate's answer for a Slurm job: go. It waits in Slurm's queue, for the cluster's
+    cores, not in this host's queue for this host's cores."""
+
+    cores: list[int] = []
+    warning: str | None = None
+    position = 0
+
+    def poll(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing to give back here: Slurm frees the job's cores."""
 
 
 # ---------------------------------------------------------------------- starting jobs
@@ -425,19 +548,27 @@ def start(cfg: JobConfig) -> Job:
     """Validate `cfg` and launch a training job; returns at once (see `Job`)."""
     cfg = apply_preset(cfg).validate()
     _check_engine(cfg.engine)
+    if cfg.launcher == "slurm":
+        slurm.check(cfg)
     return Job(cfg, TRAINING_MODULES[cfg.engine], [])
 
 
 def start_module(engine: str, np: int, module: str, args: list[str] | None = None,
                  runs_dir: str = "runs", name: str = "", threads_per_rank: int = 1,
                  hosts: str | None = None, stall_timeout: float = 120.0,
-                 **fields: Any) -> Job:
-    """Launch any rank module (one that uses `RankContext`) as a job on `np` ranks."""
+                 files: dict[str, bytes] | None = None, **fields: Any) -> Job:
+    """Launch any rank module (one that uses `RankContext`) as a job on `np` ranks.
+
+    `files` ({name: bytes}) are written into the run folder before the ranks start: inputs
+    too large for command-line arguments (see workers.py).
+    """
     cfg = JobConfig(engine=engine, np=1 if engine == "serial" else np, runs_dir=runs_dir,
                     name=name, threads_per_rank=threads_per_rank, hosts=hosts,
                     stall_timeout=stall_timeout, **fields).validate()
     _check_engine(engine)
-    return Job(cfg, module, list(args or []))
+    if cfg.launcher == "slurm":
+        slurm.check(cfg)
+    return Job(cfg, module, list(args or []), files)
 
 
 def apply_preset(cfg: JobConfig) -> JobConfig:
@@ -466,6 +597,15 @@ def _check_engine(engine: str) -> None:
     problem = ENGINES[engine].available()
     if problem:
         raise ConfigError(f"--engine {engine} cannot run here: {problem}")
+
+
+def cores_needed(cfg: JobConfig) -> int:
+    """Cores this job binds on this host: ranks × threads, or 0 when it binds none here
+    (`cpu_bind="none"`, or ranks on other hosts, or Slurm's): then it only counts for its
+    user's limit."""
+    if cfg.cpu_bind != "core" or cfg.hosts is not None or cfg.launcher == "slurm":
+        return 0
+    return cfg.world_size * cfg.resolved_threads()
 
 
 def _label(cfg: JobConfig) -> str:
@@ -518,10 +658,6 @@ def launcher_tail(text: str, last: int = 20) -> str:
 
 def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0]
-
-
-def _cores() -> int:
-    return os.cpu_count() or 1
 
 
 def _errors(exits: dict[int, dict[str, Any]], but: int | None = None) -> dict[int, str]:

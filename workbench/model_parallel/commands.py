@@ -36,7 +36,8 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
     r = run_pipeline(args.stages, args.microbatches, args.schedule, steps=args.steps,
                      batch_size=args.batch_size, width=args.width, layers=args.layers,
-                     lr=args.lr, compute_ms=args.compute_ms, seed=args.seed)
+                     lr=args.lr, compute_ms=args.compute_ms, seed=args.seed,
+                     runs_dir=args.runs_dir)
     if args.html:
         from bokeh.embed import file_html
         from bokeh.resources import INLINE
@@ -66,7 +67,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     r = compare(args.workers, width=args.width, layers=args.layers, batch_size=args.batch_size,
                 microbatches=args.microbatches, steps=args.steps, optimizer=args.optimizer,
-                lr=args.lr, seed=args.seed)
+                lr=args.lr, seed=args.seed, runs_dir=args.runs_dir)
     if args.json:
         emit_json(r)
         return 0
@@ -100,6 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="pad each forward to this many ms (backward: twice); 0 = bare compute")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--html", metavar="FILE", help="save the Gantt chart as an HTML file")
+    p.add_argument("--runs-dir", default="runs", help="where the run record is written")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=guard(cmd_pipeline))
 
@@ -113,5 +115,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="adam")
     p.add_argument("--lr", type=positive_float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--runs-dir", default="runs", help="where the run record is written")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=guard(cmd_compare))

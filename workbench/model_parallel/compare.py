@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -39,6 +40,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
+from workbench.jobs.workers import run_workers
 from workbench.model_parallel.memory import ActivationMeter, memory_breakdown
 from workbench.model_parallel.pipeline import (
     PipelineConfig,
@@ -47,7 +49,6 @@ from workbench.model_parallel.pipeline import (
     make_optimizer,
     train_stage,
 )
-from workbench.synchronization.processes import run_workers
 from workbench.synchronization.ring_allreduce import ring_allreduce
 
 
@@ -101,7 +102,7 @@ def _median_after_first(values: list[float]) -> float:
 
 def compare(workers: int = 2, *, width: int = 512, layers: int = 4, batch_size: int = 64,
             microbatches: int = 4, steps: int = 4, optimizer: str = "adam", lr: float = 0.01,
-            seed: int = 0, timeout: float = 300.0) -> dict[str, Any]:
+            seed: int = 0, runs_dir: str = "runs", timeout: float = 300.0) -> dict[str, Any]:
     """Train the same MLP data-parallel and pipeline-parallel on ``workers`` processes.
 
     Returns ``{"config", "model", "data_parallel", "model_parallel"}``. Each strategy has
@@ -120,7 +121,8 @@ def compare(workers: int = 2, *, width: int = 512, layers: int = 4, batch_size: 
 
     data = load_dataset("digits")
     results = run_workers(_both, workers, (cfg, data.x, data.y, data.n_classes),
-                          timeout=timeout, names=[f"worker {k}" for k in range(workers)])
+                          name="compare", runs_dir=runs_dir, timeout=timeout,
+                          names=[f"worker {k}" for k in range(workers)], settings=asdict(cfg))
     n_params = sum(p.numel() for b in make_blocks(data.x.shape[1], width, layers,
                                                   data.n_classes, seed) for p in b.parameters())
     dp = [r["data"] for r in results]

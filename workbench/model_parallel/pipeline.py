@@ -51,8 +51,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from workbench.jobs.workers import run_workers
 from workbench.model_parallel.memory import ActivationMeter, memory_breakdown
-from workbench.synchronization.processes import run_workers
 
 SCHEDULES = ("gpipe", "1f1b")
 OPTIMIZERS = ("sgd", "adam")
@@ -295,7 +295,8 @@ def measure_bubble(stage_results: list[dict[str, Any]], skip_first: bool = True)
 def run_pipeline(stages: int = 2, microbatches: int = 4, schedule: str = "gpipe", *,
                  steps: int = 3, batch_size: int = 64, width: int = 128, layers: int = 4,
                  lr: float = 0.1, optimizer: str = "sgd", compute_ms: float = 20.0,
-                 seed: int = 0, timeout: float = 180.0) -> dict[str, Any]:
+                 seed: int = 0, runs_dir: str = "runs",
+                 timeout: float = 180.0) -> dict[str, Any]:
     """Train the MLP on the digits with a P-stage pipeline; measure its bubble.
 
     Returns a dict with ``measured_bubble`` (idle share of the stages' time),
@@ -309,11 +310,11 @@ def run_pipeline(stages: int = 2, microbatches: int = 4, schedule: str = "gpipe"
     cfg = PipelineConfig(stages=stages, microbatches=microbatches, schedule=schedule,
                          steps=steps, batch_size=batch_size, width=width, layers=layers, lr=lr,
                          optimizer=optimizer, compute_ms=compute_ms, seed=seed)
-    return run_pipelines([cfg], timeout=timeout)[0]
+    return run_pipelines([cfg], runs_dir=runs_dir, timeout=timeout)[0]
 
 
 def bubble_sweep(stages: int = 2, microbatches: tuple[int, ...] = (1, 2, 4, 8),
-                 schedule: str = "gpipe", *, timeout: float = 300.0,
+                 schedule: str = "gpipe", *, runs_dir: str = "runs", timeout: float = 300.0,
                  **settings: Any) -> list[dict[str, Any]]:
     """Run one pipeline per micro-batch count M (same processes); one result each.
 
@@ -322,10 +323,11 @@ def bubble_sweep(stages: int = 2, microbatches: tuple[int, ...] = (1, 2, 4, 8),
     """
     cfgs = [PipelineConfig(stages=stages, microbatches=m, schedule=schedule, **settings)
             for m in microbatches]
-    return run_pipelines(cfgs, timeout=timeout)
+    return run_pipelines(cfgs, runs_dir=runs_dir, timeout=timeout)
 
 
-def run_pipelines(cfgs: list[PipelineConfig], timeout: float = 180.0) -> list[dict[str, Any]]:
+def run_pipelines(cfgs: list[PipelineConfig], runs_dir: str = "runs",
+                  timeout: float = 180.0) -> list[dict[str, Any]]:
     """Run several pipeline configurations (same number of stages) in one set of processes.
 
     Starting processes costs seconds; training a few steps costs less, so a sweep reuses them.
@@ -341,7 +343,9 @@ def run_pipelines(cfgs: list[PipelineConfig], timeout: float = 180.0) -> list[di
 
     data = load_dataset("digits")
     per_process = run_workers(_stage_process, stages, (cfgs, data.x, data.y, data.n_classes),
-                              timeout=timeout, names=[f"stage {k}" for k in range(stages)])
+                              name="pipeline", runs_dir=runs_dir, timeout=timeout,
+                              names=[f"stage {k}" for k in range(stages)],
+                              settings={"configs": [asdict(cfg) for cfg in cfgs]})
     return [_summarise(cfg, [p[i] for p in per_process]) for i, cfg in enumerate(cfgs)]
 
 

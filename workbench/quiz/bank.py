@@ -12,11 +12,20 @@ Kinds of question:
 * ``explain``  a short written explanation, compared with a ``model_answer`` and a
   ``rubric``: a list of points, each with what earns it. The student ticks the points their
   answer makes; words typical of each point are used to suggest points that seem missing.
+
+Choices are shown in an order of their own for each learner (:func:`shuffled`), so a key
+cannot be learned by position ("it is always (a)") and neighbours see different letters.
+The order is seeded by the learner's name and the question's id: the same learner sees the
+same order every time, in the widget and in the kernel-free HTML page alike.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import getpass
 import math
+import os
+import random
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -171,19 +180,65 @@ def _validate(q: Question, where: str) -> None:
         raise BankError(f"{where}: an explain question needs a model_answer and a rubric")
 
 
+# --- the order of the choices, per learner -------------------------------------------------------
+
+def learner_seed() -> str:
+    """Who takes the quiz: JupyterHub's user name, else the login name, else 'learner'."""
+    try:
+        return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+    except (KeyError, OSError):  # no login name, e.g. in some containers
+        return "learner"
+
+
+def shuffled(q: Question, seed: str | int) -> Question:
+    """The question with its choices in this learner's order, letters re-assigned.
+
+    The answer and the `why` notes follow their choices. The order depends only on `seed`
+    and the question's id (``random.Random`` hashes a string seed the same way on every
+    run), so the widget and the HTML page show one learner the same letters.
+    """
+    if q.kind not in ("single", "multiple"):
+        return q
+    order = list(range(len(q.choices)))
+    random.Random(f"{seed}:{q.id}").shuffle(order)
+    letter = {q.letters[old]: chr(97 + new) for new, old in enumerate(order)}
+    answer = letter[q.answer] if q.kind == "single" else sorted(letter[a] for a in q.answer)
+    return dataclasses.replace(q, choices=tuple(q.choices[old] for old in order),
+                               answer=answer, why={letter[k]: v for k, v in q.why.items()})
+
+
 # --- grading --------------------------------------------------------------------------------
 
+#: What counts as a number, shared with the HTML quiz's script so both read answers alike:
+#: a decimal (with an exponent if you like) or a fraction of whole numbers.
+DECIMAL_RE = r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$"
+FRACTION_RE = r"^[-+]?\d+/\d+$"
+#: Commas that group thousands, as in 1,600 or 12,000.5; any other comma is a decimal comma.
+THOUSANDS_RE = r"^[-+]?[1-9]\d{0,2}(,\d{3})+(\.\d+)?$"
+
+
 def parse_number(text: Any) -> float | None:
-    """Read '0.75', '3/4', '75%' or a number; None when it is not a number."""
+    """Read '0.75', '0,75', '3/4', '75%' (= 0.75), '1,600' (= 1600) or a number.
+
+    None when it is not a number. A trailing % always divides by 100, as in the HTML quiz,
+    so '75%' is right wherever 0.75 is.
+    """
     if isinstance(text, int | float) and not isinstance(text, bool):
         return float(text) if math.isfinite(text) else None
-    s = str(text).strip().replace(",", ".").replace(" ", "")
-    try:
-        if s.endswith("%"):
-            return float(s[:-1]) / 100
-        return float(Fraction(s))
-    except (ValueError, ZeroDivisionError):
+    s = re.sub(r"\s+", "", str(text))
+    percent = s.endswith("%")
+    if percent:
+        s = s[:-1]
+    s = s.replace(",", "") if re.match(THOUSANDS_RE, s) else s.replace(",", ".", 1)
+    if not (re.match(DECIMAL_RE, s) or re.match(FRACTION_RE, s)):
         return None
+    try:
+        value = float(Fraction(s))
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+    if not math.isfinite(value):
+        return None
+    return value / 100 if percent else value
 
 
 def grade(q: Question, response: Any, covered: Any = ()) -> Grade:
@@ -245,7 +300,8 @@ def _grade_explain(q: Question, text: str, covered: Any) -> Grade:
     score = len(ticked) / len(q.rubric)
     words = _normalise(text)
     hints = tuple(p.point for i, p in enumerate(q.rubric)
-                  if i not in ticked and words and not any(k in words for k in p.keywords))
+                  if i not in ticked and words and not any(mentions(words, k)
+                                                           for k in p.keywords))
     lines = [f"Compare your answer with the model answer and tick each rubric point it makes "
              f"({len(ticked)} of {len(q.rubric)} ticked).", "Model answer: " + q.model_answer]
     lines += [f"{'[x]' if i in ticked else '[ ]'} {p.point}: {p.earns}"
@@ -255,6 +311,12 @@ def _grade_explain(q: Question, text: str, covered: Any) -> Grade:
     elif hints:
         lines.append("Your text does not seem to mention: " + "; ".join(hints) + ".")
     return Grade(score == 1.0, score, "\n\n".join(lines), hints)
+
+
+def mentions(text: str, keyword: str) -> bool:
+    """True when a word of `text` starts with `keyword`: 'synchroni' finds 'synchronize',
+    but 'fit' does not find 'benefit'."""
+    return re.search(r"\b" + re.escape(keyword.lower()), text.lower()) is not None
 
 
 def _normalise(text: str) -> str:

@@ -12,6 +12,10 @@ are ``HTMLMath`` widgets, so $...$ mathematics is typeset by JupyterLab's MathJa
 lines of JavaScript and ``<details>`` reveals): it works with no kernel at all, for example
 in a notebook rendered as a static page.
 
+Choices appear in each learner's own order (seeded by the learner's name, see
+:func:`workbench.quiz.bank.shuffled`), the same in the widget and in the HTML page; pass
+``seed=`` to choose the order, or ``shuffle=False`` for the bank's order.
+
 Headless use, for tests and for teachers checking a bank::
 
     quiz = Quiz(ids=["speedup-from-times"])
@@ -28,7 +32,18 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from workbench.quiz.bank import TOPICS, Grade, Question, grade, load_bank
+from workbench.quiz.bank import (
+    DECIMAL_RE,
+    FRACTION_RE,
+    THOUSANDS_RE,
+    TOPICS,
+    Grade,
+    Question,
+    grade,
+    learner_seed,
+    load_bank,
+    shuffled,
+)
 
 _GOOD, _BAD, _NEUTRAL = "#2e7d32", "#c62828", "#1565c0"
 
@@ -146,11 +161,15 @@ class Quiz(widgets.VBox):
         topic: only the questions of this topic (see ``workbench.quiz.TOPICS``); all if None.
         ids: only these question ids, in this order.
         questions: questions to use instead of the bank (for example a teacher's own).
+        seed: whose order of choices to show; the learner's name when None.
+        shuffle: False shows the choices in the bank's order.
     """
 
     def __init__(self, topic: str | None = None, ids: Sequence[str] | None = None,
-                 questions: Sequence[Question] | None = None) -> None:
-        pool = list(questions) if questions is not None else load_bank(topic)
+                 questions: Sequence[Question] | None = None, seed: str | int | None = None,
+                 shuffle: bool = True) -> None:
+        pool = _in_learner_order(list(questions) if questions is not None
+                                 else load_bank(topic), seed, shuffle)
         if ids is not None:
             by_id = {q.id: q for q in pool}
             unknown = [i for i in ids if i not in by_id]
@@ -236,12 +255,31 @@ class Quiz(widgets.VBox):
         self.score_label.value = f"<b>{html.escape(self.summary())}</b>&nbsp;&nbsp;"
 
 
+def _in_learner_order(pool: list[Question], seed: str | int | None,
+                      shuffle: bool) -> list[Question]:
+    """The questions with their choices in the learner's order (or as in the bank)."""
+    if not shuffle:
+        return pool
+    seed = learner_seed() if seed is None else seed
+    return [shuffled(q, seed) for q in pool]
+
+
 # --- the kernel-free HTML version ---------------------------------------------------------------
+
+#: parse_number of bank.py in JavaScript, built from the same patterns: NaN where it says None.
+PARSE_NUMBER_JS = (
+    "function(t){var s=String(t).replace(/\\s+/g,'');var pc=/%$/.test(s);"
+    "if(pc){s=s.slice(0,-1);}"
+    "if(/" + THOUSANDS_RE + "/.test(s)){s=s.replace(/,/g,'');}else{s=s.replace(',','.');}"
+    "var v=NaN;if(/" + FRACTION_RE.replace("/", "\\/") + "/.test(s)){var q=s.split('/');"
+    "v=parseInt(q[0],10)/parseInt(q[1],10);}else if(/" + DECIMAL_RE + "/.test(s)){"
+    "v=parseFloat(s);}if(!isFinite(v)){return NaN;}return pc?v/100:v;}"
+)
 
 _CHECK_JS = (
     "var d=this.closest('.wbq');var r=d.querySelector('.wbq-result');var ok;"
-    "if(d.dataset.kind==='numeric'){var s=d.querySelector('input').value.replace(',','.');"
-    "var p=s.split('/');var v=p.length==2?parseFloat(p[0])/parseFloat(p[1]):parseFloat(s);"
+    "if(d.dataset.kind==='numeric'){var v=(" + PARSE_NUMBER_JS + ")("
+    "d.querySelector('input').value);"
     "ok=Math.abs(v-parseFloat(d.dataset.answer))<=parseFloat(d.dataset.tolerance)+1e-12;}"
     "else{var want=d.dataset.answer.split(',');"
     "var got=Array.from(d.querySelectorAll('input:checked')).map(function(e){return e.value;});"
@@ -251,14 +289,18 @@ _CHECK_JS = (
 )
 
 
-def quiz_html(topic: str | None = None, questions: Sequence[Question] | None = None) -> str:
+def quiz_html(topic: str | None = None, questions: Sequence[Question] | None = None,
+              seed: str | int | None = None, shuffle: bool = True) -> str:
     """The questions as self-contained HTML: instant checks in the page, no kernel needed.
 
     Show it with ``IPython.display.HTML(quiz_html())``. Choice and numeric answers are
-    checked by a few lines of inline JavaScript; every question has a ``<details>`` block
-    with the answer and its explanation, which works even where scripts are blocked.
+    checked by a few lines of inline JavaScript (numbers are read as the widget reads them:
+    75% is 0.75, 1,600 is 1600); every question has a ``<details>`` block with the answer
+    and its explanation, which works even where scripts are blocked. The choices are in the
+    learner's order, as in :class:`Quiz` with the same `seed`.
     """
-    pool = list(questions) if questions is not None else load_bank(topic)
+    pool = _in_learner_order(list(questions) if questions is not None else load_bank(topic),
+                             seed, shuffle)
     return "<div class='wbq-quiz'>" + "".join(
         _question_html(n, q) for n, q in enumerate(pool, 1)) + "</div>"
 

@@ -33,12 +33,12 @@ Li et al., VLDB 2020).
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from workbench.config import JobConfig
+from workbench.hosts.cpu import cpu_budget
 from workbench.records import events
 from workbench.scaling.costmodel import ring_allreduce_time
 from workbench.scaling.simulate import compute_time_per_rank
@@ -170,7 +170,7 @@ def run_calibration(base: JobConfig, alpha_s: float, beta_s_per_byte: float,
     """
     import workbench
 
-    cores = cores or os.cpu_count() or 1
+    cores = cores or cpu_budget().usable  # what this host really gives the ranks
     base = replace(base, threads_per_rank=base.threads_per_rank or 1)
     messages = message_bytes(base.engine, tensor_bytes(base))
     measured: dict[int, list] = {}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.cli import emit_json, guard
+from workbench.hosts.cpu import cpu_budget
 from workbench.scaling import simulate as sim
 from workbench.scaling import units
 
@@ -314,8 +315,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     simulate.add_argument("--bytes-per-param", type=int, choices=(2, 4, 8), default=None)
     simulate.add_argument("--mode", choices=("weak", "strong"), default="weak",
                           help="weak: fixed batch per worker (default); strong: fixed global")
-    simulate.add_argument("--cores", type=int, default=None,
-                          help="cores shared by the workers (models oversubscription)")
+    simulate.add_argument("--cores", type=_cores, default=None,
+                          help="cores shared by the workers (models oversubscription): a "
+                               "number, or 'here' for this machine's usable cores (its CPU "
+                               "budget: affinity, cgroup quota, CPU_LIMIT); default: a "
+                               "cluster, one core per worker")
     simulate.add_argument("--preset", help="a published setup, e.g. resnet101-25gbe")
     simulate.add_argument("--list-presets", action="store_true")
     simulate.add_argument("--json", action="store_true")
@@ -328,6 +332,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     timeline.add_argument("--html", metavar="FILE.html", help="write the charts to a file")
     timeline.add_argument("--json", action="store_true")
     timeline.set_defaults(func=guard(cmd_timeline))
+
+
+def _cores(text: str) -> int:
+    """--cores: a whole number of cores, or "here" for this machine's CPU budget."""
+    if text == "here":
+        return cpu_budget().usable
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of cores or 'here'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} cores: expected at least 1")
+    return value
 
 
 def _fraction(text: str) -> float:

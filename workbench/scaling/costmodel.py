@@ -30,8 +30,9 @@ def ring_allreduce_time(n_bytes: float, p: int, alpha: float, beta: float,
     """Seconds for a ring allreduce: 2(p−1)·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ.
 
     The ring runs a reduce-scatter then an allgather, each of p−1 steps in which every worker
-    sends one chunk of n/p bytes to its neighbour. So each worker sends about 2n bytes in
-    total *whatever p is*: the ring is bandwidth-optimal, but its latency term grows with p.
+    sends one chunk of n/p bytes to its neighbour: 2·(p−1)/p·n bytes per worker, the lower
+    bound for any allreduce, with every link equally loaded. That is what makes the ring
+    bandwidth-optimal; its latency term grows with p.
     Source: P. Patarasuk and X. Yuan, "Bandwidth optimal all-reduce algorithms for clusters
     of workstations", J. Parallel Distrib. Comput. 69(2), 2009.
     """

@@ -142,6 +142,7 @@ def scaling_rows(
     workers: Sequence[int],
     times_s: Sequence[float],
     samples_per_s: Sequence[float],
+    mode: str = "strong",
 ) -> list[dict]:
     """The table a sweep prints: one dict per run, relative to the first (baseline) run.
 
@@ -150,7 +151,9 @@ def scaling_rows(
     :func:`speedup_from_throughput`); when the baseline has p₀ > 1 workers, speedup is
     scaled by p₀ so that efficiency stays relative to one worker.
 
-    Each row: ``np, time_s, samples_per_s, speedup, efficiency, karp_flatt``.
+    Each row: ``np, time_s, samples_per_s, speedup, efficiency, karp_flatt``. In weak
+    scaling (``mode="weak"``) ``karp_flatt`` is None: the metric inverts Amdahl's law, which
+    assumes a fixed total work, so it has no meaning for a scaled speedup.
     """
     if not (len(workers) == len(times_s) == len(samples_per_s)) or not workers:
         raise ValueError("workers, times_s and samples_per_s must be non-empty and equal length")
@@ -165,7 +168,7 @@ def scaling_rows(
                 "samples_per_s": float(rate),
                 "speedup": s,
                 "efficiency": efficiency(s, p),
-                "karp_flatt": karp_flatt(s, p),
+                "karp_flatt": karp_flatt(s, p) if mode == "strong" else None,
             }
         )
     return rows

@@ -34,13 +34,41 @@ from workbench.ui import charts
 CHART_TITLES = ("Speedup", "Efficiency", "Scalability")
 
 
+def law_name(mode: str) -> str:
+    """The law fitted to a sweep: Amdahl for strong scaling, Gustafson for weak."""
+    return "Gustafson" if mode == "weak" else "Amdahl"
+
+
+def fit_note(rows: Sequence[Mapping], mode: str = "strong") -> str | None:
+    """Why no law is fitted to these rows, in words a student can act on; None if one is.
+
+    Amdahl's and Gustafson's laws never give a speedup below 1, whatever their serial
+    share: a run slower than one worker is overhead (communication, waiting), and a line
+    fitted through it would only mislead. Karp–Flatt says the same in a number: e > 1.
+    """
+    slow = [r for r in rows if r["np"] > 1 and r["speedup"] < 1]
+    if not slow:
+        return None
+    r = slow[0]
+    note = (f"Slower than one worker: communication costs more than it saves. With {r['np']} "
+            f"workers the speedup is {r['speedup']:.2f}. ")
+    if r.get("karp_flatt") is not None:
+        note += (f"Karp–Flatt e = {r['karp_flatt']:.2f}: above 1, which no serial fraction "
+                 "can explain; the loss is overhead that grows with the workers. ")
+    elif mode == "weak":
+        note += "(Karp–Flatt is for strong scaling, so it is not shown.) "
+    return note + (f"No {law_name(mode)} fit is drawn: that law cannot give a speedup below 1. "
+                   "Try the compute-bound preset, or a larger batch per worker.")
+
+
 def fitted_law(rows: Sequence[Mapping], mode: str = "strong"):
     """Return ``(name, parallel_fraction, speedup_of_p)`` fitted to the rows, or None.
 
-    None when there is no run with more than one worker yet (nothing to fit).
+    None when there is no run with more than one worker yet (nothing to fit), or when a
+    run was slower than one worker (no such law can hold; :func:`fit_note` says why).
     """
     points = [(r["np"], r["speedup"]) for r in rows if r["np"] > 1 and r["speedup"] > 0]
-    if not points:
+    if not points or fit_note(rows, mode):
         return None
     ps, ss = zip(*points, strict=True)
     if mode == "weak":
@@ -90,6 +118,7 @@ class ScalingCharts:
         if law is None:
             empty = {"x": [], "speedup": [], "efficiency": []}
             self.fit.data, self.fit_far.data = empty, {"x": [], "efficiency": []}
+            self._label_fit("no fit (see the note)" if fit_note(rows, self.mode) else "fit")
             return
         name, f, s_of_p = law
         near = _curve_points(top)
@@ -97,7 +126,10 @@ class ScalingCharts:
         self.fit.data = {"x": near, "speedup": [s_of_p(p) for p in near],
                          "efficiency": [s_of_p(p) / p for p in near]}
         self.fit_far.data = {"x": far, "efficiency": [s_of_p(p) / p for p in far]}
-        label = f"{name} fit, f = {f:.3f}"
+        self._label_fit(f"{name} fit, f = {f:.3f}")
+
+    def _label_fit(self, label: str) -> None:
+        """Name the fitted line in every chart's legend."""
         for fig in self.figures:
             for item in fig.legend[0].items if fig.legend else []:
                 if set(item.renderers) & self._fit_renderers:
@@ -164,11 +196,9 @@ def _intro_html(rows: Sequence[Mapping], meta: Mapping) -> str:
             if mode == "strong" else "the work per rank is fixed (each rank keeps its batch)")
     fit = (f"<p>{law[0]}'s law fitted to the measured speedups gives a parallel fraction of "
            f"<b>{law[1]:.3f}</b>.</p>" if law else "")
-    if any(r["speedup"] < 1 for r in rows):
-        fit += ("<p>Some runs were <b>slower</b> than one worker: their overhead "
-                "(communication, waiting) cost more than splitting the work saved. No "
-                "parallel fraction can explain that, which is what a Karp–Flatt e above 1 "
-                "says.</p>")
+    note = fit_note(rows, mode)
+    if note:
+        fit += f"<p><b>{html.escape(note)}</b></p>"
     setup = ", ".join(f"{html.escape(str(k))}={html.escape(str(v))}"
                       for k, v in meta.get("config", {}).items())
     return (
@@ -179,8 +209,9 @@ def _intro_html(rows: Sequence[Mapping], meta: Mapping) -> str:
         f"worker.</p>"
         "<p><b>Speedup</b> = sequential time ÷ parallel time (measured as throughput ratio). "
         "<b>Efficiency</b> = speedup ÷ workers. <b>Scalability</b> = efficiency as the number "
-        "of workers grows. <b>Karp–Flatt e</b> = (1/S − 1/p)/(1 − 1/p): a serial fraction that "
-        "grows with p points at overhead (communication) rather than serial code.</p>"
+        "of workers grows. <b>Karp–Flatt e</b> = (1/S − 1/p)/(1 − 1/p), for strong scaling: a "
+        "serial fraction that grows with p points at overhead (communication) rather than "
+        "serial code.</p>"
         f"{fit}{_table_html(rows)}"
         f"<p style='color:#666'>Setup: {setup}</p>"
     )

@@ -128,7 +128,7 @@ class Sweep:
         if not good:
             return []
         return metrics.scaling_rows([p.np for p in good], [p.time_s for p in good],
-                                    [p.samples_per_s for p in good])
+                                    [p.samples_per_s for p in good], self.mode)
 
 
 def _point(np: int, job) -> SweepPoint:

@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from workbench.synchronization.processes import run_workers
+from workbench.jobs.workers import run_workers
 
 MODES = ("sync", "async", "backup")
 #: Version number the server sends to tell a worker to stop.
@@ -286,7 +286,8 @@ def run_parameter_server(mode: str = "sync", workers: int = 2, epochs: int = 2, 
                          straggler_delay: float = 0.0, straggler_worker: int = 0,
                          staleness_aware: bool = False, backup_workers: int = 0,
                          lr: float = 0.1, batch_size: int = 32, hidden: int = 32,
-                         seed: int = 0, timeout: float = 300.0) -> dict[str, Any]:
+                         seed: int = 0, runs_dir: str = "runs",
+                         timeout: float = 300.0) -> dict[str, Any]:
     """Train an MLP on scikit-learn's digits with a parameter server and N worker processes.
 
     Returns a dict with ``mode``, ``final_loss`` (cross-entropy on all 1,797 digits),
@@ -305,7 +306,8 @@ def run_parameter_server(mode: str = "sync", workers: int = 2, epochs: int = 2, 
     data = load_dataset("digits")
     names = ["server"] + [f"worker {i} (rank {i + 1})" for i in range(cfg.total_workers)]
     results = run_workers(_process, cfg.total_workers + 1, (cfg, data.x, data.y, data.n_classes),
-                          timeout=timeout, names=names)
+                          name=f"ps-{mode}", runs_dir=runs_dir, timeout=timeout, names=names,
+                          settings=asdict(cfg))
     server = results[0]
     staleness = server.pop("staleness")
     return {"mode": mode, "final_loss": server["final_loss"], "time_s": server["time_s"],

@@ -44,7 +44,8 @@ def cmd_async(args: argparse.Namespace) -> int:
                              straggler_delay=args.straggler_delay,
                              staleness_aware=args.staleness_aware,
                              backup_workers=args.backup_workers, lr=args.lr,
-                             batch_size=args.batch_size, seed=args.seed)
+                             batch_size=args.batch_size, seed=args.seed,
+                             runs_dir=args.runs_dir)
     if args.json:
         emit_json(r)
         return 0
@@ -63,7 +64,7 @@ def cmd_hogwild(args: argparse.Namespace) -> int:
     from workbench.synchronization.hogwild import VARIANTS, run_hogwild
 
     r = run_hogwild(args.processes, args.epochs, batch_size=args.batch_size, lr=args.lr,
-                    seed=args.seed)
+                    seed=args.seed, runs_dir=args.runs_dir)
     if args.json:
         emit_json(r)
         return 0
@@ -108,7 +109,8 @@ def cmd_stragglers(args: argparse.Namespace) -> int:
 def cmd_ring(args: argparse.Namespace) -> int:
     from workbench.synchronization.ring_lab import check_against_horovod, run_ring_lab
 
-    r = run_ring_lab(args.np, args.sizes, repeats=args.repeats, seed=args.seed)
+    r = run_ring_lab(args.np, args.sizes, repeats=args.repeats, seed=args.seed,
+                     runs_dir=args.runs_dir)
     if args.horovod:
         r["horovod"] = check_against_horovod(args.np, args.sizes, runs_dir=args.runs_dir)
     if args.json:
@@ -145,6 +147,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=positive_float, default=0.1)
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--runs-dir", default="runs", help="where the run record is written")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=guard(cmd_async))
 
@@ -154,6 +157,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=positive_int, default=4)
     p.add_argument("--lr", type=positive_float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--runs-dir", default="runs", help="where the run record is written")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=guard(cmd_hogwild))
 

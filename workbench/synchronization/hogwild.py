@@ -1,8 +1,10 @@
 """Hogwild!: several processes update one shared model with no locks at all.
 
 Niu, Recht, Ré & Wright, "Hogwild!: A Lock-Free Approach to Parallelizing Stochastic Gradient
-Descent", NIPS 2011. The model lives in shared memory (``model.share_memory()``, as in
-PyTorch's ``examples/mnist_hogwild``); every process reads it, computes a gradient on its own
+Descent", NIPS 2011. The model lives in shared memory: its weights are a file in the run
+folder that every process maps into its memory (``torch.from_file(shared=True)``, mmap's
+MAP_SHARED; PyTorch's ``examples/mnist_hogwild`` gets the same with ``share_memory()`` in
+forked children). Every process reads it, computes a gradient on its own
 samples and writes its update straight into it, without waiting for anyone. Two processes may
 overwrite each other's change of the same weight — the paper shows this rarely matters when
 the problem is **sparse**: each sample touches only a few of the many weights, so two
@@ -15,8 +17,11 @@ with ``active`` of ``features`` binary features switched on. An ``nn.EmbeddingBa
 :func:`run_hogwild` trains it twice with the same processes and data:
 
 * ``hogwild``: every process calls ``optimizer.step()`` whenever it likes;
-* ``locked``: the update is done holding one shared lock, so updates never overlap (but
-  processes queue for the lock).
+* ``locked``: the update is done holding one shared lock (the operating system's lock on a
+  file, ``flock``), so updates never overlap (but processes queue for the lock).
+
+The final weights of both models stay in the run folder (``hogwild.weights``,
+``locked.weights``: ``features + 1`` float32 values, the bias last).
 
 The sparsity statistics of the paper are reported too: Ω, the most weights one sample
 touches, and Δ, the largest fraction of samples that touch any single weight. Small Ω and Δ
@@ -25,15 +30,18 @@ mean few collisions.
 
 from __future__ import annotations
 
+import fcntl
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
-from workbench.synchronization.processes import run_workers
+from workbench.jobs.workers import run_folder, run_workers
 
 VARIANTS = ("hogwild", "locked")
 
@@ -80,39 +88,81 @@ def loss_and_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tup
     return loss, acc
 
 
-def _train(rank: int, world: int, models: dict[str, nn.Module], lock: Any, x: torch.Tensor,
-           y: torch.Tensor, epochs: int, batch_size: int, lr: float) -> dict[str, Any]:
-    """One process: train each shared model in turn on my shard (samples rank, rank+P, ...)."""
+def _shared_model(path: Path, features: int) -> SparseLogisticRegression:
+    """The model with its weights in the file `path`, mapped into this process's memory.
+
+    The mapping is shared (``torch.from_file(shared=True)``, mmap's MAP_SHARED): every process
+    that maps the same file reads and writes the *same* memory, so an update by one is seen
+    by all at once, with no message and no lock. That is Hogwild's shared model. The file
+    starts as zeros, the model's initial weights.
+    """
+    model = SparseLogisticRegression(features)
+    flat = torch.from_file(str(path), shared=True, size=features + 1, dtype=torch.float32)
+    model.weights.weight.data = flat[:features].view(features, 1)
+    model.bias.data = flat[features:]
+    return model
+
+
+@contextmanager
+def _file_lock(lock_file: Any) -> Iterator[None]:
+    """Hold the operating system's lock on an open file (flock): one holder at a time."""
+    fcntl.flock(lock_file, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _train(rank: int, world: int, features: int, x: torch.Tensor, y: torch.Tensor,
+           epochs: int, batch_size: int, lr: float) -> dict[str, Any]:
+    """One process: train each shared model in turn on my shard (samples rank, rank+P, ...).
+
+    The models and the lock live in the run folder, where every process finds them. After
+    the last variant, process 0 measures the final models.
+    """
+    folder = run_folder()
+    if rank == 0:  # create the shared files before anyone maps them
+        models = {v: _shared_model(folder / f"{v}.weights", features) for v in VARIANTS}
+        (folder / "update.lock").touch()
+    dist.barrier()
+    if rank != 0:
+        models = {v: _shared_model(folder / f"{v}.weights", features) for v in VARIANTS}
     shard = torch.arange(rank, len(x), world)
     out: dict[str, Any] = {}
-    for variant, model in models.items():
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-        curve = []
-        dist.barrier()                                 # every process starts together
-        start = time.perf_counter()
-        for epoch in range(epochs):
-            order = shard[torch.randperm(len(shard),
-                                         generator=torch.Generator().manual_seed(epoch + rank))]
-            for batch in order.split(batch_size):
-                optimizer.zero_grad()
-                loss = nn.functional.binary_cross_entropy_with_logits(model(x[batch]), y[batch])
-                loss.backward()
-                if variant == "locked":
-                    with lock:                         # one update at a time
-                        optimizer.step()
-                else:
-                    optimizer.step()                   # Hogwild!: no lock at all
-            if rank == 0:  # a snapshot of the shared model while the others keep writing
-                curve.append({"epoch": epoch + 1, "time_s": time.perf_counter() - start,
-                              "loss": loss_and_accuracy(model, x, y)[0]})
-        out[variant] = {"start": start, "end": time.perf_counter(), "curve": curve,
-                        "updates": (len(shard) + batch_size - 1) // batch_size * epochs}
+    with open(folder / "update.lock") as lock:
+        for variant, model in models.items():
+            optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+            curve = []
+            dist.barrier()                                 # every process starts together
+            start = time.perf_counter()
+            for epoch in range(epochs):
+                order = shard[torch.randperm(len(shard),
+                                             generator=torch.Generator().manual_seed(epoch + rank))]
+                for batch in order.split(batch_size):
+                    optimizer.zero_grad()
+                    loss = nn.functional.binary_cross_entropy_with_logits(model(x[batch]),
+                                                                          y[batch])
+                    loss.backward()
+                    if variant == "locked":
+                        with _file_lock(lock):             # one update at a time
+                            optimizer.step()
+                    else:
+                        optimizer.step()                   # Hogwild!: no lock at all
+                if rank == 0:  # a snapshot of the shared model while the others keep writing
+                    curve.append({"epoch": epoch + 1, "time_s": time.perf_counter() - start,
+                                  "loss": loss_and_accuracy(model, x, y)[0]})
+            out[variant] = {"start": start, "end": time.perf_counter(), "curve": curve,
+                            "updates": (len(shard) + batch_size - 1) // batch_size * epochs}
+    dist.barrier()                                         # every update is in
+    if rank == 0:
+        for variant, model in models.items():
+            out[variant]["final"] = loss_and_accuracy(model, x, y)
     return out
 
 
 def run_hogwild(processes: int = 2, epochs: int = 3, *, batch_size: int = 4, lr: float = 0.5,
                 samples: int = 6000, features: int = 5000, active: int = 8, seed: int = 0,
-                timeout: float = 300.0) -> dict[str, Any]:
+                runs_dir: str = "runs", timeout: float = 300.0) -> dict[str, Any]:
     """Train the sparse logistic regression lock-free (Hogwild!) and with a lock; compare.
 
     Returns ``{"hogwild": {...}, "locked": {...}, "initial_loss", "sparsity", "config"}``;
@@ -127,26 +177,21 @@ def run_hogwild(processes: int = 2, epochs: int = 3, *, batch_size: int = 4, lr:
     if lr <= 0:
         raise ValueError(f"lr must be positive, got {lr}")
     x, y = make_sparse_problem(samples, features, active, seed=seed)
-    models = {}
-    for variant in VARIANTS:
-        model = SparseLogisticRegression(features)
-        model.share_memory()              # the weights live in shared memory: all see them
-        models[variant] = model
-    initial_loss, _ = loss_and_accuracy(models["hogwild"], x, y)
-    lock = mp.get_context("spawn").Lock()
-    results = run_workers(_train, processes, (models, lock, x, y, epochs, batch_size, lr),
-                          timeout=timeout)
+    initial_loss, _ = loss_and_accuracy(SparseLogisticRegression(features), x, y)
+    config = {"processes": processes, "epochs": epochs, "batch_size": batch_size, "lr": lr,
+              "samples": samples, "features": features, "active": active, "seed": seed}
+    results = run_workers(_train, processes, (features, x, y, epochs, batch_size, lr),
+                          name="hogwild", runs_dir=runs_dir, timeout=timeout,
+                          names=[f"process {k}" for k in range(processes)], settings=config)
     report: dict[str, Any] = {"initial_loss": initial_loss,
                               "sparsity": sparsity_stats(x, features)}
-    for variant, model in models.items():
-        loss, acc = loss_and_accuracy(model, x, y)
+    for variant in VARIANTS:
+        loss, acc = results[0][variant]["final"]
         report[variant] = {
             "final_loss": loss, "final_accuracy": acc,
             "time_s": max(r[variant]["end"] for r in results)
             - min(r[variant]["start"] for r in results),
             "updates": sum(r[variant]["updates"] for r in results),
             "loss_curve": results[0][variant]["curve"]}
-    report["config"] = {"processes": processes, "epochs": epochs, "batch_size": batch_size,
-                        "lr": lr, "samples": samples, "features": features, "active": active,
-                        "seed": seed}
+    report["config"] = config
     return report

@@ -18,8 +18,11 @@ added, n: bytes of the vector)::
 
     T_ring = 2(p−1)·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ
 
-Each worker sends 2(p−1) messages of n/p bytes: about 2n bytes *whatever p is*, which is
-why the ring is bandwidth-optimal; its weakness is the latency term, which grows with p.
+Each worker sends 2(p−1) messages of n/p bytes, 2·(p−1)/p·n in all. The ring is
+bandwidth-optimal because any allreduce must send and receive at least that much per node,
+and the ring meets the bound with every link equally loaded (a parameter-server worker also
+sends about 2n, but the server's link carries 2pn). Its weakness is the latency term,
+which grows with p.
 (:func:`workbench.scaling.costmodel.ring_allreduce_time` computes it.)
 
 The core function :func:`ring_allreduce` knows nothing about processes or networks: it gets

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from workbench.jobs.workers import run_workers
 from workbench.scaling.costmodel import ring_allreduce_time
-from workbench.synchronization.processes import run_workers
 from workbench.synchronization.ring_allreduce import bytes_sent_per_worker, dist_ring_allreduce
 
 #: Message sizes (bytes) of the ping-pong that measures α and β.
@@ -109,7 +109,8 @@ def fit_point_to_point(sizes_bytes: Sequence[float],
 
 
 def run_ring_lab(np_: int = 2, sizes: Sequence[int] = (7, 1001, 65536, 1 << 20),
-                 repeats: int = 5, seed: int = 0, timeout: float = 180.0) -> dict[str, Any]:
+                 repeats: int = 5, seed: int = 0, runs_dir: str = "runs",
+                 timeout: float = 180.0) -> dict[str, Any]:
     """Check and time the from-scratch ring allreduce with ``np_`` processes.
 
     Args:
@@ -126,7 +127,9 @@ def run_ring_lab(np_: int = 2, sizes: Sequence[int] = (7, 1001, 65536, 1 << 20),
         raise ValueError(f"a ring needs at least 2 processes, got np={np_}")
     if not sizes or min(sizes) < 1:
         raise ValueError(f"sizes must be positive element counts, got {list(sizes)}")
-    results = run_workers(_lab_worker, np_, (list(sizes), repeats, seed), timeout=timeout)
+    results = run_workers(_lab_worker, np_, (list(sizes), repeats, seed), name="ring-lab",
+                          runs_dir=runs_dir, timeout=timeout,
+                          settings={"sizes": list(sizes), "repeats": repeats, "seed": seed})
     report = results[0]
     alpha, beta = fit_point_to_point(PINGPONG_BYTES, report["pingpong_s"])
     rows = []

@@ -147,19 +147,20 @@ def run_stragglers(delay: float = 0.05, np: int = 2, *, straggler_rank: int = 1,
                                    runs_dir, timeout)
         report[label] = {"run_id": run_id, **summarize_run(metrics)}
     if backup_ps:
-        report["backup_ps"] = backup_workers_demo(delay, workers=np, timeout=timeout)
+        report["backup_ps"] = backup_workers_demo(delay, workers=np, runs_dir=runs_dir,
+                                                  timeout=timeout)
     return report
 
 
 def backup_workers_demo(delay: float, workers: int = 2, epochs: int = 1,
-                        timeout: float = 300.0) -> dict[str, Any]:
+                        runs_dir: str = "runs", timeout: float = 300.0) -> dict[str, Any]:
     """Parameter server with a straggler: plain sync vs keeping the first N of N+1 gradients."""
     from workbench.synchronization.async_ps import run_parameter_server
 
     out = {}
     for mode, backups in (("sync", 0), ("backup", 1)):
         r = run_parameter_server(mode, workers=workers, epochs=epochs, straggler_delay=delay,
-                                 backup_workers=backups, timeout=timeout)
+                                 backup_workers=backups, runs_dir=runs_dir, timeout=timeout)
         out[mode] = {k: r[k] for k in ("time_s", "final_loss", "final_accuracy", "updates",
                                        "gradients_dropped")}
         out[mode]["time_per_update_s"] = r["time_s"] / max(1, r["updates"])

@@ -26,6 +26,7 @@ from torch import nn
 
 from workbench.config import JobConfig
 from workbench.data import Dataset, load_dataset
+from workbench.hosts.cpu import cpu_budget
 from workbench.models import build_model
 from workbench.training.reporter import RankContext
 from workbench.training.sharding import (
@@ -87,8 +88,9 @@ def pick_device(local_rank: int) -> torch.device:
 
 
 def allowed_cores() -> list[int]:
-    """The CPU cores this process may run on (empty where the OS does not say)."""
-    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    """The CPU cores this process may run on: the job's own cores when the launcher
+    allocated it some (workbench/jobs/cores.py), else every core of the host."""
+    return cpu_budget().cores
 
 
 def pin_cpu(cfg: JobConfig, local_rank: int) -> None:

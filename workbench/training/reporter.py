@@ -146,11 +146,10 @@ class RankContext:
             if time.monotonic() - last_beat >= HEARTBEAT_PERIOD_S:
                 beat(mine, host=this_host(), pid=os.getpid())
                 last_beat = time.monotonic()
+            if (read_beat(owner_file.path) or {}).get("state") == "stop":
+                self._leave("the job was stopped")
             if owner is not None:
                 host, pid, created = owner
-                info = read_beat(owner_file.path) or {}
-                if info.get("state") == "stop":
-                    self._leave("the job was stopped")
                 if host == this_host():
                     if not process_alive(pid, created):
                         self._leave(f"the process that started the job (pid {pid}) is gone")

@@ -29,7 +29,7 @@ import ipywidgets as widgets
 
 from workbench.config import ENGINES, PRESETS, ConfigError, JobConfig
 from workbench.records.metrics import MetricsReader
-from workbench.scaling.report import ScalingCharts, _table_html
+from workbench.scaling.report import ScalingCharts, _table_html, fit_note
 from workbench.scaling.sweep import MODES, Sweep, SweepPoint, _point
 from workbench.ui import charts, live
 
@@ -40,8 +40,9 @@ CAPTION = (
     "<b>Efficiency</b> = speedup ÷ p: 1.0 means no time lost to communication. "
     "<b>Scalability</b>: how efficiency falls as p grows, extrapolated with the fitted law. "
     "Dashed grey: ideal; dotted orange: the law fitted to your points. "
-    "<b>Karp–Flatt e</b> in the table: if it grows with p, the loss is overhead "
-    "(communication), not serial code.</div>")
+    "<b>Karp–Flatt e</b> in the table (strong scaling only): if it grows with p, the loss is "
+    "overhead (communication), not serial code; above 1, the run was slower than one "
+    "worker.</div>")
 
 
 #: What each scaling mode keeps fixed, shown in the mode picker.
@@ -105,6 +106,7 @@ class ScalingPanel(widgets.VBox):
         self.run_button.on_click(self._on_run)
         self.stop_button.on_click(self._on_stop)
         self.status, self.alert, self.table = widgets.HTML(), widgets.HTML(), widgets.HTML()
+        self.note = widgets.HTML()  # why no law is fitted, when none can hold
         self.progress = widgets.IntProgress(value=0, min=0, max=1, description="runs",
                                             layout=widgets.Layout(width="420px"))
         self.sweep: Sweep | None = None
@@ -127,7 +129,7 @@ class ScalingPanel(widgets.VBox):
         return [widgets.HTML("<b style='font-size:15px'>Scaling sweep</b>"), row1, row2,
                 widgets.HBox([self.progress, self.status],
                              layout=widgets.Layout(align_items="center")),
-                self.alert, self._chart_box, widgets.HTML(CAPTION), self.table]
+                self.alert, self.note, self._chart_box, widgets.HTML(CAPTION), self.table]
 
     @property
     def sources(self) -> dict:
@@ -172,7 +174,7 @@ class ScalingPanel(widgets.VBox):
             charts.grid(self._charts.figures, ncols=2))
         self._chart_box.children = [self._chart_widget]
         old.close()
-        self.table.value = ""
+        self.table.value = self.note.value = ""
         self.progress.value, self.progress.max, self.progress.bar_style = 0, len(self._queue), ""
         self._say("Starting the sweep ...", detail="")
         if self._start_next():
@@ -228,8 +230,7 @@ class ScalingPanel(widgets.VBox):
         self.sweep.points.append(point)
         self.progress.value = len(self.sweep.points)
         rows = self.sweep.rows()
-        self._charts.update(rows)
-        self.table.value = _table_html(rows) if rows else ""
+        self.show_rows(rows)
         if not point.ok:
             self._queue.clear()
             self.job = None
@@ -243,6 +244,14 @@ class ScalingPanel(widgets.VBox):
         if not self._start_next():
             self.progress.bar_style = "success"
             self._say(f"Sweep finished: {len(rows)} runs.", "ok")
+
+    def show_rows(self, rows: list[dict]) -> None:
+        """Plot the sweep's rows, fill the table, and say why no fit is drawn when none can
+        hold (a run slower than one worker). Call on the kernel's event loop."""
+        self._charts.update(rows)
+        self.table.value = _table_html(rows) if rows else ""
+        note = fit_note(rows, self._charts.mode)
+        self.note.value = live.message_html(note, "warn") if note else ""
 
     # ------------------------------------------------------------------ messages, closing
     def _say(self, text: str, level: str = "info", *, detail: str | None = None) -> None:
@@ -262,7 +271,8 @@ class ScalingPanel(widgets.VBox):
             self.job.stop()
         self.job = None
         for w in [*self.controls.values(), self.run_button, self.stop_button, self.status,
-                  self.alert, self.table, self.progress, self._chart_widget, self._chart_box]:
+                  self.alert, self.note, self.table, self.progress, self._chart_widget,
+                  self._chart_box]:
             w.close()
         super().close()
 

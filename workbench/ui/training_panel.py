@@ -29,7 +29,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.config import DATASETS, ENGINES, MODELS, OPTIMIZERS, ConfigError, JobConfig
-from workbench.jobs import FINAL_STATES
+from workbench.jobs import FINAL_STATES, slurm
 from workbench.records.metrics import MetricsReader
 from workbench.ui import charts, live
 from workbench.ui.logs import LogPane
@@ -48,6 +48,15 @@ CONTROL_SPECS: list[tuple[str, str, Any]] = [
     ("seed", "seed", int),
     ("threads_per_rank", "threads/rank", int),
 ]
+
+
+def control_specs(launcher: str = "local") -> list[tuple[str, str, Any]]:
+    """CONTROL_SPECS, with a launcher choice where Slurm's `sbatch` is here to submit to
+    (elsewhere "local" is the only choice, and the control would only distract)."""
+    if slurm.available() is not None:
+        return CONTROL_SPECS
+    choices = tuple(dict.fromkeys(("local", "slurm", launcher)))
+    return [*CONTROL_SPECS[:2], ("launcher", "launcher", choices), *CONTROL_SPECS[2:]]
 
 
 #: What the charts show, in one sentence each, under the charts.
@@ -106,7 +115,7 @@ class TrainingPanel(widgets.VBox):
         self._steps_total = 0
         self._epochs = self._base.epochs
         self.controls = {name: _make_control(name, label, kind, getattr(self._base, name))
-                         for name, label, kind in CONTROL_SPECS}
+                         for name, label, kind in control_specs(self._base.launcher)}
         # no icons: an icon font adds a character to the button's accessible name
         self.start_button = widgets.Button(description="Start", button_style="success",
                                            tooltip="Launch the job")
@@ -269,6 +278,13 @@ class TrainingPanel(widgets.VBox):
 
     def _say_running(self) -> None:
         c, last = self._charts, self._charts.last
+        if self.job.pending_reason is not None:  # Slurm queues the job: say why
+            self._say(f"Run {self.job.run_id} queued: {self.job.pending_reason}")
+            return
+        if self.job.status == "queued":
+            self._say(f"Run {self.job.run_id} queued: number {self.job.queue_position} in "
+                      "this machine's queue. It starts when other jobs free enough cores.")
+            return
         if not last:
             self._say(f"Run {self.job.run_id}: ranks starting (importing, loading data) ...")
             return

@@ -33,7 +33,7 @@ them live. Nothing is simulated unless a notebook says so.
 | --- | --- |
 | 00 (this one) | the set-up check and the panels |
 | 01 | SGD from scratch on one worker: mini-batches, learning rate, noise |
-| 02 | data parallelism with Horovod: shards, gradient averaging, the five Horovod steps |
+| 02 | data parallelism with Horovod: shards, gradient averaging, Horovod's documented steps |
 | 03 | synchronous and asynchronous SGD, staleness, stragglers, the ring allreduce |
 | 04 | model and pipeline parallelism, and when each kind of parallelism wins |
 | 05 | speedup, efficiency and scalability: measured, explained and extrapolated |

@@ -208,6 +208,8 @@ about the time of one small step.
    `BATCH = 32`. Does it change with `BATCH = 256`?
 3. Prepare for notebook 02 with the exercise
    [average the gradients with an allreduce](exercises/01_average_gradients.ipynb).
+4. [The linear scaling rule, with a warm-up](exercises/09_linear_scaling_rule.ipynb): the
+   learning rate for $p$ workers, as Goyal et al. (2017) set it.
 
 ## Check yourself
 

@@ -12,7 +12,7 @@ CELLS = [
 - explain how data parallelism splits the work: one model replica per worker, one shard of
   every batch per replica,
 - prove that averaging the workers' gradients gives exactly the gradient of the whole batch,
-- name Horovod's five steps and what each one is for,
+- name the steps Horovod's documentation lists, and what each one is for,
 - check, on a live job, that $N$ workers with batch $b$ train exactly like one worker with
   batch $N \cdot b$.
 
@@ -53,8 +53,12 @@ $$L_B = \frac{1}{Nb} \sum_{i \in B} \ell_i
 
 The gradient of the whole batch *is* the average of the shards' gradients: data
 parallelism with averaged gradients is exact, not an approximation. Summing instead of
-averaging would make every step $N$ times too large. Checked numerically for one batch of
-32 digits and the softmax regression of notebook 01:
+averaging would make every step $N$ times too large. One caveat: the derivation needs a loss
+that is a mean of per-sample terms. **Batch normalization** breaks that: each worker
+normalizes with the mean and variance of its own $b$ samples, not of all $N b$, so the
+forward pass itself differs. `SyncBatchNorm` (PyTorch; `hvd.SyncBatchNorm` in Horovod)
+computes those statistics over the global batch and restores the equivalence. Checked
+numerically for one batch of 32 digits and the softmax regression of notebook 01:
 """),
     code(r"""
 import dataclasses
@@ -106,7 +110,7 @@ PyTorch with `torch.distributed.all_reduce(g)` (a sum, divided by the world size
 afterwards). How an allreduce moves so little data per worker (the ring algorithm) is part
 of notebook 03.
 
-## 5. Horovod's five steps
+## 5. Horovod's documented steps
 
 [Horovod](https://github.com/horovod/horovod) (Sergeev & Del Balso 2018, "Horovod: fast and
 easy distributed deep learning in TensorFlow", arXiv:1802.05799) turns a one-worker training
@@ -117,21 +121,32 @@ MXNet. This is the program each rank of a workbench job runs:
 print(module_source("workbench.training.horovod_rank", "def main"))
 """),
     md(r"""
+Horovod's documentation (`docs/pytorch.rst` and the README) lists six steps:
+
 1. **`hvd.init()`**: the process joins the job and learns its `rank` (0 … N−1), the `size`
    (N) and its `local_rank` (its number on this machine).
-2. **Pin the device**: one GPU per local rank, so that two ranks never share a GPU. On CPUs
-   we pin the number of threads instead (`threads_per_rank`), so that ranks do not fight
-   over the cores.
-3. **Broadcast the initial state** from rank 0 (`hvd.broadcast_parameters`): all replicas
-   start identical even if their random initialisations, or a checkpoint, differ.
+2. **Pin a device**: one GPU per local rank, so that two ranks never share a GPU. On CPUs
+   the workbench pins the number of threads instead (`threads_per_rank`), so that ranks do
+   not fight over the cores.
+3. **Scale the learning rate** by the number of workers, usually with a warm-up: the global
+   batch grows with $N$ (the linear scaling rule of notebook 01). The workbench leaves this
+   to you: its `lr` is used as given.
 4. **Wrap the optimizer** in `hvd.DistributedOptimizer`. It hooks every parameter: as soon
-   as `backward()` has produced a gradient, an allreduce of it starts in the background,
-   *overlapping* with the rest of the backward pass. Small tensors are packed together into
-   one buffer (*Tensor Fusion*, 64 MB by default) to save messages. `step()` waits for all
-   averages, then updates.
-5. **Shard the data**: each rank trains on its slice of every global batch (section 3).
-   Horovod's documentation also suggests scaling the learning rate with the number of
-   workers (the linear scaling rule of notebook 01).
+   as `backward()` has produced a gradient, the gradient is queued for an allreduce that
+   runs in Horovod's background thread, *overlapping* with the rest of the backward pass.
+   That thread works in cycles (every 1 ms by default, `HOROVOD_CYCLE_TIME`): in each
+   cycle the ranks *negotiate*, telling a coordinator which tensors they have ready, and
+   only tensors ready on every rank are reduced, packed together into one buffer (*Tensor
+   Fusion*, up to `HOROVOD_FUSION_THRESHOLD` bytes: 128 MiB by default in Horovod 0.28.1,
+   `horovod/common/operations.cc`) to save messages. `step()` waits for all averages, then
+   updates. Notebook 05 shows these negotiations on a timeline.
+5. **Broadcast the initial state** from rank 0 (`hvd.broadcast_parameters`, and
+   `hvd.broadcast_optimizer_state`): all replicas start identical even if their random
+   initialisations, or a checkpoint, differ.
+6. **Checkpoint on rank 0 only**, so that ranks do not overwrite each other's files.
+
+**Sharding the data is your job**, not Horovod's: a `DistributedSampler` or your own code
+(section 3) gives each rank its slice of every global batch.
 
 The ranks are separate processes started by Horovod's launcher, here
 `horovodrun -np 2 --gloo python -m workbench.training.horovod_rank`; on several machines,
@@ -139,9 +154,10 @@ The ranks are separate processes started by Horovod's launcher, here
 
 **PyTorch DDP** does the same with other names (Li et al., "PyTorch Distributed: Experiences
 on Accelerating Data Parallel Training", VLDB 2020, arXiv:2006.15704):
-`init_process_group` (step 1), `DistributedDataParallel(model)` (steps 3 and 4: it
+`init_process_group` (step 1), `DistributedDataParallel(model)` (steps 4 and 5: it
 broadcasts the parameters and allreduces gradients in *buckets* of 25 MB while `backward()`
-runs) and `DistributedSampler` (step 5). TensorFlow offers `tf.distribute` strategies. The
+runs, with no negotiation: every rank registers the same buckets in the same order) and
+`DistributedSampler` (the sharding). TensorFlow offers `tf.distribute` strategies. The
 workbench runs both Horovod and DDP (`engine="torch"`), with the same training loop.
 
 ## 6. Live: $N$ workers × batch $b$ = one worker × batch $N \cdot b$
@@ -203,10 +219,12 @@ effects shrink as models grow (notebook 05 measures them).
   each, and an allreduce that averages the gradients so that every replica applies the same
   update.
 - Averaging is exact: $\nabla L_B = \frac1N \sum_k \nabla L_{B_k}$. $N$ workers with batch $b$
-  train like one worker with batch $N \cdot b$, which we verified on live jobs.
-- Horovod's five steps: `init`, pin a device, broadcast the initial state, wrap the
-  optimizer (allreduce overlapped with backward, Tensor Fusion), shard the data. DDP does the
-  same with buckets.
+  train like one worker with batch $N \cdot b$, which we verified on live jobs; with
+  BatchNorm only if its statistics are synchronized too (SyncBatchNorm).
+- Horovod's documented steps: `init`, pin a device, scale the learning rate, wrap the
+  optimizer (allreduce overlapped with backward, negotiated every cycle, Tensor Fusion),
+  broadcast the initial state, checkpoint on rank 0 only. Sharding the data is yours to do.
+  DDP does the same with buckets.
 - The global batch grows with the number of workers, so the learning rate must grow too
   (Goyal et al. 2017).
 

@@ -227,9 +227,15 @@ $r-1$. Each vector is cut into $p$ chunks.
 2. **Allgather**, $p-1$ steps: the complete chunks travel once more around the ring, each
    worker *replacing* its copy, until everyone has every summed chunk.
 
-Each worker sends $2(p-1)$ chunks of $n/p$ bytes, about $2n$ bytes **whatever $p$ is**: that
-is why the ring is bandwidth-optimal. In the $\alpha$–$\beta$ model ($\alpha$ seconds per
-message, $\beta$ seconds per byte):
+Each worker sends $2(p-1)$ chunks of $n/p$ bytes, $2\frac{p-1}{p}n$ in all. That alone is not
+what makes the ring special (a parameter-server worker also sends about $2n$: it pushes $n$
+and pulls $n$). The ring is **bandwidth-optimal** because of a lower bound: in *any*
+allreduce every node must send and receive at least $2\frac{p-1}{p}n$ bytes, and the ring
+meets that bound with every link equally loaded, so no link is a bottleneck (Patarasuk &
+Yuan 2009). Rabenseifner's algorithm (reduce-scatter by recursive halving, then allgather
+by recursive doubling) meets the same bound with $2\log_2 p$ messages instead of
+$2(p-1)$. In the $\alpha$–$\beta$ model ($\alpha$ seconds per message, $\beta$ seconds per
+byte):
 
 $$T_{\text{ring}} = 2(p-1)\,\alpha + 2\,\frac{p-1}{p}\, n\, \beta .$$
 
@@ -309,12 +315,14 @@ machine timings are noisy: run the cell again to see how much.
   (Zhang et al. 2016) soften this.
 - **Hogwild!**: lock-free updates to shared memory work when gradients are sparse.
 - **Backup workers** (Chen et al. 2016) keep synchronous SGD and drop the slowest gradients.
-- The **ring allreduce** sends about $2n$ bytes per worker whatever $p$ is:
-  $T = 2(p-1)\alpha + 2\frac{p-1}{p} n\beta$. A single parameter server's link carries $2pn$.
+- The **ring allreduce** is bandwidth-optimal: it meets the lower bound of $2\frac{p-1}{p}n$
+  bytes per node with every link equally loaded, $T = 2(p-1)\alpha + 2\frac{p-1}{p}
+  n\beta$. A single parameter server's link carries $2pn$.
 
 ## Exercises
 
 1. [Finish a ring allreduce](exercises/04_ring_allreduce.ipynb): write the reduce-scatter step.
+   And [measure staleness](exercises/08_staleness.ipynb) in a parameter server's log.
 2. Set `WORKERS = 4` in the parameter-server lab. How do the staleness histogram and the
    final loss of async change? Add the staleness-aware setup and compare.
 3. Raise `DELAY_S` to 0.2 and rerun the straggler job. How much of rank 0's step is waiting?

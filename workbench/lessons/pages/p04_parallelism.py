@@ -24,7 +24,7 @@ CELLS = [
 """ + md_table(
         ("", "**data parallelism**", "**model parallelism** (network parallelism)"),
         ("what is split", "the *data*: each worker gets different samples",
-         "the *model*: each worker holds some of its layers (or parts of layers)"),
+         "the *model*: here, each worker holds some of its layers (pipeline parallelism)"),
         ("each worker holds", "the whole model", "its part of the model"),
         ("each worker sees", "its shard of each batch", "every sample, for its part of the model"),
         ("exchanged per step", "the gradients of *all* parameters (an allreduce)",
@@ -32,6 +32,15 @@ CELLS = [
         ("limit", "the whole model must fit on every worker",
          "how much of the model can run at the same time; harder to implement"),
     ) + r"""
+
+Model parallelism comes in two kinds, and the table describes the first:
+
+- **pipeline** (inter-layer) parallelism: each worker holds whole layers, and activations
+  cross from one worker to the next at each cut, once per micro-batch;
+- **tensor** (intra-layer) parallelism: each layer's weight matrices are split over the
+  workers, which then combine partial results inside *every* layer (an allreduce or an
+  allgather of activations, several per layer and step), as Megatron-LM does. That traffic
+  is heavy and frequent, so tensor parallelism stays inside a server with a fast bus.
 
 Data parallelism scales with the amount of data and is simple (notebook 02). Model
 parallelism is how models that do not fit on one device are trained at all: with $P$ workers,
@@ -67,8 +76,12 @@ share, the **bubble**, is
 
 $$\text{bubble} = \frac{P-1}{M+P-1},$$
 
-the same for the backward pass. More micro-batches shrink it; more stages grow it. It is
-small once $M \ge 4P$.
+the same for the backward pass. More micro-batches shrink it; more stages grow it, and it
+shrinks slowly: at the usual rule of thumb $M = 4P$ it is still $(P-1)/(5P-1)$, about 16%
+for $P = 4$ and close to 20% for many stages. Megatron-LM (Narayanan et al. 2021) and the
+Ultra-Scale Playbook write the bubble as $(P-1)/M$ instead: the same idle time divided by
+the ideal (busy) time rather than by the whole run. Both are right; say which one you use
+(at $M = 4P$ the second gives 25% for any $P$).
 
 ## 3. Lab: a real pipeline, and its measured bubble
 
@@ -119,10 +132,12 @@ at once.
 ### Memory: GPipe against 1F1B
 
 GPipe runs all $M$ forward passes first, so each stage keeps the activations of all $M$
-micro-batches until their backward pass. **1F1B** (PipeDream-Flush; Narayanan et al.,
-"PipeDream: Generalized Pipeline Parallelism for DNN Training", SOSP 2019) starts each
+micro-batches until their backward pass. **1F1B with a flush** (PipeDream-Flush;
+Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Training", ICML 2021) starts each
 micro-batch's backward pass as early as possible, alternating one forward and one backward:
-at most $P$ micro-batches are in flight, not $M$, with the same bubble. Megatron-LM's
+at most $P$ micro-batches are in flight, not $M$, with the same bubble and the same
+synchronous update. (The original PipeDream, SOSP 2019, is asynchronous: it keeps
+several versions of the weights, "weight stashing", and never flushes the pipeline.) Megatron-LM's
 *interleaved* schedule goes further and divides the bubble by the number of model chunks
 each stage holds.
 """),
@@ -218,7 +233,8 @@ curves(f"Bytes per worker and step, width {WIDTH}, P = {P}", "batch size (log)",
 - Data parallelism splits the data and exchanges gradients; model parallelism splits the
   model and exchanges activations. Data parallelism needs the whole model on every worker.
 - A pipeline keeps several stages busy by cutting a batch into $M$ micro-batches; its bubble
-  is $(P-1)/(M+P-1)$, small once $M \ge 4P$.
+  is $(P-1)/(M+P-1)$, still 16–20% at $M = 4P$ (Megatron's $(P-1)/M$ divides by the ideal
+  time instead).
 - GPipe keeps $M$ micro-batches of activations per stage, 1F1B at most $P$, with the same
   bubble.
 - Memory decides first; then compare the gradient bytes of an allreduce with the activation
@@ -237,7 +253,8 @@ curves(f"Bytes per worker and step, width {WIDTH}, P = {P}", "batch size (log)",
 1. A model has 8 pipeline stages and 24 micro-batches per batch. What is its bubble?
 2. Why does GPipe need more activation memory than 1F1B, although their bubbles are equal?
 3. A 2-billion-parameter model is trained with Adam in fp32 (16 bytes per parameter for
-   weights, gradients and two moments) on 40 GB GPUs. Can a data-parallel replica fit?
+   weights, gradients and two moments). Does its training state fit on a 40 GB GPU? On a
+   24 GB one? What else needs memory?
 4. Does doubling the batch size change the bytes that data parallelism sends per step? And
    those that model parallelism sends?
 
@@ -247,8 +264,11 @@ curves(f"Bytes per worker and step, width {WIDTH}, P = {P}", "batch size (log)",
 2. GPipe runs every forward pass before any backward pass, so each stage holds the
    activations of all $M$ micro-batches; 1F1B frees a micro-batch's activations after its
    backward pass and never holds more than $P$.
-3. No: $2 \times 10^9 \times 16$ bytes = 32 GB before any activation, and activations come on
-   top; model parallelism (or sharding the optimizer state) is needed.
+3. $2 \times 10^9 \times 16$ bytes = 32 GB. On 40 GB it fits, with 8 GB left for the rest: the
+   activations kept for the backward pass (they grow with the batch), communication
+   buffers (Horovod's fusion buffer, DDP's buckets) and the framework's own workspace.
+   Whether a replica fits then depends on the batch. On 24 GB it does not fit at all:
+   model parallelism, or sharding the optimizer state (ZeRO), is needed.
 4. Data parallelism: no, it sends the gradients, whose size depends on the parameters only.
    Model parallelism: yes, the activations at the cuts double.
 </details>

@@ -21,8 +21,12 @@ CELLS = [
     md(r"""
 ## 1. Two kinds of performance
 
-A model is judged by its **accuracy**, which does not depend on the platform it was trained
-on: it is the number used to compare models. Distributed training is about the other kind,
+A model is judged by its **accuracy**, which does not depend on the hardware it was trained
+on: it is the number used to compare models. (With one caveat: the training recipe must
+stay the same. Asynchronous SGD trains on stale gradients, and a much larger global batch
+takes fewer, larger steps; both can change what is learned, which is why large-batch
+training needs the linear scaling rule and a warm-up.) Distributed training is about the
+other kind,
 the **speed** of the computation, which depends entirely on the platform: the cluster's
 configuration, the type of network, and how efficiently the framework uses them. We measure
 it with three numbers:
@@ -91,8 +95,11 @@ table(rows, [("np", "workers", "d"), ("samples_per_s", "samples/s", ".0f"),
     md(r"""
 The comm-bound model scales badly: every step, each rank must send its 19 MB of gradients,
 and on one machine with gloo the two ranks also share the cores that do the copying and
-adding. Choose **compute-bound** in the panel and press **Run** again: its gradients are tiny
-next to its computation, and its efficiency is much higher. Then try **weak** scaling.
+adding. It can even be *slower* than one worker (a speedup below 1): then communication
+costs more than it saves, the Karp–Flatt $e$ is above 1, and the panel says so instead of
+drawing a fit, since neither law can give a speedup below 1. Choose **compute-bound** in
+the panel and press **Run** again: its gradients are tiny next to its computation, and its
+efficiency is much higher. Then try **weak** scaling.
 
 Two details of the set-up matter on a small machine. Each rank is bound to its own core
 (`cpu_bind="core"`, like `mpirun --bind-to core`): a synchronous step waits for its slowest
@@ -104,23 +111,30 @@ with the default to see what unbound ranks cost.
 
 ## 3. The laws that explain the curves
 
-If a fraction $f$ of the work runs in parallel and the rest, $1-f$, is serial:
+Both laws split a run into a serial part and a parallel part, but they measure the serial
+share against *different* times, so they need two symbols:
 
-- **Amdahl** (1967), fixed total work: $S(p) = \dfrac{1}{(1-f) + f/p}$. However many workers,
-  $S < 1/(1-f)$: with $f = 0.95$ the speedup never reaches 20.
-- **Gustafson** (1988), work growing with $p$: $S(p) = (1-f) + f\,p$. The serial part stays
-  the same while the parallel part grows, so the *scaled* speedup keeps growing.
+- **Amdahl** (1967), fixed total work: with $s_A$ the serial share of the **one-worker**
+  time, $S(p) = \dfrac{1}{s_A + (1-s_A)/p}$. However many workers, $S < 1/s_A$: with
+  $s_A = 0.05$ the speedup never reaches 20.
+- **Gustafson** (1988), work growing with $p$: with $s_G$ the serial share of the
+  **$p$-worker** time, $S(p) = s_G + (1-s_G)\,p$. The serial part stays the same while the
+  parallel part grows, so the *scaled* speedup keeps growing.
+
+For one and the same run the two shares differ: a serial 5% of the time on 64 workers is a
+far smaller share of the time one worker would need for that work.
 """),
     code(r"""
-FRACTIONS = [0.5, 0.9, 0.95, 0.99]
+SERIAL = [0.5, 0.1, 0.05, 0.01]    # serial shares s_A (Amdahl) and s_G (Gustafson)
 ps = [2 ** k for k in range(11)]   # 1 ... 1024 workers
+# metrics.amdahl and metrics.gustafson take the parallel share, 1 - s
 curves("Amdahl: fixed total work", "workers p (log)", "speedup (log)",
-       {f"f = {f}": (ps, [metrics.amdahl(p, f) for p in ps]) for f in FRACTIONS},
+       {f"s_A = {s}": (ps, [metrics.amdahl(p, 1 - s) for p in ps]) for s in SERIAL},
        log_x=True, log_y=True, reference=(ps, ps, "ideal S = p"))
 """),
     code(r"""
 curves("Gustafson: work grows with p", "workers p (log)", "scaled speedup (log)",
-       {f"f = {f}": (ps, [metrics.gustafson(p, f) for p in ps]) for f in FRACTIONS},
+       {f"s_G = {s}": (ps, [metrics.gustafson(p, 1 - s) for p in ps]) for s in SERIAL},
        log_x=True, log_y=True, reference=(ps, ps, "ideal S = p"))
 """),
     md(r"""
@@ -128,18 +142,24 @@ curves("Gustafson: work grows with p", "workers p (log)", "scaled speedup (log)"
 
 $$e(p) = \frac{1/S - 1/p}{1 - 1/p}.$$
 
-If $e$ stays flat as $p$ grows, the job has a true serial part (Amdahl). If $e$ *grows*
-with $p$, the loss is an overhead that grows with the number of workers: in data-parallel
-training, communication and waiting. An $e$ above 1 means the parallel run was slower than
-one worker. The table above gives $e$ for each of your runs.
+It is Amdahl's $s_A$ solved from one measured point, so it is meant for **strong scaling**
+(the workbench shows no $e$ for weak-scaling runs, where the work grows with $p$). If $e$
+stays flat as $p$ grows, the job has a true serial part (Amdahl). If $e$ *grows* with $p$,
+the loss is an overhead that grows with the number of workers: in data-parallel training,
+communication and waiting. An $e$ above 1 means the parallel run was slower than one
+worker. The table above gives $e$ for each of your strong-scaling runs.
 
 ## 4. Where the time goes: the Horovod timeline
 
 With `timeline=True` Horovod's coordinator writes what happened to every gradient tensor.
-Painted per rank: **compute** (forward, backward, optimizer), **wait** (this rank's
-gradient was ready, another rank's was not), **negotiation** (the ranks agreeing on what to
-reduce next) and **allreduce** (the data moving). Recording the timeline costs a little time
-itself. Use the zoom tools to look at a few steps.
+Horovod's background thread works in cycles (every 1 ms by default): in each cycle the
+ranks *negotiate*, reporting which tensors they have ready, and only tensors ready on every
+rank are fused and reduced. Painted per rank: **wait** (this rank's gradient was ready,
+another rank's was not), **negotiation** (the ranks agreeing on what to reduce next),
+**allreduce** (the data moving) and **compute**. Only the first three are recorded: Horovod
+knows nothing of the forward and backward passes, so "compute" is *inferred*, the time of
+the step in which none of the others was happening. Recording the timeline costs a little
+time itself. Use the zoom tools to look at a few steps.
 """),
     code(r"""
 from workbench.scaling.timeline import gantt_figure, load_timeline, rank_activities, time_shares
@@ -197,8 +217,10 @@ curves("Predicted efficiency, 25 Gbit/s, weak scaling", "workers (log)", "effici
 - **ResNet-101 and Inception V3** keep about 90%: tens of millions of parameters against a
   long computation per batch, and most of the allreduce hidden behind the backward pass.
 - **VGG-16** falls to about two thirds: 138 million parameters, 124 million of them in its
-  fully connected layers, so three times ResNet-101's bytes for less computation. The model
-  predicts 66% against the published 68% without being tuned for it.
+  fully connected layers, so three times ResNet-101's bytes for less compute *time* per batch
+  (0.42 s against 0.62 s on those GPUs). It does more arithmetic, about 15.5 GFLOPs per image
+  against ResNet-101's 7.8, but its plain 3×3 convolutions run close to the GPU's peak. The
+  model predicts 66% against the published 68% without being tuned for it.
 - **One parameter server** instead of the ring collapses: its link carries $2pn$ bytes per
   step.
 
@@ -221,9 +243,11 @@ workbench simulate --help
 
 - Speedup $S = T_1/T_p$, efficiency $E = S/p$, scalability: $E$ as $p$ grows. Speed depends on
   the platform; accuracy does not.
-- Strong scaling fixes the total work (Amdahl: $S < 1/(1-f)$); weak scaling fixes the work
-  per worker (Gustafson: $S$ grows with $p$).
-- A Karp–Flatt serial fraction that grows with $p$ points at communication overhead.
+- Strong scaling fixes the total work (Amdahl: $S < 1/s_A$, $s_A$ a share of the one-worker
+  time); weak scaling fixes the work per worker (Gustafson: $S$ grows with $p$, $s_G$ a
+  share of the $p$-worker time).
+- A Karp–Flatt serial fraction (strong scaling) that grows with $p$ points at communication
+  overhead; above 1, the run was slower than one worker.
 - What limits data parallelism is the ratio of bytes to send to computation per step, and how
   much of the sending hides behind the backward pass: ResNet-101 keeps 90% at 512 GPUs,
   VGG-16 68%.
@@ -232,15 +256,19 @@ workbench simulate --help
 
 1. [Speedup and efficiency from a timing table](exercises/03_speedup_and_efficiency.ipynb),
    with Karp–Flatt.
-2. Run the compute-bound preset in strong and in weak scaling. Which law fits which, and what
-   parallel fraction does the panel's fit give?
+2. [Amdahl or Gustafson?](exercises/10_amdahl_or_gustafson.ipynb) Each law has one
+   parameter, so each fits one measured point exactly: from $p = 1, 2$ alone nothing tells
+   them apart. Run the compute-bound preset with `WORKERS = "1,2,3"` or more (on a 2-core
+   machine the third rank shares a core, which shows in the numbers), or use the
+   simulator's presets at 1, 2, 4, 8 workers, then decide which law fits.
 3. In the simulator, how many workers can VGG-16 use on 25 Gbit/s before its efficiency drops
    below 50%? Try `simulate.PRESETS["vgg16-25gbe"].predict(p)` for a few `p`.
 
 ## Check yourself
 
 1. A job takes 120 s on one worker and 20 s on eight. What are its speedup and efficiency?
-2. Amdahl with $f = 0.9$: what is the largest speedup any number of workers can give?
+2. Amdahl with a serial share $s_A = 0.1$: what is the largest speedup any number of workers
+   can give?
 3. Measured speedups give Karp–Flatt $e$ = 0.02, 0.05, 0.11 at $p$ = 2, 4, 8. Serial code or
    overhead?
 4. Why does VGG-16 scale worse than ResNet-101, although it has fewer layers?
@@ -248,11 +276,12 @@ workbench simulate --help
 <details><summary>Answers</summary>
 
 1. $S = 120/20 = 6$, $E = 6/8 = 0.75$.
-2. $1/(1-f) = 10$.
+2. $1/s_A = 10$.
 3. Overhead: a true serial fraction would give a constant $e$; one that grows with $p$ is
    typically communication.
 4. It has about three times the parameters (mostly in its fully connected layers), so each
-   step allreduces three times the bytes, for less computation to hide them behind.
+   step allreduces three times the bytes, with less compute *time* to hide them behind
+   (though more FLOPs: its convolutions run efficiently on GPUs).
 </details>
 """),
 ]

@@ -42,9 +42,10 @@ CELLS = [
 | $w \leftarrow w - \eta\, g(w_{t-\tau})$ | an asynchronous update with staleness $\tau$ |
 | $2(p-1)\alpha + 2\frac{p-1}{p} n\beta$ | time of a ring allreduce of $n$ bytes |
 | $2pn$ | bytes on a single parameter server's link per step |
-| $(P-1)/(M+P-1)$ | pipeline bubble, $P$ stages, $M$ micro-batches |
-| $1/((1-f) + f/p)$, $(1-f) + fp$ | Amdahl, Gustafson |
-| $(1/S - 1/p)/(1 - 1/p)$ | Karp–Flatt serial fraction |
+| $(P-1)/(M+P-1)$ | pipeline bubble, $P$ stages, $M$ micro-batches (idle share of the run) |
+| $1/(s_A + (1-s_A)/p)$ | Amdahl; $s_A$ the serial share of the one-worker time |
+| $s_G + (1-s_G)\,p$ | Gustafson; $s_G$ the serial share of the $p$-worker time |
+| $(1/S - 1/p)/(1 - 1/p)$ | Karp–Flatt serial fraction (strong scaling) |
 """),
     md(r"""
 ## 1. Three questions to answer in writing

@@ -1,0 +1,109 @@
+"""Facts the lessons state, checked against the course's own formulas and sources.
+
+Each test pins one correction, so a later edit cannot quietly bring the error back. The text
+is read from every saved notebook (lessons and exercises), so the checks hold however the
+lessons are split into notebooks.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from workbench.exercises.pipeline import idle_fraction
+from workbench.scaling import metrics
+
+REPO = Path(__file__).resolve().parents[1]
+PATHS = sorted((REPO / "notebooks").glob("*.ipynb")) + sorted(
+    (REPO / "notebooks" / "exercises").glob("*.ipynb"))
+
+
+def _text(path: Path) -> str:
+    nb = nbformat.read(path, as_version=4)
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+TEXT = {p.name: _text(p) for p in PATHS}
+ALL = "\n".join(TEXT.values())
+
+
+def _one(pattern: str) -> str:
+    """The one notebook whose text matches `pattern` (a regular expression)."""
+    hits = [t for t in TEXT.values() if re.search(pattern, t)]
+    assert len(hits) == 1, f"{pattern!r} in {len(hits)} notebooks"
+    return hits[0]
+
+
+def test_memory_check_agrees_with_its_own_arithmetic():
+    text = _one(r"2-billion-parameter model")
+    state_gb = 2e9 * 16 / 1e9
+    assert f"= {state_gb:.0f} GB" in text
+    assert state_gb < 40 and "On 40 GB it fits" in text
+    assert state_gb > 24 and "On 24 GB it does not fit" in text
+    assert "activations" in text and "buffers" in text
+
+
+def test_bubble_at_four_micro_batches_per_stage_is_given_as_a_number():
+    low, high = idle_fraction(4, 16), idle_fraction(64, 256)
+    assert round(100 * low) == 16 and round(100 * high) == 20
+    assert "small once $M \\ge 4P$" not in ALL
+    assert "16–20%" in ALL and "(P-1)/M" in ALL and "ideal" in ALL
+
+
+def test_one_f_one_b_is_pipedream_flush_and_pipedream_is_asynchronous():
+    text = _one(r"1F1B with a flush")
+    assert "ICML 2021" in text and "SOSP 2019" in text and "asynchronous" in text
+
+
+def test_hybrid_parallelism_puts_tensor_parallelism_inside_a_server():
+    assert "tensor parallelism" in ALL.lower()
+    assert "model (or pipeline) parallelism inside a server" not in ALL
+    assert "pipeline and data parallelism across servers" in ALL
+
+
+def test_horovod_steps_are_the_documented_six_and_sharding_is_the_users_job():
+    text = _one(r"## 5. Horovod's documented steps")
+    steps = ["`hvd.init()`", "Pin a device", "Scale the learning rate", "Wrap the optimizer",
+             "Broadcast the initial state", "Checkpoint on rank 0 only"]
+    where = [text.index(s) for s in steps]
+    assert where == sorted(where)
+    assert "Sharding the data is your job" in text
+    assert "HOROVOD_FUSION_THRESHOLD" in text and "128 MiB" in text and "64 MB" not in ALL
+    assert "negotiate" in text
+
+
+def test_ring_is_bandwidth_optimal_because_of_the_lower_bound():
+    assert "lower bound" in ALL and "Rabenseifner" in ALL
+    assert "**whatever $p$ is**: that\nis why the ring is bandwidth-optimal" not in ALL
+
+
+def test_averaging_is_exact_except_for_batch_norm():
+    text = _one(r"exact, not an approximation")
+    assert "SyncBatchNorm" in text
+
+
+def test_two_laws_two_serial_shares_and_karp_flatt_for_strong_scaling():
+    text = _one(r"Gustafson\*\* \(1988\)")
+    assert "s_A" in text and "s_G" in text and "one-worker" in text
+    assert "\\dfrac{1}{(1-f) + f/p}" not in text
+    assert "meant for **strong scaling**" in text
+    assert "inferred" in text                                # the timeline's compute
+    assert "less compute *time*" in text and "GFLOPs" in text  # VGG-16 vs ResNet-101
+    assert "stale gradients" in text                         # accuracy caveat
+
+
+def test_karp_flatt_is_above_one_exactly_when_a_run_got_slower():
+    for s in (0.3, 0.99, 1.0, 1.5):
+        assert (metrics.karp_flatt(s, 2) > 1) == (s < 1)
+
+
+@pytest.mark.parametrize("counter", [(13, 4)])
+def test_balanced_shards_are_not_equal_steps(counter):
+    n, p = counter
+    sizes = [n // p + (r < n % p) for r in range(p)]
+    assert max(sizes) - min(sizes) == 1                      # balanced ...
+    assert "differ by at most one sample guarantee" not in ALL
+    assert "Equal step counts need **equal** shards" in ALL  # ... yet unequal steps

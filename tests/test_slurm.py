@@ -1,0 +1,267 @@
+"""Jobs through Slurm: submitted with sbatch, queued, trained, cancelled, failed by rank.
+
+The real thing: a one-node Slurm cluster (slurmctld, slurmd, munged from Debian's
+`slurm-wlm` and `munge`) that `scripts/local_slurm.sh up` starts for this test session and
+`down` stops after it (unless it was up already: then it is left as found). The node has
+every CPU of this machine, so a 2-rank job of 1 thread per rank holds a 2-core machine.
+
+The tests that need the cluster need root (slurmd starts jobs as their user) and the
+packages; without them they are skipped, saying why. The checks of the batch script, of
+horovodrun's host list and of bad input need neither.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from workbench import JobConfig
+from workbench.config import ConfigError
+from workbench.jobs import Job, slurm, start
+from workbench.jobs.processes import job_processes, pid_alive, rank_pids
+from workbench.records import MetricsReader, events
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "local_slurm.sh"
+VENV_BIN = Path(sys.executable).parent
+DAEMONS = ("slurmctld", "slurmd", "munged", "sbatch")
+
+
+def _why_no_cluster() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root: slurmd starts each job as its user"
+    missing = [d for d in DAEMONS if not shutil.which(d) and not Path(f"/usr/sbin/{d}").exists()]
+    if missing:
+        return (f"needs Debian's slurm-wlm and munge ({', '.join(missing)} missing): "
+                "run scripts/install_system_deps.sh as root")
+    return None
+
+
+NO_CLUSTER = _why_no_cluster()
+needs_cluster = pytest.mark.skipif(NO_CLUSTER is not None, reason=NO_CLUSTER or "")
+if NO_CLUSTER:
+    print(f"\ntests/test_slurm.py: Slurm tests skipped: {NO_CLUSTER}", file=sys.stderr)
+
+#: Small and quick: a 2-layer MLP on the digits, one thread per rank.
+SMALL = dict(np=2, model="mlp", dataset="digits", lr=0.1, threads_per_rank=1,
+             stall_timeout=120.0, launcher="slurm")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[str]:
+    """The local Slurm, started for this session (and stopped after) unless already up."""
+    was_up = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True).returncode == 0
+    if not was_up:
+        up = subprocess.run(["bash", str(SCRIPT), "up"], capture_output=True, text=True)
+        assert up.returncode == 0, up.stdout + up.stderr
+    conf = subprocess.run(["bash", str(SCRIPT), "env"], capture_output=True,
+                          text=True).stdout.split("=", 1)[1].strip()
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf
+    try:
+        yield conf
+    finally:
+        if before is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = before
+        if not was_up:
+            subprocess.run(["bash", str(SCRIPT), "down"], capture_output=True)
+
+
+@pytest.fixture()
+def jobs() -> Iterator[list[Job]]:
+    """Jobs a test starts; any still going at its end is cancelled."""
+    started: list = []
+    yield started
+    for item in started:
+        if hasattr(item, "close"):  # a panel
+            item.close()
+        elif not item.done:
+            item.stop()
+
+
+def in_queue(job_id: str) -> bool:
+    return slurm.queue_state(job_id) is not None
+
+
+def wait_for(condition, timeout: float, what: str, period: float = 0.1) -> None:
+    end = time.time() + timeout
+    while not condition():
+        assert time.time() < end, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(period)
+
+
+def assert_no_rank_left(job: Job) -> None:
+    left = job_processes(job.run_id, job.run_dir, None)
+    assert not left, f"processes of {job.run_id} still running: {[p.pid for p in left]}"
+
+
+# ---------------------------------------------------------------------- no cluster needed
+def test_horovod_hosts_from_slurms_compressed_counts() -> None:
+    assert slurm.horovod_hosts(["n1", "n2", "n3", "n4"], "2(x3),1") == "n1:2,n2:2,n3:2,n4:1"
+    assert slurm.horovod_hosts(["vm"], "2") == "vm:2"
+    with pytest.raises(ValueError):
+        slurm.horovod_hosts(["a"], "two")
+
+
+def test_batch_script_asks_slurm_for_one_task_per_rank(tmp_path: Path) -> None:
+    cfg = JobConfig(engine="torch", np=4, nodes=2, partition="gpu", time_limit=30,
+                    account="course", sbatch_arg="--qos=debug --mem=4G", threads_per_rank=2,
+                    launcher="slurm").validate()
+    script = slurm.write_scripts(cfg, "run-x", tmp_path, "workbench.training.ddp_rank", [])
+    text = script.read_text()
+    for option in ("--ntasks=4", "--cpus-per-task=2", "--nodes=2", "--ntasks-per-node=2",
+                   "--partition=gpu", "--time=30", "--account=course", "--qos=debug",
+                   "--mem=4G", f"--output={tmp_path}/logs/launcher.log"):
+        assert f"#SBATCH {option}\n" in text, option
+    assert "srun --kill-on-bad-exit=1 --ntasks=4 --cpus-per-task=2 bash" in text
+    assert "MASTER_ADDR=$(scontrol show hostnames" in text
+    task = (tmp_path / "slurm" / "task.sh").read_text()
+    assert "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS" in task
+    hvd = slurm.write_scripts(JobConfig(engine="horovod", launcher="slurm").validate(), "r",
+                              tmp_path, "m", []).read_text()
+    assert "--gloo -H \"$HOSTS\"" in hvd and "srun" not in hvd
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"time_limit": -5}, "invalid --time-limit -5"),
+    ({"launcher": "pbs"}, "invalid --launcher 'pbs'"),
+    ({"launcher": "ssh"}, "--hosts"),
+    ({"hosts": "a:1,b:1"}, "no --hosts with --launcher slurm"),
+    ({"nodes": 3}, "invalid --nodes 3"),
+    ({"sbatch_arg": "--qos='x"}, "invalid --sbatch-arg"),
+    ({"sbatch_arg": "debug"}, "each starting with -"),
+    ({"launcher": "local", "partition": "debug"}, "only with --launcher slurm"),
+])
+def test_bad_slurm_settings_are_refused_in_one_line(fields: dict, message: str) -> None:
+    cfg = JobConfig(**{**SMALL, **fields})
+    with pytest.raises(ConfigError) as err:
+        cfg.validate()
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_no_sbatch_here_is_refused_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH without Slurm's commands
+    with pytest.raises(ConfigError) as err:
+        start(JobConfig(**{**SMALL, "engine": "torch"}, runs_dir=str(tmp_path / "runs")))
+    assert "--launcher slurm cannot run here: `sbatch` is not on PATH" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "runs").exists(), "a refused job must not create a run folder"
+    from workbench.ui import TrainingPanel
+
+    panel = TrainingPanel(runs_dir=str(tmp_path / "runs"))
+    try:
+        assert "launcher" not in panel.controls  # no Slurm here: no launcher to choose
+    finally:
+        panel.close()
+
+
+# ---------------------------------------------------------------------- with the cluster
+@needs_cluster
+def test_unknown_partition_is_refused_in_one_line(cluster: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(VENV_BIN / "workbench"), "run", "--launcher", "slurm", "--partition", "nope",
+         "--runs-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("workbench: error: invalid --partition 'nope': this "
+                                     "cluster's partitions are debug"), result.stderr
+
+
+@needs_cluster
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("engine", ["torch", "horovod"])
+def test_job_through_slurm_trains(cluster: str, tmp_path: Path, engine: str) -> None:
+    """`workbench run --launcher slurm --json`: trained, and Slurm has forgotten the job."""
+    cmd = [str(VENV_BIN / "workbench"), "run", "--launcher", "slurm", "--engine", engine,
+           "--np", "2", "--model", "mlp", "--dataset", "digits", "--epochs", "4",
+           "--lr", "0.1", "--threads-per-rank", "1", "--runs-dir", str(tmp_path), "--json"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=290)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    summary = json.loads(result.stdout)
+    assert summary["status"] == "succeeded"
+    assert summary["launcher"] == "slurm"
+    # COMPLETED, or CANCELLED where the ranks, having reported success, took more than the
+    # launcher's 10 s of grace to leave Python (it then cancels what is left).
+    assert summary["slurm_state"] in ("COMPLETED", "CANCELLED")
+    assert summary["slurm_job_id"].isdigit()
+    assert not in_queue(summary["slurm_job_id"])
+    run_dir = Path(summary["run_dir"])
+    metrics = MetricsReader(run_dir).all()
+    assert sorted(m["rank"] for m in events(metrics, "start")) == [0, 1]
+    losses = [m["loss"] for m in metrics if m["kind"] == "epoch" and m["rank"] == 0]
+    assert len(losses) == 4 and losses[-1] < 0.7 * losses[0], losses
+    assert summary["last_epoch_accuracy"] > 0.8
+    # Slurm started the ranks: both ran in job <id> (srun's or horovodrun's tasks).
+    assert f"slurm job {summary['slurm_job_id']}" in (run_dir / "logs" /
+                                                      "launcher.log").read_text()
+
+
+@needs_cluster
+@pytest.mark.timeout(400)
+def test_queued_job_runs_when_the_first_fails_and_stop_cancels(cluster: str, tmp_path: Path,
+                                                               jobs: list) -> None:
+    """A queue's life, with two jobs of 2 ranks on the 2 CPUs (one real job start fewer
+    than a test per step, on a machine where each start takes seconds):
+
+    1. the first job holds every CPU; the second is pending with Slurm's reason, in
+       `job.status`, in the panel and in `workbench runs`;
+    2. `kill -9` of the first job's rank 1 fails it, naming rank 1;
+    3. the second job then runs; `stop()` cancels it within 10 s, leaving no rank process.
+    """
+    from workbench.ui import TrainingPanel
+
+    first = start(JobConfig(**{**SMALL, "engine": "horovod", "np": os.cpu_count(),
+                               "epochs": 500, "runs_dir": str(tmp_path), "name": "first"}))
+    jobs.append(first)
+    wait_for(lambda: any(m["kind"] == "step" for m in first.metrics()), 150,
+             "the first job's first step")
+    second = start(JobConfig(**{**SMALL, "engine": "torch", "epochs": 500,
+                                "runs_dir": str(tmp_path), "name": "second"}))
+    jobs.append(second)
+    assert second.status == "pending"
+    wait_for(lambda: second.pending_reason == "Resources", 10, "Slurm's reason")
+    panel = TrainingPanel(runs_dir=str(tmp_path))
+    jobs.append(panel)  # closed at the end (closing a panel stops the job it follows)
+    assert "launcher" in panel.controls and "slurm" in panel.controls["launcher"].options
+    panel.watch(second)
+    panel.refresh()
+    assert f"Run {second.run_id} queued: Resources" in panel.status.value
+    listed = subprocess.run([str(VENV_BIN / "workbench"), "runs", "--runs-dir", str(tmp_path),
+                             "--json"], capture_output=True, text=True, timeout=120)
+    statuses = {r["run_id"]: r["status"] for r in json.loads(listed.stdout)}
+    assert statuses[second.run_id] == "pending (Resources)", statuses
+
+    # 2. A rank killed by a signal cannot report: its task wrapper does, naming it.
+    os.kill(rank_pids(first.run_dir)[1], signal.SIGKILL)
+    assert first.wait(30) == "failed"
+    failure = first.summary["failure"]
+    assert failure["rank"] == 1, failure
+    assert "rank 1" in failure["error"] and "without reporting" in failure["error"]
+    assert not in_queue(first.summary["slurm_job_id"])
+    assert_no_rank_left(first)
+
+    # 3. The CPUs are free: Slurm starts the second job. Stopping it is scancel.
+    wait_for(lambda: any(m["kind"] == "step" for m in second.metrics()), 150,
+             "the second job's first step")
+    assert second.status == "running"
+    panel.refresh()
+    assert "queued" not in panel.status.value
+    pids = list(rank_pids(second.run_dir).values())
+    t0 = time.time()
+    second.stop()
+    assert time.time() - t0 < 10, f"stop took {time.time() - t0:.1f} s"
+    assert second.status == "stopped" and "survivors" not in second.summary
+    assert second.summary["slurm_state"] == "CANCELLED"
+    assert not in_queue(second.summary["slurm_job_id"])
+    assert_no_rank_left(second)
+    assert len(pids) == 2 and not any(pid_alive(p) for p in pids)

@@ -1,0 +1,143 @@
+"""Exercise: Amdahl or Gustafson? Read the serial share each law needs, then let the data choose.
+
+The two laws use *different* serial shares, and one symbol for both hides it:
+
+* **Amdahl** (fixed total work): s_A is the serial share of the **one-worker** time,
+  S(p) = 1 / (s_A + (1 − s_A) / p).  Solved for s_A: s_A = (p/S − 1) / (p − 1), which is
+  also the Karp–Flatt metric.
+* **Gustafson** (work growing with p): s_G is the serial share of the **p-worker** time,
+  S(p) = s_G + (1 − s_G) · p.  Solved for s_G: s_G = (p − S) / (p − 1).
+
+Each law has one parameter, so each fits any *one* measured point exactly: from the
+speedups at p = 1 and p = 2 alone nothing tells them apart. With three or more worker
+counts, the law whose serial share stays the same from point to point is the one that
+describes the job. (The workbench's panel fits Amdahl to strong and Gustafson to weak
+scaling; here the data decide.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+from workbench.scaling.metrics import amdahl, gustafson
+
+#: (workers, speedup) points the serial-share checker tries.
+POINTS = ((2, 1.8), (4, 3.1), (8, 4.7), (16, 12.0), (3, 2.9))
+
+
+def serial_shares(p: float, s: float) -> tuple[float, float]:
+    """(s_A, s_G): the serial shares that make Amdahl's and Gustafson's law give S at p."""
+    return (p / s - 1) / (p - 1), (p - s) / (p - 1)
+
+
+def _measured(law: str, share: float, workers: Sequence[int], noise: Sequence[float]):
+    """Speedups a job obeying `law` would show, with a little measurement noise."""
+    f = 1 - share  # metrics.amdahl and metrics.gustafson take the parallel share
+    speedup = amdahl if law == "amdahl" else gustafson
+    return [(p, speedup(p, f) * (1 + e)) for p, e in zip(workers, noise, strict=True)]
+
+
+#: Data sets for the which-law checker, with the answer each deserves.
+DATASETS = (
+    ("strong scaling of a fixed problem", _measured("amdahl", 0.10, (1, 2, 4, 8),
+                                                    (0, 0.01, -0.01, 0.005)), "amdahl"),
+    ("weak scaling, 4 to 16 workers", _measured("gustafson", 0.25, (1, 4, 8, 16),
+                                                (0, -0.01, 0.01, 0.0)), "gustafson"),
+    ("only 1 and 2 workers", _measured("amdahl", 0.10, (1, 2), (0, 0)), None),
+    ("weak scaling, 2 to 8 workers", _measured("gustafson", 0.05, (1, 2, 4, 8),
+                                               (0, 0.005, -0.005, 0.0)), "gustafson"),
+    ("strong scaling, 4 worker counts, no p = 1", _measured("amdahl", 0.02, (2, 4, 8, 16),
+                                                            (0.0, 0.01, 0.0, -0.01)), "amdahl"),
+)
+
+
+def relative_spread(values: Sequence[float]) -> float:
+    """(largest − smallest) ÷ mean: how far a share wanders, whatever its size."""
+    mean = sum(values) / len(values)
+    return (max(values) - min(values)) / abs(mean) if mean else math.inf
+
+
+def reference_law(points: Sequence[tuple[float, float]]) -> str | None:
+    """'amdahl' or 'gustafson', whichever serial share varies less; None from < 2 points.
+
+    Points at p = 1 say nothing (S = 1 there under both laws). The spread is relative
+    because s_A is never larger than s_G: absolute spreads would favour Amdahl.
+    """
+    shares = [serial_shares(p, s) for p, s in points if p > 1]
+    if len(shares) < 2:
+        return None
+    spread_a = relative_spread([a for a, _ in shares])
+    spread_g = relative_spread([g for _, g in shares])
+    return "amdahl" if spread_a < spread_g else "gustafson"
+
+
+def check_serial_shares(fn) -> Feedback:
+    """Check `fn(p, speedup) -> (s_amdahl, s_gustafson)` on several measured points."""
+    for p, s in POINTS:
+        out, crash = call_student(fn, p, s)
+        if crash:
+            return crash
+        try:
+            a, g = (float(x) for x in out)
+        except (TypeError, ValueError):
+            return not_yet(f"for p = {p}, S = {s:g} you returned {out!r}.",
+                           "Return a pair (s_amdahl, s_gustafson) of numbers.")
+        want_a, want_g = serial_shares(p, s)
+        if not (math.isclose(a, want_a, abs_tol=1e-9) and math.isclose(g, want_g, abs_tol=1e-9)):
+            return _shares_hint(p, s, a, g, want_a, want_g)
+    return correct("for one run the two shares differ: 10% of the p-worker time is a much "
+                   "smaller share of the one-worker time. Name which one you mean.")
+
+
+def _shares_hint(p: float, s: float, a: float, g: float, want_a: float,
+                 want_g: float) -> Feedback:
+    message = (f"for p = {p}, S = {s:g} you give s_A = {a:.4g}, s_G = {g:.4g}; the laws need "
+               f"s_A = {want_a:.4g}, s_G = {want_g:.4g}.")
+    close = math.isclose
+    if close(a, want_g) and close(g, want_a):
+        return not_yet(message, "Swapped: Amdahl's share is of the one-worker time, "
+                       "Gustafson's of the p-worker time. Solve each law for its own share.")
+    if close(a, g):
+        return not_yet(message, "One number for both laws: that is the symbol mix-up. They "
+                       "are shares of different times, so the same run gives two values.")
+    if close(a, 1 - want_a) or close(g, 1 - want_g):
+        return not_yet(message, "That is the parallel share. The serial share is 1 minus it.")
+    if close(a, 100 * want_a) and close(g, 100 * want_g):
+        return not_yet(message, "Those are percentages. Give each share as a fraction "
+                       "between 0 and 1, as the laws use it.")
+    return not_yet(message, "Solve S = 1/(s + (1 − s)/p) for s (Amdahl), and "
+                   "S = s + (1 − s)·p for s (Gustafson).")
+
+
+def check_which_law(fn) -> Feedback:
+    """Check `fn(points) -> 'amdahl', 'gustafson' or None` on every data set."""
+    for name, points, want in DATASETS:
+        out, crash = call_student(fn, list(points))
+        if crash:
+            return crash
+        got = out.strip().lower() if isinstance(out, str) else out
+        if got != want:
+            return _which_hint(name, points, got, want)
+    return correct("the law whose serial share holds steady across worker counts is the one "
+                   "that describes the job, and two points cannot tell.")
+
+
+def _which_hint(name: str, points, got, want) -> Feedback:
+    shown = ", ".join(f"S({p:g}) = {s:.3f}" for p, s in points)
+    message = f"for '{name}' ({shown}) you answer {got!r}, not {want!r}."
+    if want is None:
+        return not_yet(message, "With one point beyond p = 1 each law, having one parameter, "
+                       "fits it exactly. Return None: measure at least three worker counts.")
+    if got is None:
+        return not_yet(message, "There are enough points here: compute each law's serial "
+                       "share at every p > 1 and see which one stays the same.")
+    if got not in ("amdahl", "gustafson"):
+        return not_yet(message, "Return 'amdahl', 'gustafson' or None.")
+    shares = [serial_shares(p, s) for p, s in points if p > 1]
+    listing = "; ".join(f"p = {p:g}: s_A = {a:.3f}, s_G = {g:.3f}"
+                        for (p, _), (a, g) in zip([q for q in points if q[0] > 1], shares,
+                                                  strict=True))
+    return not_yet(message, f"Compare how much each share varies relative to its size, not "
+                   f"how large it is (s_A is never larger than s_G): {listing}.")

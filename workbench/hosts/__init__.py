@@ -1,0 +1,6 @@
+"""What this host gives a job: its CPU budget (`cpu.py`). How jobs share the host's cores is
+decided when they launch, in `workbench/jobs/cores.py`."""
+
+from workbench.hosts.cpu import CpuBudget, cpu_budget
+
+__all__ = ["CpuBudget", "cpu_budget"]

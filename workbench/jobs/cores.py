@@ -1,0 +1,256 @@
+"""Sharing one host's cores between jobs: disjoint core sets, a FIFO queue, a per-user limit.
+
+Each job binds its ranks to cores (`cpu_bind="core"`, like `mpirun --bind-to core`). Two jobs
+that each picked "the first cores" on their own would stack on cores 0 and 1 while the other
+cores sit idle, and both would run at half speed. So, before launching, a job asks this
+module for its cores, and every job on the host - from any notebook, terminal or student -
+asks the same place: one small JSON file, `cores.json`, in a shared folder. Holding an
+`flock` on that file makes each read-change-write of it atomic.
+
+The file holds the jobs that run (`held`: their cores) and those that wait (`waiting`), in
+the order they asked. A waiting job starts when
+
+1. every job that asked before it waits only for its own user's running jobs (first in,
+   first out: a job waiting for cores is never overtaken, so a big job cannot starve;
+   one user's jobs held back by their limit do not hold up other users),
+2. its user runs fewer jobs than the per-user limit, and
+3. enough cores are free: it then takes the lowest-numbered free ones.
+
+When cores run short, a job waits (`WORKBENCH_WHEN_BUSY=queue`, the default) or starts at
+once without cores of its own (`unbound`), sharing them with a warning. A job that needs
+more cores than the host has can never get them; it runs unbound at once (ranks then wrap
+round the cores, see `workbench.training.loop.pin_cpu`). An entry whose owner - the
+Python process that started the job - has died is dropped, so a crashed kernel frees its
+cores.
+
+Settings (environment variables, so a hub's administrator sets them once for everyone):
+
+- `WORKBENCH_SHARED_DIR`: the shared folder (default /tmp/workbench-shared; created
+  world-writable with the sticky bit, like /tmp itself, so every user's jobs can share it);
+- `WORKBENCH_WHEN_BUSY`: `queue` or `unbound`;
+- `WORKBENCH_JOBS_PER_USER`: running jobs per user, 0 for no limit. Default: 1 on a
+  JupyterHub (a `JUPYTERHUB_*` variable is set), no limit elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import getpass
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from workbench.config import ConfigError
+from workbench.hosts.cpu import affinity
+
+ENV_SHARED_DIR = "WORKBENCH_SHARED_DIR"
+ENV_WHEN_BUSY = "WORKBENCH_WHEN_BUSY"
+ENV_JOBS_PER_USER = "WORKBENCH_JOBS_PER_USER"
+WHEN_BUSY = ("queue", "unbound")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How this host shares its cores (see the module docstring)."""
+
+    folder: Path
+    when_busy: str
+    jobs_per_user: int  # 0: no limit
+
+
+def on_a_hub() -> bool:
+    """True inside a JupyterHub single-user server (it sets JUPYTERHUB_* variables)."""
+    return any(name.startswith("JUPYTERHUB_") for name in os.environ)
+
+
+def settings() -> Settings:
+    """Read the settings from the environment; a bad value is a ConfigError saying so."""
+    folder = Path(os.environ.get(ENV_SHARED_DIR) or "/tmp/workbench-shared")
+    when_busy = os.environ.get(ENV_WHEN_BUSY) or "queue"
+    if when_busy not in WHEN_BUSY:
+        raise ConfigError(f"invalid {ENV_WHEN_BUSY}={when_busy!r}: expected queue or unbound")
+    limit_text = os.environ.get(ENV_JOBS_PER_USER) or ("1" if on_a_hub() else "0")
+    if not limit_text.isdigit():
+        raise ConfigError(f"invalid {ENV_JOBS_PER_USER}={limit_text!r}: expected a whole "
+                          "number of running jobs per user (0: no limit)")
+    _shared_folder(folder)
+    return Settings(folder, when_busy, int(limit_text))
+
+
+def current_user() -> str:
+    """The hub's user name when there is one, else the login name."""
+    return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+
+
+def owner_id(pid: int | None = None) -> str:
+    """"pid:start time" of a process: a pid reused by a later process does not match."""
+    proc = psutil.Process(pid)
+    return f"{proc.pid}:{proc.create_time()}"
+
+
+class Ticket:
+    """One job's place: first in the queue, then holding its cores until released.
+
+    `n_cores` is 0 for a job that binds no cores here (`cpu_bind="none"`, several hosts):
+    it only counts towards its user's limit.
+    """
+
+    def __init__(self, run_id: str, n_cores: int, sharing: Settings) -> None:
+        self.run_id, self.n_cores, self.sharing = run_id, n_cores, sharing
+        self.user = current_user()
+        self.cores: list[int] | None = None   # once granted: the cores ([] = unbound)
+        self.warning: str | None = None       # once granted unbound: why
+        self._position = 0
+        with _state(sharing.folder) as state:
+            state["waiting"].append({"run_id": run_id, "user": self.user, "owner": owner_id(),
+                                     "n_cores": n_cores, "since": time.time()})
+
+    @property
+    def granted(self) -> bool:
+        return self.cores is not None
+
+    @property
+    def position(self) -> int:
+        """1 for the next job to start, 2 behind it, ...; 0 once granted."""
+        return 0 if self.granted else self._position
+
+    def poll(self) -> bool:
+        """Take the cores if this job's turn has come; True once granted."""
+        if self.granted:
+            return True
+        with _state(self.sharing.folder) as state:
+            mine = _find(state["waiting"], self.run_id)
+            if mine is None:  # dropped as stale (should not happen while we live): ask again
+                mine = {"run_id": self.run_id, "user": self.user, "owner": owner_id(),
+                        "n_cores": self.n_cores, "since": time.time()}
+                state["waiting"].append(mine)
+            ahead = state["waiting"][:state["waiting"].index(mine)]
+            self._position = 1 + len(ahead)
+            # First in, first out: wait behind anyone who asked earlier, unless they wait
+            # for their own user's running job (that must not hold up other users).
+            if any(self._under_limit(e["user"], state) for e in ahead):
+                return False
+            if not self._could_start(mine, state):
+                return False
+            self.cores = self._take(state)
+            state["waiting"].remove(mine)
+            state["held"].append({"run_id": self.run_id, "user": self.user,
+                                  "owner": mine["owner"], "cores": self.cores,
+                                  "since": time.time()})
+        return True
+
+    def release(self) -> None:
+        """Give the cores back (or leave the queue). Safe to call more than once."""
+        with _state(self.sharing.folder) as state:
+            for key in ("held", "waiting"):
+                state[key] = [e for e in state[key] if e["run_id"] != self.run_id]
+
+    # ------------------------------------------------------------------ the rules
+    def _under_limit(self, user: str, state: dict[str, Any]) -> bool:
+        limit = self.sharing.jobs_per_user
+        return limit == 0 or sum(e["user"] == user for e in state["held"]) < limit
+
+    def _could_start(self, entry: dict[str, Any], state: dict[str, Any]) -> bool:
+        """Whether `entry` may start now: its user is under the limit and cores suffice
+        (or the job will not wait for cores: it binds none, or runs unbound)."""
+        if not self._under_limit(entry["user"], state):
+            return False
+        need = entry["n_cores"]
+        return (need == 0 or need > len(affinity()) or self.sharing.when_busy == "unbound"
+                or len(_free(state)) >= need)
+
+    def _take(self, state: dict[str, Any]) -> list[int]:
+        """The lowest free cores, or [] (unbound, with a warning saying why)."""
+        free, need = _free(state), self.n_cores
+        if need == 0:
+            return []
+        if need > len(affinity()):
+            self.warning = (f"this job needs {need} cores and the host has "
+                            f"{len(affinity())}: it runs without cores of its own")
+            return []
+        if len(free) < need:
+            self.warning = (f"only {len(free)} of the {need} cores this job needs are free "
+                            f"({ENV_WHEN_BUSY}=unbound): it shares cores with other jobs, so "
+                            "both run slower")
+            return []
+        return free[:need]
+
+
+def _free(state: dict[str, Any]) -> list[int]:
+    taken = {c for e in state["held"] for c in e["cores"]}
+    return [c for c in affinity() if c not in taken]
+
+
+def _find(entries: list[dict[str, Any]], run_id: str) -> dict[str, Any] | None:
+    return next((e for e in entries if e["run_id"] == run_id), None)
+
+
+def _owner_alive(owner: str) -> bool:
+    pid = owner.partition(":")[0]
+    try:
+        return owner_id(int(pid)) == owner
+    except (psutil.Error, ValueError):
+        return False
+
+
+def snapshot(folder: Path | None = None) -> dict[str, Any]:
+    """The host's allocation as it is now: {"held": [...], "waiting": [...]} (for display)."""
+    with _state(folder or settings().folder) as state:
+        return json.loads(json.dumps(state))
+
+
+@contextlib.contextmanager
+def _state(folder: Path) -> Iterator[dict[str, Any]]:
+    """The shared state, locked (`flock`) for the duration of the block, then written back.
+
+    The file is both the lock and the state, and is rewritten in place: in a sticky shared
+    folder only its creator could rename another file over it. Entries of dead owners are
+    dropped on the way in; a file left half-written by a crash reads as empty.
+    """
+    _shared_folder(folder)
+    path = folder / "cores.json"
+    with open(path, "a+") as f:
+        _chmod_shared(path)
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            f.seek(0)
+            try:
+                state = json.loads(f.read() or "{}")
+            except json.JSONDecodeError:
+                state = {}
+            state = {key: [e for e in state.get(key, []) if _owner_alive(e["owner"])]
+                     for key in ("held", "waiting")}
+            yield state
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps(state, indent=1))
+            f.flush()
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _shared_folder(folder: Path) -> None:
+    """Create the shared folder, writable by every user (sticky, like /tmp)."""
+    try:
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(0o1777)
+        state = folder / "cores.json"
+        if not os.access(folder, os.W_OK) or (state.exists() and not os.access(state, os.W_OK)):
+            raise PermissionError(f"{folder} is not writable")
+    except OSError as err:
+        raise ConfigError(f"cannot share cores through {folder} ({err}): set "
+                          f"{ENV_SHARED_DIR} to a folder every user can write") from None
+
+
+def _chmod_shared(path: Path) -> None:
+    """Let other users' jobs read and write the file (only its owner may chmod it)."""
+    with contextlib.suppress(PermissionError):
+        path.chmod(0o666)
