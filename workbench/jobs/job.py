@@ -548,6 +548,9 @@ def start(cfg: JobConfig) -> Job:
     """Validate `cfg` and launch a training job; returns at once (see `Job`)."""
     cfg = apply_preset(cfg).validate()
     _check_engine(cfg.engine)
+    if cfg.engine not in TRAINING_MODULES:
+        raise ConfigError(f"--engine {cfg.engine} runs the labs' workers, not training: use "
+                          f"one of {', '.join(TRAINING_MODULES)}")
     if cfg.launcher == "slurm":
         slurm.check(cfg)
     return Job(cfg, TRAINING_MODULES[cfg.engine], [])
