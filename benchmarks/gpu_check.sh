@@ -1,48 +1,266 @@
 #!/usr/bin/env bash
-# GPU check: on a CUDA machine, run np=1 and np=2 on both engines (ranks may share one GPU)
-# and print the device each rank used and the samples/s of each run.
+# GPU check: run on a machine with one or more NVIDIA GPUs, after `make setup` with a CUDA
+# build of PyTorch (and `make horovod`, which then builds Horovod with NCCL).
 #
-# Usage: bash benchmarks/gpu_check.sh   (after `make setup`; uses .venv/bin/python)
-# What it checks: each rank takes the GPU of its local rank (cuda:local_rank % GPUs), torch
-# jobs use NCCL, Horovod uses its GPU operations when built with them (gloo otherwise), and
-# step timings wait for CUDA (torch.cuda.synchronize) before reading the clock.
+# Usage: bash benchmarks/gpu_check.sh        (PYTHON=... to use another interpreter)
+#        EXPECTED_BUSBW_GBPS=400 bash benchmarks/gpu_check.sh   (your interconnect's figure)
+#
+# What it runs and prints, in order (N = the number of visible GPUs):
+#  1. `workbench doctor`; fails if it is not ready, or if Horovod has no NCCL.
+#  2. Throughput: a CNN on synthetic images with --device cuda, on both engines (torch =
+#     DDP over NCCL, horovod = Horovod over NCCL) at np=1 and np=N: samples/s of each run,
+#     each rank's device (every rank must have a GPU of its own), the clock the ranks used
+#     (must be CUDA events), and the efficiency samples/s(N) / (N x samples/s(1)).
+#  3. The N x b invariant on GPU: N ranks with batch b end with the same parameters as
+#     one process with batch N*b, to 1e-4 in float32 and 1e-5 in float64, on both engines.
+#  4. busbw (with N >= 2): `workbench bench allreduce --device cuda` on both engines, the
+#     best busbw over 1 MB..256 MB against the NCCL bus bandwidth expected for the
+#     interconnect (0.8 x the GPU's NVLink bandwidth per direction from `nvidia-smi nvlink
+#     -s`, else 0.75 x the PCIe link's; EXPECTED_BUSBW_GBPS overrides); fails below half.
+#  5. The compute/sync split (with N >= 2): a Horovod job with its timeline; the exposed
+#     synchronization per step measured by CUDA events must lie between 0 and the time per
+#     step that Horovod's timeline shows communicating (negotiation + allreduce), + 0.5 ms.
+# Then a summary of every figure, and "GPU CHECK PASSED" (exit 0) or "GPU CHECK FAILED"
+# with each failure (exit 1). A check that cannot run (e.g. busbw on one GPU) says why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-"$PY" - <<'PYEOF'
+export PATH="$(cd "$(dirname "$PY")" && pwd):$PATH"    # horovodrun and workbench
+exec "$PY" - <<'PYEOF'
 import json
+import os
+import re
+import subprocess
+import sys
 import tempfile
 
 import torch
 
-import workbench
-from workbench.records import events
+from workbench.config import ConfigError, JobConfig
+from workbench.jobs import devices
+from workbench.jobs.job import start
+from workbench.records import events, of_kind
+from workbench.scaling.bench import BenchError, run_allreduce_bench
+from workbench.scaling.timeline import load_timeline
 
-if not torch.cuda.is_available():
-    raise SystemExit("gpu_check: no CUDA device visible to torch; nothing to check here")
-print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device_count()} GPU(s):"
-      f" {torch.cuda.get_device_name(0)}; NCCL available: {torch.distributed.is_nccl_available()}")
-try:
-    import horovod.torch as hvd
-    print(f"Horovod: NCCL built {hvd.nccl_built()}, gloo built {hvd.gloo_built()}")
-except ImportError as exc:
-    print(f"Horovod not importable: {exc}")
+FAILURES: list[str] = []
+FIGURES: list[str] = []
+RUNS = tempfile.mkdtemp(prefix="gpu-check-")
+ENGINES = ("torch", "horovod")
 
-runs = tempfile.mkdtemp()
-for engine in ("torch", "horovod"):
-    for np in (1, 2):
-        cfg = workbench.JobConfig.from_preset("compute-bound", engine=engine, np=np, epochs=2,
-                                              samples=4096, runs_dir=runs)
-        try:
-            job = workbench.start(cfg)
-        except workbench.ConfigError as exc:
-            print(f"{engine} np={np}: skipped ({exc})")
+
+def section(title: str) -> None:
+    print(f"\n== {title}", flush=True)
+
+
+def fail(message: str) -> None:
+    FAILURES.append(message)
+    print(f"  FAIL: {message}", flush=True)
+
+
+def figure(text: str) -> None:
+    FIGURES.append(text)
+    print(f"  {text}", flush=True)
+
+
+def run(cfg: JobConfig, what: str, timeout_s: float = 600):
+    """Start and wait for one job; None (and a failure) if it was refused or did not succeed."""
+    try:
+        job = start(cfg)
+    except ConfigError as exc:
+        fail(f"{what}: refused: {exc}")
+        return None
+    status = job.wait(timeout_s)
+    if status == "running":
+        job.stop()
+        status = "timed out"
+    if status != "succeeded":
+        failure = (job.summary or {}).get("failure") or {}
+        fail(f"{what}: {status}: {failure.get('error')}")
+        print("    " + "\n    ".join(str(failure.get("log_tail") or "").splitlines()[-15:]))
+        return None
+    return job
+
+
+def check_ranks(job, what: str) -> None:
+    """Every rank on a GPU of its own, timed by CUDA events."""
+    ready = {e["rank"]: e for e in events(job.metrics(), "ready")}
+    used = [ready[r]["device"] for r in sorted(ready)]
+    print(f"    ranks' devices {used}, clock: {ready[0].get('timing')}")
+    if len(set(used)) != len(used) or not all(d.startswith("cuda") for d in used):
+        fail(f"{what}: ranks do not each have a GPU of their own: {used}")
+    if not all("CUDA events" in str(e.get("timing")) for e in ready.values()):
+        fail(f"{what}: the ranks did not time with CUDA events")
+
+
+# ------------------------------------------------------------------------------ 0. premise
+gpus = devices.gpu_count()
+if gpus == 0:
+    print(f"GPU CHECK FAILED: no CUDA GPU is visible (torch {torch.__version__}, CUDA "
+          f"{torch.version.cuda}): run it on a GPU machine, with a CUDA build of PyTorch")
+    sys.exit(1)
+# GPU names from the driver: asking torch would create a CUDA context in this process,
+# which would sit on GPU 0 (memory and all) while the jobs run.
+names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], text=True,
+                       capture_output=True, timeout=60).stdout.strip().splitlines()
+nccl = torch.cuda.nccl.version()
+nccl = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, NCCL {nccl}, {gpus} GPU(s): "
+      f"{', '.join(names)}")
+print(f"runs in {RUNS}")
+counts = sorted({1, gpus})
+
+# ------------------------------------------------------------------------------ 1. doctor
+section("1. workbench doctor")
+doctor = subprocess.run([sys.executable, "-m", "workbench.cli", "doctor"], text=True,
+                        capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
+print(doctor.stdout + doctor.stderr)
+if doctor.returncode != 0:
+    fail("workbench doctor: not ready (see above)")
+report = json.loads(subprocess.run([sys.executable, "-m", "workbench.cli", "doctor", "--json"],
+                                   text=True, capture_output=True, timeout=300,
+                                   stdin=subprocess.DEVNULL).stdout)
+if not (report.get("horovod", {}).get("tensor_operations") or {}).get("nccl"):
+    fail("Horovod was built without NCCL: run `make horovod` (with nvcc on PATH)")
+
+# ------------------------------------------------------------------------------ 2. throughput
+section(f"2. samples/s at np = {', '.join(map(str, counts))}, both engines (CNN, "
+        "synthetic images, --device cuda)")
+throughput: dict[tuple[str, int], float] = {}
+for engine in ENGINES:
+    for np in counts:
+        what = f"{engine} np={np}"
+        cfg = JobConfig(engine=engine, np=np, device="cuda", model="cnn", width=128,
+                        dataset="synthetic-images", samples=32768, batch_size=256, epochs=3,
+                        lr=0.05, runs_dir=RUNS, stall_timeout=300, name=f"tput-{engine}")
+        job = run(cfg, what)
+        if job is None:
             continue
-        status = job.wait(600)
-        devices = sorted({(e["rank"], e["device"]) for e in events(job.metrics(), "ready")})
-        s = job.summary
-        print(f"{engine:8s} np={np}: {status:9s} devices {devices}  "
-              f"{s['samples_per_s']:,.0f} samples/s  (final loss {s['final_loss']})")
-        if status != "succeeded":
-            print(json.dumps(s.get("failure"), indent=2)[:2000])
+        throughput[engine, np] = job.summary["samples_per_s"]
+        figure(f"{what}: {throughput[engine, np]:,.0f} samples/s  (run {job.run_id})")
+        check_ranks(job, what)
+    if gpus > 1 and (engine, 1) in throughput and (engine, gpus) in throughput:
+        eff = throughput[engine, gpus] / (gpus * throughput[engine, 1])
+        figure(f"{engine} efficiency at np={gpus}: {eff:.2f}  (samples/s at np={gpus} / "
+               f"({gpus} x samples/s at np=1))")
+    elif gpus == 1:
+        print(f"  {engine} efficiency: n/a with 1 GPU (np=all is np=1)")
+
+# ------------------------------------------------------------------------------ 3. invariant
+section(f"3. the N x b invariant on GPU: np={gpus} x batch 16 == 1 process x batch {16 * gpus}")
+TOLERANCE = {"float32": 1e-4, "float64": 1e-5}
+small = dict(model="mlp", width=64, dataset="digits", epochs=1, device="cuda",
+             runs_dir=RUNS, stall_timeout=300)
+for dtype, tol in TOLERANCE.items():
+    serial = run(JobConfig(engine="serial", np=1, batch_size=16 * gpus, dtype=dtype,
+                           name="serial", **small), f"serial {dtype}")
+    if serial is None:
+        continue
+    reference = serial.record().model_state()
+    for engine in ENGINES:
+        what = f"{engine} np={gpus} {dtype}"
+        job = run(JobConfig(engine=engine, np=gpus, batch_size=16, dtype=dtype,
+                            name=f"inv-{engine}", **small), what)
+        if job is None:
+            continue
+        state = job.record().model_state()
+        err = max(float((state[k].cpu() - reference[k].cpu()).abs().max()) for k in reference)
+        figure(f"invariant {what}: max |parameter difference| {err:.2e} (bound {tol:g})")
+        if not err < tol:
+            fail(f"invariant {what}: parameters differ by {err:.2e} >= {tol:g}")
+
+# ------------------------------------------------------------------------------ 4. busbw
+section("4. allreduce bus bandwidth (workbench bench allreduce --device cuda)")
+
+
+def expected_busbw() -> tuple[float | None, str]:
+    """NCCL's allreduce busbw to expect, GB/s, and how it was estimated."""
+    if os.environ.get("EXPECTED_BUSBW_GBPS"):
+        return float(os.environ["EXPECTED_BUSBW_GBPS"]), "EXPECTED_BUSBW_GBPS"
+    try:
+        links = subprocess.run(["nvidia-smi", "nvlink", "-s", "-i", "0"], text=True,
+                               capture_output=True, timeout=60).stdout
+        per_link = [float(x) for x in re.findall(r"Link \d+: ([\d.]+) GB/s", links)]
+        if per_link:
+            return 0.8 * sum(per_link), (f"NVLink: {len(per_link)} links, {sum(per_link):.0f} "
+                                         "GB/s per direction; expect 0.8 x that")
+        pcie = subprocess.run(["nvidia-smi", "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
+                               "--format=csv,noheader,nounits", "-i", "0"], text=True,
+                              capture_output=True, timeout=60).stdout
+        gen, width = (int(x) for x in pcie.strip().split(","))
+        lane = {3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}.get(gen)   # GB/s per lane
+        if lane:
+            return 0.75 * lane * width, (f"PCIe gen {gen} x{width}: {lane * width:.0f} GB/s "
+                                         "per direction; expect 0.75 x that")
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        return None, f"interconnect unknown ({exc}); set EXPECTED_BUSBW_GBPS"
+    return None, "interconnect unknown; set EXPECTED_BUSBW_GBPS"
+
+
+expected, how = expected_busbw()
+print(f"  expected busbw: {f'{expected:.0f} GB/s' if expected else 'unknown'} ({how})")
+if gpus < 2:
+    print("  busbw: n/a with 1 GPU (an allreduce over one GPU moves no bytes between GPUs)")
+for engine in ENGINES if gpus >= 2 else ():
+    try:
+        res = run_allreduce_bench(engine, gpus, [1 << 20, 16 << 20, 256 << 20], runs_dir=RUNS,
+                                  budget_s=1.0, device="cuda", timeout_s=600)
+    except (ConfigError, BenchError) as exc:
+        fail(f"busbw {engine}: {exc}")
+        continue
+    for r in res["rows"]:
+        print(f"    {engine} {r['size_bytes'] >> 20:>4} MB: {1e3 * r['time_s']:8.3f} ms, "
+              f"algbw {r['algbw_GBps']:7.1f} GB/s, busbw {r['busbw_GBps']:7.1f} GB/s")
+    best = max(r["busbw_GBps"] for r in res["rows"])
+    ratio = f" = {best / expected:.2f} of the expected {expected:.0f} GB/s" if expected else ""
+    figure(f"busbw {engine} np={gpus}: {best:.1f} GB/s{ratio}")
+    if expected and best < 0.5 * expected:
+        fail(f"busbw {engine}: {best:.1f} GB/s is under half the expected {expected:.0f} GB/s")
+
+# ------------------------------------------------------------------------------ 5. split
+section("5. compute/sync split (CUDA events) against Horovod's timeline")
+
+
+def union_s(spans: list[tuple[float, float]]) -> float:
+    """Seconds covered by at least one of the (start, end) spans."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+if gpus < 2:
+    print("  n/a with 1 GPU: Horovod does not allreduce with one rank")
+else:
+    job = run(JobConfig(engine="horovod", np=gpus, device="cuda", model="cnn", width=128,
+                        dataset="synthetic-images", samples=16384, batch_size=256, epochs=1,
+                        max_steps=40, timeline=True, runs_dir=RUNS, stall_timeout=300,
+                        name="split"), f"horovod np={gpus} with timeline")
+    if job is not None:
+        steps = [s for s in of_kind(job.metrics(), "step") if s["rank"] == 0]
+        sync_ms = 1e3 * sum(s["sync_s"] for s in steps) / len(steps)
+        compute_ms = 1e3 * sum(s["compute_s"] for s in steps) / len(steps)
+        tl = load_timeline(job.run_dir / "timeline.json")
+        spans = [(n.start, n.end) for n in tl.negotiations] + \
+                [(o.start, o.end) for o in tl.operations if o.name == "ALLREDUCE"]
+        comm_ms = 1e3 * union_s(spans) / len(steps)
+        figure(f"split horovod np={gpus}: per step, compute {compute_ms:.2f} ms and exposed "
+               f"sync {sync_ms:.2f} ms (CUDA events); Horovod's timeline shows "
+               f"{comm_ms:.2f} ms communicating (negotiation + allreduce, overlapping compute)")
+        if not 0 <= sync_ms <= comm_ms + 0.5:
+            fail(f"split: exposed sync {sync_ms:.2f} ms per step is outside [0, the "
+                 f"timeline's {comm_ms:.2f} ms + 0.5 ms]")
+
+# ------------------------------------------------------------------------------ summary
+section("summary")
+for line in FIGURES:
+    print(f"  {line}")
+if FAILURES:
+    print(f"\nGPU CHECK FAILED ({len(FAILURES)}):")
+    for message in FAILURES:
+        print(f"  - {message}")
+    sys.exit(1)
+print("\nGPU CHECK PASSED")
 PYEOF

@@ -182,3 +182,18 @@ def test_unresolvable_hostname_breaks_horovod_and_the_doctor_says_so(tmp_path: P
                                    "-H", "localhost:2", "--gloo", "--gloo-timeout-seconds",
                                    "30", sys.executable, str(script)), timeout=120)
     assert job.returncode != 0 and "SUM 2.0" not in job.stdout, job.stdout[-2000:]
+
+
+def test_doctor_warns_when_cuda_is_there_but_horovod_has_no_nccl(report: dict[str, Any]) -> None:
+    """This machine's Horovod report, without NCCL, where torch sees CUDA."""
+    ops = report["horovod"]["tensor_operations"]
+    without_nccl = {**report["horovod"], "tensor_operations": {**ops, "nccl": False}}
+    with_cuda = {**report["torch"], "cuda_available": True, "cuda_version": "12.1"}
+    check = doctor._gpu_horovod_check(with_cuda, without_nccl)
+    assert check is not None and check.status == "warn"
+    assert "without NCCL" in check.detail and "make horovod" in check.fix
+    with_nccl = {**report["horovod"], "tensor_operations": {**ops, "nccl": True}}
+    assert doctor._gpu_horovod_check(with_cuda, with_nccl).status == "ok"
+    if not report["torch"]["cuda_available"]:    # no GPU, no line about GPUs
+        assert doctor._gpu_horovod_check(report["torch"], report["horovod"]) is None
+        assert "Horovod on GPUs" not in [c["name"] for c in report["checks"]]

@@ -61,8 +61,10 @@ def venv_without_horovod(tmp_path: Path) -> Path:
 
 
 def cached_wheel() -> Path | None:
-    import torch
-    folder = ROOT / ".cache" / "wheels" / f"torch-{torch.__version__}"
+    """The wheel build_horovod.sh caches for this environment (its --dry-run names the folder)."""
+    out = subprocess.run(["bash", str(BUILD_SCRIPT), sys.executable, "--dry-run"],
+                         capture_output=True, text=True, timeout=60).stdout
+    folder = Path(re.search(r"dry run: cache folder (\S+)", out).group(1))
     wheels = sorted(folder.glob("horovod-0.28.1-*.whl"))
     return wheels[0] if wheels else None
 

@@ -27,6 +27,10 @@ CPU_BINDS = ("core", "none")
 #: Who starts the ranks: this machine (`local`), horovodrun over ssh on `--hosts` (`ssh`),
 #: or the cluster's scheduler (`slurm`, see workbench/jobs/slurm.py).
 LAUNCHERS = ("local", "ssh", "slurm")
+#: Where the ranks compute: "cpu" (the lessons' default: every laptop has one), "cuda" (one
+#: NVIDIA GPU per rank, checked before launch), or "auto" (cuda where every rank of a host
+#: can have a GPU of its own, else cpu). See workbench/jobs/devices.py.
+DEVICES = ("cpu", "cuda", "auto")
 
 #: Scaling presets. "compute-bound" does many FLOPs per parameter (a CNN with global average
 #: pooling: 85 thousand parameters, about 0.2 s of work per step of 128 samples on one core),
@@ -107,6 +111,7 @@ class JobConfig:
     dtype: str = "float32"
     val_fraction: float = 0.1
     eval_every: int = 0
+    device: str = "cpu"
     name: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -173,6 +178,7 @@ class JobConfig:
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("dtype", self.dtype, DTYPES)
         _choice("cpu_bind", self.cpu_bind, CPU_BINDS)
+        _choice("device", self.device, DEVICES)
         _choice("launcher", self.launcher, LAUNCHERS)
         if self.preset is not None:
             _choice("preset", self.preset, tuple(PRESETS))

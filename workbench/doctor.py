@@ -344,6 +344,24 @@ def _horovod_checks(h: dict[str, Any]) -> list[Check]:
     return checks
 
 
+def _gpu_horovod_check(t: dict[str, Any], h: dict[str, Any]) -> Check | None:
+    """A warning when GPUs are there but Horovod cannot use them (built without NCCL).
+
+    Such a Horovod copies GPU gradients to the host and averages them with gloo, so
+    `--device cuda` refuses it; the build turns NCCL on whenever torch is a CUDA build.
+    """
+    if not (t.get("cuda_available") and h.get("installed")):
+        return None
+    if h["tensor_operations"].get("nccl"):
+        return Check("Horovod on GPUs", "ok", "built with NCCL: GPU gradients are averaged "
+                                              "on the GPUs")
+    return Check("Horovod on GPUs", "warn",
+                 f"CUDA is available (torch {t.get('cuda_version')}) but this Horovod was built"
+                 " without NCCL: --engine horovod --device cuda is refused",
+                 "rebuild it with NCCL: `make horovod` (needs nvcc of the same CUDA major "
+                 "version); meanwhile --engine torch uses NCCL")
+
+
 def _network_check(net: dict[str, Any]) -> Check:
     if net["addresses"]:
         return Check("Hostname", "ok", f"{net['hostname']} resolves to "
@@ -442,6 +460,7 @@ def diagnose() -> dict[str, Any]:
                                     f"({report['python']['executable']})"),
               _torch_check(report["torch"]),
               *_horovod_checks(report["horovod"]),
+              *filter(None, [_gpu_horovod_check(report["torch"], report["horovod"])]),
               _network_check(report["network"]),
               *_machine_checks(report["cpu"], report["gpus"], report["shm"]),
               *_jupyter_checks(report["jupyter"])]

@@ -43,6 +43,7 @@ from typing import Any
 from workbench.config import ConfigError, JobConfig
 from workbench.hosts.cpu import cpu_budget
 from workbench.jobs import cores, slurm
+from workbench.jobs.devices import rank_environment, resolve_device
 from workbench.jobs.engines import ENGINES, TRAINING_MODULES
 from workbench.jobs.environment import rank_environment
 from workbench.jobs.processes import job_processes, pid_alive, rank_hosts, terminate
@@ -236,6 +237,7 @@ class Job:
             ENV_RUN_DIR: str(self.run_dir), ENV_RUN_ID: self.run_id,
             ENV_OWNER: owner_id(), ENV_T0: repr(time.time()),
             "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
+            **rank_environment(cfg),
         }
         if cfg.timeline:
             env["HOROVOD_TIMELINE"] = str(self.run_dir / "timeline.json")
@@ -553,7 +555,10 @@ def start(cfg: JobConfig) -> Job:
                           f"one of {', '.join(TRAINING_MODULES)}")
     if cfg.launcher == "slurm":
         slurm.check(cfg)
-    return Job(cfg, TRAINING_MODULES[cfg.engine], [])
+    cfg, note = resolve_device(cfg)     # "auto" settles here; "cuda" is checked here
+    job = Job(cfg, TRAINING_MODULES[cfg.engine], [])
+    _note(job, note)
+    return job
 
 
 def start_module(engine: str, np: int, module: str, args: list[str] | None = None,
@@ -571,7 +576,10 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
     _check_engine(engine)
     if cfg.launcher == "slurm":
         slurm.check(cfg)
-    return Job(cfg, module, list(args or []), files)
+    cfg, note = resolve_device(cfg)
+    job = Job(cfg, module, list(args or []), files)
+    _note(job, note)
+    return job
 
 
 def apply_preset(cfg: JobConfig) -> JobConfig:
@@ -600,6 +608,13 @@ def _check_engine(engine: str) -> None:
     problem = ENGINES[engine].available()
     if problem:
         raise ConfigError(f"--engine {engine} cannot run here: {problem}")
+
+
+def _note(job: Job, note: str | None) -> None:
+    """Add a warning to a job that has just started (shown by the CLI and the panel)."""
+    if note:
+        job.warnings.append(note)
+        warnings.warn(note, stacklevel=3)
 
 
 def cores_needed(cfg: JobConfig) -> int:

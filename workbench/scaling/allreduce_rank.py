@@ -2,7 +2,8 @@
 
 Started on every rank by :func:`workbench.scaling.bench.run_allreduce_bench` through the job
 launcher (``start_module``), with Horovod (``hvd.allreduce_``) or PyTorch
-(``torch.distributed.all_reduce`` on gloo), so both engines are timed the same way:
+(``torch.distributed.all_reduce``: gloo on CPUs, NCCL on GPUs), so both engines are timed
+the same way:
 
 1. for each size, float32 tensors of that many bytes;
 2. warm-up calls (the first call of a size sets up buffers and, for Horovod, negotiates);
@@ -18,6 +19,10 @@ Horovod would fuse the calls of a round into one message (Tensor Fusion); the be
 fusion off (``HOROVOD_FUSION_THRESHOLD=0``) so every call is one message of n bytes.
 ``--blocking`` instead waits for each call before the next: then the time includes the
 round trip through Horovod's background thread, which a stream hides.
+
+With the job's ``device="cuda"`` the tensors live on each rank's GPU, and a round ends with
+``torch.cuda.synchronize()``: an NCCL call returns once it is queued, and the round must
+time the data actually moved, as nccl-tests does.
 """
 
 from __future__ import annotations
@@ -28,14 +33,15 @@ import time
 
 import torch
 
+from workbench.training.loop import pick_device
 from workbench.training.reporter import RankContext
 
 
 class Collective:
     """The three collectives the benchmark needs, for one engine."""
 
-    def __init__(self, engine: str) -> None:
-        self.engine = engine
+    def __init__(self, engine: str, device: torch.device) -> None:
+        self.engine, self.device = engine, device
         if engine == "horovod":
             import os
 
@@ -49,7 +55,11 @@ class Collective:
 
             import torch.distributed as dist
 
-            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+            timeout = datetime.timedelta(seconds=120)
+            if device.type == "cuda":
+                dist.init_process_group("nccl", device_id=device, timeout=timeout)
+            else:
+                dist.init_process_group("gloo", timeout=timeout)
             self.dist = dist
 
     def allreduce(self, tensor: torch.Tensor, name: str) -> None:
@@ -66,6 +76,8 @@ class Collective:
         else:
             for work in [self.dist.all_reduce(t, async_op=True) for t in tensors]:
                 work.wait()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)   # the data has moved, not just been queued
 
     def broadcast(self, tensor: torch.Tensor, name: str) -> None:
         """Copy rank 0's ``tensor`` to every rank, in place."""
@@ -96,7 +108,8 @@ def time_allreduce(comm: Collective, n_bytes: int, budget_s: float, min_rounds: 
     """Seconds per allreduce of ``n_bytes`` (median round, averaged over ranks) and the
     number of timed rounds."""
     calls = 1 if blocking else max(1, min(8, ROUND_BYTES // max(n_bytes, 1)))
-    tensors = [torch.ones(max(1, n_bytes // 4), dtype=torch.float32) for _ in range(calls)]
+    tensors = [torch.ones(max(1, n_bytes // 4), dtype=torch.float32, device=comm.device)
+               for _ in range(calls)]
     name = f"bench.{n_bytes}"
 
     def one_round() -> None:
@@ -109,7 +122,8 @@ def time_allreduce(comm: Collective, n_bytes: int, budget_s: float, min_rounds: 
     for _ in range(warmup):
         one_round()
     per_round = (time.perf_counter() - start) / max(warmup, 1)
-    rounds = torch.tensor([min(max_rounds, max(min_rounds, int(budget_s / max(per_round, 1e-6))))])
+    rounds = torch.tensor([min(max_rounds, max(min_rounds, int(budget_s / max(per_round, 1e-6))))],
+                          device=comm.device)
     comm.broadcast(rounds, f"{name}.rounds")           # every rank must make the same calls
     comm.barrier()
     times = []
@@ -117,7 +131,7 @@ def time_allreduce(comm: Collective, n_bytes: int, budget_s: float, min_rounds: 
         start = time.perf_counter()
         one_round()
         times.append((time.perf_counter() - start) / calls)
-    median = torch.tensor([statistics.median(times)], dtype=torch.float64)
+    median = torch.tensor([statistics.median(times)], dtype=torch.float64, device=comm.device)
     comm.allreduce(median, f"{name}.time")
     return float(median) / _world_size(comm), int(rounds)
 
@@ -144,7 +158,8 @@ def main(argv: list[str] | None = None) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     with RankContext.from_env() as ctx:
         torch.set_num_threads(ctx.config.resolved_threads())
-        comm = Collective(ctx.config.engine)
+        device = pick_device(ctx.config.device, ctx.local_rank)
+        comm = Collective(ctx.config.engine, device)
         rows = []
         for n in sizes:
             n = 4 * max(1, n // 4)                    # whole float32 elements
@@ -153,7 +168,8 @@ def main(argv: list[str] | None = None) -> None:
             ctx.metric("bench", size_bytes=n, time_s=t, rounds=rounds)
             rows.append({"size_bytes": n, "time_s": t, "rounds": rounds})
         if ctx.rank == 0:
-            ctx.write_result({"engine": ctx.config.engine, "np": ctx.size, "rows": rows})
+            ctx.write_result({"engine": ctx.config.engine, "np": ctx.size, "rows": rows,
+                              "device": str(device)})
         comm.close()
 
 

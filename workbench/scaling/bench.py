@@ -43,6 +43,7 @@ def summarize(result: dict) -> dict:
     p = int(result["np"])
     rows = bench_rows(result["rows"], p)
     out = {"engine": result.get("engine"), "np": p, "rows": rows,
+           "device": result.get("device", "cpu"),
            "alpha_s": None, "beta_s_per_byte": None}
     sizes = [r["size_bytes"] for r in rows]
     if p > 1 and len(set(sizes)) >= 2:
@@ -53,18 +54,20 @@ def summarize(result: dict) -> dict:
 
 def run_allreduce_bench(engine: str, np: int, sizes: Sequence[int], runs_dir: str = "runs",
                         budget_s: float = 0.3, timeout_s: float = 300.0,
-                        threads_per_rank: int = 1, blocking: bool = False) -> dict:
+                        threads_per_rank: int = 1, blocking: bool = False,
+                        device: str = "cpu") -> dict:
     """Run the benchmark as a real job and return :func:`summarize` of its result.
 
     By default each size is timed as a stream of back-to-back allreduces, as nccl-tests does;
     ``blocking=True`` waits for each call before starting the next (see allreduce_rank).
+    ``device="cuda"`` times NCCL between the GPUs (one per rank; checked before launch).
     Raises ``workbench.config.ConfigError`` for bad settings and :class:`BenchError` when the
     job fails or takes longer than ``timeout_s`` seconds (its processes are stopped).
     """
     from workbench.jobs import start_module
 
     job = start_module(engine, np=np, module=RANK_MODULE, runs_dir=runs_dir,
-                       name=f"bench-{engine}", threads_per_rank=threads_per_rank,
+                       name=f"bench-{engine}", threads_per_rank=threads_per_rank, device=device,
                        args=["--sizes", ",".join(str(int(n)) for n in sizes),
                              "--budget-s", str(budget_s)] + (["--blocking"] if blocking else []))
     status = job.wait(timeout=timeout_s)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.cli import emit_json, guard
+from workbench.config import DEVICES
 from workbench.hosts.cpu import cpu_budget
 from workbench.scaling import simulate as sim
 from workbench.scaling import units
@@ -107,14 +108,16 @@ def cmd_bench_allreduce(args: argparse.Namespace) -> int:
         raise UsageError(f"--np {args.np}: an allreduce needs at least 2 ranks, use --np 2")
     try:
         result = run_allreduce_bench(args.engine, args.np, sizes, runs_dir=args.runs_dir,
-                                     budget_s=args.budget_s, blocking=args.blocking)
+                                     budget_s=args.budget_s, blocking=args.blocking,
+                                     device=args.device)
     except BenchError as exc:
         print(f"workbench: {exc}", file=sys.stderr)
         return 1
     if args.json:
         emit_json(result)
         return 0
-    print(f"allreduce, {args.engine}, {args.np} ranks  (run {result['run_id']})")
+    print(f"allreduce, {args.engine}, {args.np} ranks on {result['device']}  "
+          f"(run {result['run_id']})")
     print(f"{'size':>8} {'time (ms)':>10} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}")
     for r in result["rows"]:
         print(f"{units.format_bytes(r['size_bytes']):>8} {1e3 * r['time_s']:>10.3f} "
@@ -294,6 +297,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     allreduce.add_argument("--blocking", action="store_true",
                            help="wait for each allreduce before the next (default: a stream "
                                 "of back-to-back calls, as nccl-tests times them)")
+    allreduce.add_argument("--device", choices=DEVICES, default="cpu",
+                           help="cpu (gloo), or cuda: one GPU per rank, NCCL (default cpu)")
     allreduce.add_argument("--runs-dir", default="runs")
     allreduce.add_argument("--json", action="store_true")
     allreduce.set_defaults(func=guard(cmd_bench_allreduce))

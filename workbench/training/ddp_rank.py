@@ -3,7 +3,8 @@
 The same steps as the Horovod rank, in PyTorch's words (Li et al., VLDB 2020,
 arXiv:2006.15704):
 
-1. `dist.init_process_group`: join the job (gloo on CPU, NCCL on GPUs).
+1. `dist.init_process_group`: join the job (gloo on CPU; on GPUs NCCL, told the rank's
+   GPU up front with `device_id=`, so the GPU is taken before joining).
 2. Pin the device: one GPU per local rank, or this rank's share of the CPU cores.
 3-4. Wrap the model in `DistributedDataParallel`: its constructor broadcasts rank 0's
    parameters, and during `backward()` it averages gradients with allreduce, bucket by
@@ -11,29 +12,46 @@ arXiv:2006.15704):
 5. Shard the data: each rank trains on its own slice of every global batch.
 
 A communication hook times each bucket's allreduce, so a step can be split into time
-computing and time blocked on synchronization.
+computing and time blocked on synchronization (on GPUs with CUDA events: see DDPSync).
 """
 
 from __future__ import annotations
 
 import datetime
-import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench.models import make_optimizer
-from workbench.training.loop import Synchronizer, build, finish, pick_device, pin_cpu, train
+from workbench.training.loop import (
+    CudaClock,
+    Synchronizer,
+    WallClock,
+    build,
+    finish,
+    pick_device,
+    pin_cpu,
+    train,
+)
 from workbench.training.reporter import RankContext
 
 
 class DDPSync(Synchronizer):
-    """Times DDP's bucket allreduces through a communication hook."""
+    """Times DDP's bucket allreduces through a communication hook.
 
-    def __init__(self) -> None:
-        self.launched: list[float] = []
-        self.completed: list[float] = []
+    Each bucket's allreduce is bracketed by two clock marks: one when DDP hands the bucket
+    over (its gradients are computed), one when the averaged bucket is ready. On a GPU the
+    marks are CUDA events: the NCCL future completes as soon as the allreduce is *queued*,
+    but a mark taken in its `then` callback runs on a stream that waits for the allreduce,
+    so it records when the GPU really had the average.
+    """
+
+    def __init__(self, clock: WallClock | CudaClock) -> None:
+        self.clock = clock
+        self.launched: list[Any] = []
+        self.completed: list[Any] = []
 
     def begin_step(self) -> None:
         self.launched.clear()
@@ -41,12 +59,12 @@ class DDPSync(Synchronizer):
 
     def hook(self, _state, bucket):  # no annotations: DDP checks them, and ours are strings
         """Average one bucket (a dist.GradBucket) of gradients, as DDP does, noting when."""
-        self.launched.append(time.perf_counter())
+        self.launched.append(self.clock.mark())
         tensor = bucket.buffer().div_(dist.get_world_size())
         fut = dist.all_reduce(tensor, async_op=True).get_future()
 
         def done(f: torch.futures.Future) -> torch.Tensor:
-            self.completed.append(time.perf_counter())
+            self.completed.append(self.clock.mark())
             return f.value()[0]
 
         return fut.then(done)
@@ -56,28 +74,37 @@ class DDPSync(Synchronizer):
         return values
 
     def backward_wait_s(self) -> float:
-        """Time from the last bucket's launch (compute done) to the last allreduce's end."""
+        """Time from the last bucket's launch (compute done) to the last allreduce's end.
+
+        DDP launches the buckets in order, so the last mark of each list is the latest.
+        """
         if not self.launched or not self.completed:
             return 0.0
-        return max(0.0, max(self.completed) - max(self.launched))
+        self.clock.settle(self.completed[-1])
+        return max(0.0, self.clock.seconds(self.launched[-1], self.completed[-1]))
 
 
 def main() -> None:
     with RankContext.from_env() as ctx:
         cfg = ctx.config
 
-        # Step 1: join the process group.
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.stall_timeout))
+        # Step 1: take this rank's device, then join the process group: gloo on CPUs,
+        # NCCL on GPUs. device_id= tells NCCL our GPU now, so it builds its communicator at
+        # once (an error shows here, not at the first allreduce) and never guesses the GPU.
+        device = pick_device(cfg.device, ctx.local_rank)
+        if device.type == "cuda":
+            dist.init_process_group("nccl", device_id=device,
+                                    timeout=datetime.timedelta(seconds=cfg.stall_timeout))
+        else:
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.stall_timeout))
         ctx.metric("event", message="init")  # joined the job: every rank can now talk
 
-        # Step 2: pin this rank to its device and its share of the CPU cores.
-        device = pick_device(ctx.local_rank)
+        # Step 2: pin this rank to its share of the CPU cores.
         pin_cpu(cfg, ctx.local_rank)
         setup = build(cfg, device)
 
         # Steps 3-4: DDP broadcasts rank 0's parameters and averages gradients in backward().
-        sync = DDPSync()
+        sync = DDPSync(setup.clock)
         ddp_model = DDP(setup.model, device_ids=[device.index] if device.type == "cuda" else None)
         ddp_model.register_comm_hook(None, sync.hook)
         optimizer = make_optimizer(cfg.optimizer, ddp_model.parameters(), cfg.lr,

@@ -17,29 +17,48 @@ examples/pytorch/pytorch_mnist.py (Sergeev & Del Balso 2018, arXiv:1802.05799):
 from __future__ import annotations
 
 import os
-import time
+from typing import Any
 
 import horovod.torch as hvd
 import torch
 
 from workbench.models import make_optimizer
-from workbench.training.loop import Synchronizer, build, finish, pick_device, pin_cpu, train
+from workbench.training.loop import (
+    CudaClock,
+    Synchronizer,
+    WallClock,
+    build,
+    finish,
+    pick_device,
+    pin_cpu,
+    train,
+)
 from workbench.training.reporter import RankContext
 
 
 class HorovodSync(Synchronizer):
-    """Wait for Horovod's in-flight allreduces, then apply the averaged gradients."""
+    """Wait for Horovod's in-flight allreduces, then apply the averaged gradients.
 
-    def __init__(self, optimizer: hvd.DistributedOptimizer) -> None:
-        self.optimizer = optimizer
+    The wait is bracketed by two clock marks. On a GPU they are CUDA events: the first
+    marks when the GPU finished the backward pass; the second is queued only once
+    `synchronize()` has returned on the host, that is once Horovod's NCCL allreduces are
+    done, so the span between them is the wait the backward pass did not hide.
+    """
 
-    def finish_step(self, optimizer: torch.optim.Optimizer) -> float:
-        start = time.perf_counter()
+    def __init__(self, optimizer: hvd.DistributedOptimizer,
+                 clock: WallClock | CudaClock) -> None:
+        self.optimizer, self.clock = optimizer, clock
+        self.waited: tuple[Any, Any] | None = None
+
+    def finish_step(self, optimizer: torch.optim.Optimizer) -> None:
+        start = self.clock.mark()
         self.optimizer.synchronize()  # blocks until every gradient's allreduce is done
-        waited = time.perf_counter() - start
+        self.waited = (start, self.clock.mark())
         with self.optimizer.skip_synchronize():
             self.optimizer.step()
-        return waited
+
+    def update_wait_s(self) -> float:
+        return self.clock.seconds(*self.waited) if self.waited else 0.0
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         return hvd.allreduce(values, op=hvd.Sum, name="evaluation")
@@ -58,7 +77,7 @@ def main() -> None:
                    cycle_time_ms=float(os.environ.get("HOROVOD_CYCLE_TIME", 1.0)))
 
         # Step 2: pin this rank to its device and its share of the CPU cores.
-        device = pick_device(hvd.local_rank())
+        device = pick_device(cfg.device, hvd.local_rank())
         pin_cpu(cfg, hvd.local_rank())
 
         setup = build(cfg, device)  # same seed everywhere, but rank 0's weights win below
@@ -78,7 +97,7 @@ def main() -> None:
             optimizer, named_parameters=setup.model.named_parameters(), op=hvd.Average)
 
         # Step 5: train, each rank on its own shard of every global batch (see sharding.py).
-        sync = HorovodSync(optimizer)
+        sync = HorovodSync(optimizer, setup.clock)
         held_out = train(ctx, setup, optimizer, sync)
         finish(ctx, setup, sync, held_out)
         hvd.shutdown()

@@ -7,6 +7,9 @@ object with two methods (`begin_step`, `finish_step`); the loop itself is plain 
 
 Each step records how long it spent *computing* (forward + backward) and how long it
 then waited for gradient *synchronization* that was not hidden behind the backward pass.
+On the CPU the clock is the wall clock. A GPU runs asynchronously (the host only queues
+kernels), so there the clock is CUDA events on the GPU's own timeline, read once per step
+after the step's last kernel: see `CudaClock`.
 
 Evaluation uses samples training never sees (`holdout_split`). Every rank evaluates its
 own slice of them, one batch at a time (a forward pass over the whole set at once would
@@ -17,9 +20,11 @@ counts with one allreduce, so all ranks learn the same held-out loss and accurac
 from __future__ import annotations
 
 import os
+import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,15 +43,69 @@ from workbench.training.sharding import (
 )
 
 
+class WallClock:
+    """Marks are `time.perf_counter()` readings: what the CPU did is done when it returns."""
+
+    #: Said next to the compute/sync chart, so a reader knows what was measured.
+    what = "wall clock (time.perf_counter)"
+
+    def mark(self) -> Any:
+        return time.perf_counter()
+
+    def settle(self, _mark: Any) -> None:
+        """Nothing to wait for on the CPU."""
+
+    def seconds(self, start: Any, end: Any) -> float:
+        return end - start
+
+
+class CudaClock:
+    """Marks are CUDA events, timed by the GPU itself.
+
+    Why not the wall clock: `loss.backward()` returns as soon as its kernels are queued, so
+    host time says nothing about GPU work, and `torch.cuda.synchronize()` waits for *every*
+    stream, NCCL's included, so it would count queued allreduces as compute. An event
+    records when the GPU reached that point of its stream; `settle()` waits for one event
+    (not the whole device) once per step, so the GPU can otherwise run ahead of the host.
+    """
+
+    what = "CUDA events (GPU timeline)"
+
+    def mark(self) -> Any:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def settle(self, mark: Any) -> None:
+        mark.synchronize()
+
+    def seconds(self, start: Any, end: Any) -> float:
+        return start.elapsed_time(end) / 1000.0   # elapsed_time is in milliseconds
+
+
+def clock_for(device: torch.device) -> WallClock | CudaClock:
+    """The clock that measures work on `device` honestly."""
+    return CudaClock() if device.type == "cuda" else WallClock()
+
+
 class Synchronizer:
-    """No synchronization: the serial engine. Engines override `finish_step`."""
+    """No synchronization: the serial engine. Engines override `finish_step` and the waits.
+
+    The waits are read after the loop has settled the step's clock, because on a GPU they
+    are CUDA events that complete only when the GPU gets there.
+    """
+
+    clock: WallClock | CudaClock = WallClock()
 
     def begin_step(self) -> None:
         """Called before the forward pass."""
 
-    def finish_step(self, optimizer: torch.optim.Optimizer) -> float:
-        """Apply the update; return the seconds spent waiting for gradients (0 here)."""
+    def finish_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Wait for the averaged gradients (engines), then apply the update."""
         optimizer.step()
+
+    def update_wait_s(self) -> float:
+        """Seconds `finish_step` waited for gradients before updating (0 here)."""
         return 0.0
 
     def backward_wait_s(self) -> float:
@@ -60,7 +119,8 @@ class Synchronizer:
 
 @dataclass
 class Setup:
-    """What a rank builds before training: data, model and the device they live on.
+    """What a rank builds before training: data, model, the device they live on and the
+    clock that times them.
 
     `data` holds every sample once; `train_idx` and `val_idx` say which samples are trained
     on and which are held out, so splitting costs no copy of the data.
@@ -71,6 +131,7 @@ class Setup:
     device: torch.device
     train_idx: torch.Tensor
     val_idx: torch.Tensor
+    clock: WallClock | CudaClock = field(default_factory=WallClock)
 
     @property
     def module(self) -> nn.Module:
@@ -78,13 +139,19 @@ class Setup:
         return getattr(self.model, "module", self.model)
 
 
-def pick_device(local_rank: int) -> torch.device:
-    """One GPU per rank on the same host (ranks share GPUs round-robin), else the CPU."""
-    if torch.cuda.is_available():
-        index = local_rank % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
+def pick_device(device: str, local_rank: int) -> torch.device:
+    """The device of this rank: the CPU, or GPU number `local_rank` of its host.
+
+    The launcher has checked that a host runs no more ranks than it has GPUs (NCCL needs
+    one GPU per rank). For "cpu" torch.cuda is never called: a CPU rank must not create a
+    CUDA context (its launcher also hid the GPUs with CUDA_VISIBLE_DEVICES="").
+    """
+    if device == "auto":     # a rank module started by hand, without the launcher's check
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
 
 
 def allowed_cores() -> list[int]:
@@ -124,22 +191,60 @@ def _thread_ids() -> list[int]:
     return [int(t.name) for t in tasks.iterdir()] if tasks.is_dir() else [0]
 
 
+#: A dataset smaller than this share of the GPU's memory is copied onto the GPU once, so a
+#: step gathers its batch there and nothing crosses PCIe while training.
+ON_GPU_MAX_SHARE = 0.25
+
+
+class Batches:
+    """Gathers this rank's batch (sample indices -> inputs, labels) on the training device.
+
+    On the CPU it is plain indexing, as before. On a GPU a small dataset lives on the GPU;
+    a large one stays in host memory, and each batch is gathered into a page-locked
+    ("pinned") buffer, from which the copy to the GPU runs asynchronously (`non_blocking`):
+    from ordinary pageable memory CUDA would first copy it to a pinned buffer itself, and
+    the host would wait. One buffer is enough: the loop waits for each step's last kernel.
+    """
+
+    def __init__(self, data: Dataset, device: torch.device) -> None:
+        self.device, self.x, self.y = device, data.x, data.y
+        self.pinned: tuple[torch.Tensor, torch.Tensor] | None = None
+        if device.type != "cuda":
+            return
+        size = self.x.nbytes + self.y.nbytes
+        if size <= ON_GPU_MAX_SHARE * torch.cuda.get_device_properties(device).total_memory:
+            self.x, self.y = self.x.to(device), self.y.to(device)
+
+    def __call__(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.x.device == self.device:     # the CPU, or a dataset that lives on the GPU
+            idx = idx.to(self.device)
+            return self.x[idx], self.y[idx]
+        n = len(idx)
+        if self.pinned is None or len(self.pinned[1]) != n:
+            self.pinned = (torch.empty((n, *self.x.shape[1:]), dtype=self.x.dtype).pin_memory(),
+                           torch.empty(n, dtype=self.y.dtype).pin_memory())
+        torch.index_select(self.x, 0, idx, out=self.pinned[0])
+        torch.index_select(self.y, 0, idx, out=self.pinned[1])
+        return (self.pinned[0].to(self.device, non_blocking=True),
+                self.pinned[1].to(self.device, non_blocking=True))
+
+
+def data_cache_dir(cfg: JobConfig) -> Path:
+    """Where the ranks of this host share their prepared dataset: runs/.cache/<host>/.
+    Named by host, because a runs folder on a shared file system serves several hosts."""
+    return Path(cfg.runs_dir).expanduser().resolve() / ".cache" / socket.gethostname()
+
+
 def build(cfg: JobConfig, device: torch.device) -> Setup:
     """Load the data and build the model with the job's seed, identically on every rank."""
     dtype = getattr(torch, cfg.dtype)
     data = load_dataset(cfg.dataset, samples=cfg.samples, features=cfg.features,
-                        seed=cfg.seed, dtype=dtype)
+                        seed=cfg.seed, dtype=dtype, cache_dir=data_cache_dir(cfg))
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, tuple(data.x.shape[1:]), data.n_classes, cfg.width)
     train_idx, val_idx = holdout_split(len(data), cfg.seed, cfg.val_fraction)
-    return Setup(data, model.to(device=device, dtype=dtype), device, train_idx, val_idx)
-
-
-def _sync_clock(device: torch.device) -> float:
-    """Wall time in seconds, after waiting for queued GPU work (CUDA runs asynchronously)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
+    return Setup(data, model.to(device=device, dtype=dtype), device, train_idx, val_idx,
+                 clock_for(device))
 
 
 def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
@@ -148,7 +253,9 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
 
     Returns the held-out metrics of the last epoch if that epoch was evaluated, else None.
     """
-    cfg, data, model, device = ctx.config, setup.data, setup.model, setup.device
+    cfg, data, model, device, clock = (ctx.config, setup.data, setup.model, setup.device,
+                                       setup.clock)
+    batches = Batches(data, device)
     n_train = len(setup.train_idx)
     steps = steps_per_epoch(n_train, ctx.size, cfg.batch_size)
     if steps == 0:
@@ -158,16 +265,18 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
         steps = min(steps, cfg.max_steps)
     loss_fn = nn.CrossEntropyLoss()  # mean over the batch: the invariant needs the mean
     ctx.metric("event", message="ready", steps_per_epoch=steps, epochs=cfg.epochs,
-               device=str(device), threads=torch.get_num_threads(), cores=allowed_cores(),
-               train_samples=n_train, val_samples=len(setup.val_idx))
+               device=str(device), timing=clock.what, threads=torch.get_num_threads(),
+               cores=allowed_cores(), train_samples=n_train, val_samples=len(setup.val_idx),
+               cuda_initialized=torch.cuda.is_initialized(),
+               cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
     held_out = None
     for epoch in range(cfg.epochs):
         order = setup.train_idx[epoch_order(n_train, cfg.seed, epoch)]
         epoch_start, loss_sum, correct = time.perf_counter(), 0.0, 0
         for step in range(steps):
             idx = shard(order, step, ctx.rank, ctx.size, cfg.batch_size)
-            x, y = data.x[idx].to(device), data.y[idx].to(device)
-            t0 = _sync_clock(device)
+            x, y = batches(idx)
+            t0 = clock.mark()
             sync.begin_step()
             optimizer.zero_grad()
             out = model(x)
@@ -175,15 +284,18 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
             loss.backward()
             if cfg.straggler_delay and ctx.rank == cfg.straggler_rank:
                 time.sleep(cfg.straggler_delay)  # a slow worker: every other rank waits for it
-            t1 = _sync_clock(device)
-            update_wait = sync.finish_step(optimizer)
-            t2 = _sync_clock(device)
-            backward_wait = min(sync.backward_wait_s(), t1 - t0)
+            t1 = clock.mark()
+            sync.finish_step(optimizer)
+            t2 = clock.mark()
+            clock.settle(t2)  # on a GPU: wait for this step's last kernel (once per step)
+            busy_s, step_s = clock.seconds(t0, t1), clock.seconds(t0, t2)
+            backward_wait = min(sync.backward_wait_s(), busy_s)
+            update_wait = sync.update_wait_s()
             hits = int((out.argmax(1) == y).sum())
             loss_sum, correct = loss_sum + loss.item(), correct + hits
             ctx.metric("step", epoch=epoch, step=epoch * steps + step, loss=loss.item(),
-                       accuracy=hits / len(y), samples=len(y), step_time_s=t2 - t0,
-                       compute_s=(t1 - t0) - backward_wait, sync_s=backward_wait + update_wait)
+                       accuracy=hits / len(y), samples=len(y), step_time_s=step_s,
+                       compute_s=busy_s - backward_wait, sync_s=backward_wait + update_wait)
         elapsed = time.perf_counter() - epoch_start  # training only: evaluation comes after
         held_out = None
         if cfg.eval_every and (epoch + 1) % cfg.eval_every == 0:

@@ -15,7 +15,7 @@ def main() -> None:
     with RankContext.from_env() as ctx:
         cfg = ctx.config
         pin_cpu(cfg, 0)  # its threads; one process has no other rank to keep off its cores
-        setup = build(cfg, pick_device(0))
+        setup = build(cfg, pick_device(cfg.device, 0))
         optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
                                    cfg.momentum, cfg.weight_decay)
         sync = Synchronizer()

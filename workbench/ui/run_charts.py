@@ -15,6 +15,8 @@ What the charts show, and why
 * **Compute vs sync share** per rank: of the time spent in training steps so far, the fraction
   spent computing (forward + backward) and the fraction spent synchronizing gradients
   (allreduce, and waiting for the slowest rank). A growing sync share is what limits scaling.
+  The chart's title names the clock the ranks used (the "ready" event's ``timing``): the
+  wall clock on CPUs, CUDA events on GPUs, where the host's clock would mislead.
 """
 
 from __future__ import annotations
@@ -121,6 +123,8 @@ class RunCharts:
             elif kind == "epoch":
                 self._add_epoch(row, rank, epochs)
                 used += 1
+            elif kind == "event" and row.get("message") == "ready" and row.get("timing"):
+                self._say_timing(str(row["timing"]), str(row.get("device", "")))
         for rank, cols in per_rank.items():
             if cols["time"]:
                 self.sources[f"rank{rank}"].stream(cols, rollover=ROLLOVER)
@@ -192,6 +196,12 @@ class RunCharts:
             epochs[c].append(point[c])
         self.epochs_done = max(self.epochs_done, epoch + 1)
         self.last["epoch_samples_per_s"] = point["samples_per_s"]
+
+    def _say_timing(self, timing: str, device: str) -> None:
+        """Name the clock in the compute/sync chart's title: on a GPU the split comes from
+        CUDA events on the GPU's timeline, on a CPU from the wall clock."""
+        where = f" on {device}" if device else ""
+        self.figures["share"].title.text = f"time per step: compute vs sync ({timing}{where})"
 
     def _update_share(self) -> None:
         compute, sync = [], []

@@ -28,8 +28,16 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from workbench.config import DATASETS, ENGINES, MODELS, OPTIMIZERS, ConfigError, JobConfig
-from workbench.jobs import FINAL_STATES, slurm
+from workbench.config import (
+    DATASETS,
+    DEVICES,
+    ENGINES,
+    MODELS,
+    OPTIMIZERS,
+    ConfigError,
+    JobConfig,
+)
+from workbench.jobs import FINAL_STATES, devices, slurm
 from workbench.records.metrics import MetricsReader
 from workbench.ui import charts, live
 from workbench.ui.logs import LogPane
@@ -51,12 +59,16 @@ CONTROL_SPECS: list[tuple[str, str, Any]] = [
 
 
 def control_specs(launcher: str = "local") -> list[tuple[str, str, Any]]:
-    """CONTROL_SPECS, with a launcher choice where Slurm's `sbatch` is here to submit to
-    (elsewhere "local" is the only choice, and the control would only distract)."""
-    if slurm.available() is not None:
-        return CONTROL_SPECS
-    choices = tuple(dict.fromkeys(("local", "slurm", launcher)))
-    return [*CONTROL_SPECS[:2], ("launcher", "launcher", choices), *CONTROL_SPECS[2:]]
+    """CONTROL_SPECS, with a launcher choice where Slurm's `sbatch` is here to submit to,
+    and a device choice where CUDA exists (elsewhere "local" and "cpu" are the only
+    choices, and a control for them would only distract)."""
+    specs = list(CONTROL_SPECS)
+    if slurm.available() is None:
+        choices = tuple(dict.fromkeys(("local", "slurm", launcher)))
+        specs = [*specs[:2], ("launcher", "launcher", choices), *specs[2:]]
+    if devices.gpu_count() > 0:
+        specs.append(("device", "device", DEVICES))
+    return specs
 
 
 #: What the charts show, in one sentence each, under the charts.
