@@ -35,7 +35,7 @@ def allowed(name: str) -> bool:
     return name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
 
 
-def rank_environment(requested: Iterable[str] = (),
+def allowed_environment(requested: Iterable[str] = (),
                      source: Mapping[str, str] | None = None) -> dict[str, str]:
     """The allow-listed part of `source` (default: os.environ) plus the `env` field's items.
 

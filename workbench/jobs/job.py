@@ -45,7 +45,7 @@ from workbench.hosts.cpu import cpu_budget
 from workbench.jobs import cores, slurm
 from workbench.jobs.devices import rank_environment, resolve_device
 from workbench.jobs.engines import ENGINES, TRAINING_MODULES
-from workbench.jobs.environment import rank_environment
+from workbench.jobs.environment import allowed_environment
 from workbench.jobs.processes import job_processes, pid_alive, rank_hosts, terminate
 from workbench.records import (
     CorruptRecord,
@@ -233,7 +233,7 @@ class Job:
         owner_beat(self.run_dir)  # before any rank starts: they read it from their start
         threads = cfg.resolved_threads()
         env = {
-            **rank_environment(cfg.env),  # an allow-list: no secrets reach the ranks
+            **allowed_environment(cfg.env),  # an allow-list: no secrets reach the ranks
             ENV_RUN_DIR: str(self.run_dir), ENV_RUN_ID: self.run_id,
             ENV_OWNER: owner_id(), ENV_T0: repr(time.time()),
             "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
