@@ -98,6 +98,7 @@ class Job:
         self._summary_data: dict[str, Any] | None = None
         self._rank_beats: dict[int, Staleness] = {}
         self._first_error_at: float | None = None
+        self._stopping = False  # once set, every owner heartbeat says "stop"
         self._proc: subprocess.Popen[bytes] | slurm.SlurmBatch | None = None
         self._slurm = cfg.launcher == "slurm"
         self._started = self._asked = time.time()
@@ -308,7 +309,8 @@ class Job:
                 else:
                     time.sleep(0.05)  # the launcher is gone: no busy loop while we conclude
             if time.monotonic() - last_beat >= HEARTBEAT_PERIOD_S:
-                owner_beat(self.run_dir)  # remote ranks exit when this stops changing
+                owner_beat(self.run_dir, stop=self._stopping)  # remote ranks exit when this
+                # says "stop", or stops changing
                 last_beat = time.monotonic()
             size = self._reader.size()
             if size != last_size or self.status == "pending":  # queued time is no stall
@@ -461,6 +463,7 @@ class Job:
     def _end_processes(self) -> list:
         """Tell remote ranks to stop (heartbeat), end local ones; return any survivors."""
         try:
+            self._stopping = True
             owner_beat(self.run_dir, stop=True)
             if self._slurm and self._proc is not None:  # ---- Slurm hook: scancel, and wait
                 self._proc.cancel()                      # until Slurm has ended the job
