@@ -24,10 +24,10 @@ ALLOWED_NAMES = frozenset({
     "SSH_AUTH_SOCK",
 })
 
-#: Variables forwarded by prefix: the workbench's own, threading libraries, accelerators
-#: and the collective libraries and launchers' own settings.
+#: Variables forwarded by prefix: the workbench's own, threading libraries, accelerators,
+#: the collective libraries and launchers' own settings (Slurm's: `sbatch` needs SLURM_CONF).
 ALLOWED_PREFIXES = ("WORKBENCH_", "LC_", "OMP_", "MKL_", "OPENBLAS_", "CUDA_", "NCCL_",
-                    "GLOO_", "HOROVOD_", "TORCH", "PYTORCH_", "NVIDIA_")
+                    "GLOO_", "HOROVOD_", "TORCH", "PYTORCH_", "NVIDIA_", "SLURM_")
 
 
 def allowed(name: str) -> bool:
