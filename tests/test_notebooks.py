@@ -31,8 +31,8 @@ def test_notebooks_are_up_to_date_with_their_description():
     assert build_notebooks.write_all(check=True) == []
 
 
-def test_seven_notebooks_numbered_00_to_06():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(7)]
+def test_eight_notebooks_numbered_00_to_07():
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(8)]
     assert (REPO / "notebooks" / "00_welcome.ipynb") in NOTEBOOKS  # `make lab` opens it
 
 
@@ -74,7 +74,7 @@ def test_bokehjs_loaded_before_the_first_chart(path):
     assert loads and loads[0] <= uses[0], f"{path.name} shows a chart before loading BokehJS"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS[1:6], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", NOTEBOOKS[1:7], ids=lambda p: p.name)
 def test_each_lab_has_a_visible_size_knob(path):
     code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
                      if c.cell_type == "code")

@@ -20,6 +20,7 @@ from workbench.quiz import TOPICS, BankError, Quiz, grade, load_bank, quiz_html
 from workbench.quiz.bank import BANK_PATH, mentions, parse_number, shuffled
 from workbench.quiz.widget import PARSE_NUMBER_JS
 from workbench.scaling import costmodel, metrics
+from workbench.training.checkpoint import young_interval
 
 BANK = {q.id: q for q in load_bank()}
 REVIEW_IDS = ("review-efficiency", "review-synchronization", "review-parallelism")
@@ -77,6 +78,9 @@ EXPECTED = {
     "linear-scaling-rule": 0.1 * 1024 / 256,
     "staleness-value": 13 - 10,
     "staleness-learning-rate": 0.12 / 4,
+    "faults-young-interval": young_interval(60, 86_400) / 60,
+    "parameter-server-sharded-traffic": costmodel.parameter_server_time(100, 8, 0.0, 1.0,
+                                                                        servers=4),
 }
 
 

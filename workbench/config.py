@@ -59,6 +59,15 @@ class JobConfig:
     the final loss and accuracy are measured on them, and, every `eval_every` epochs
     (0 = only at the end), so are the `val_loss` and `val_accuracy` of the epoch lines.
 
+    `warmup_epochs` > 0 raises the learning rate linearly from almost 0 to `lr` over that many
+    epochs (Goyal et al. 2017): a large learning rate, as the linear scaling rule gives a
+    large global batch, is safe only once the first steps have left the initial region.
+
+    Faults: with `fail_at_step` > 0, rank `fail_rank` fails at that step (counted from the
+    start of the job, across epochs), as a crashed machine would end it. Rank 0 saves a
+    checkpoint every `checkpoint_every` epochs (0 = never), and `resume` (a run id) starts
+    a new run from that run's last checkpoint (see workbench/training/checkpoint.py).
+
     Sizes are in samples, times in seconds (but `cycle_time_ms`, Horovod's cycle, is in
     milliseconds like horovodrun's --cycle-time-ms; 0 keeps Horovod's default of 1 ms).
     `time_limit` is in minutes, as Slurm's `--time` (0 = the partition's default).
@@ -97,6 +106,7 @@ class JobConfig:
     optimizer: str = "sgd"
     momentum: float = 0.0
     weight_decay: float = 0.0
+    warmup_epochs: float = 0.0
     seed: int = 0
     threads_per_rank: int = 0
     runs_dir: str = "runs"
@@ -104,6 +114,10 @@ class JobConfig:
     max_steps: int = 0
     straggler_delay: float = 0.0
     straggler_rank: int = 1
+    fail_rank: int = 0
+    fail_at_step: int = 0
+    checkpoint_every: int = 0
+    resume: str = ""
     timeline: bool = False
     cycle_time_ms: float = 0.0
     cpu_bind: str = "core"
@@ -196,9 +210,13 @@ class JobConfig:
         _int_range("ntasks_per_node", self.ntasks_per_node, 0, 1024)
         _int_range("time_limit", self.time_limit, 0, 525_600)
         _int_range("eval_every", self.eval_every, 0, 10_000)
+        _int_range("fail_rank", self.fail_rank, 0, 255)
+        _int_range("fail_at_step", self.fail_at_step, 0, 10**9)
+        _int_range("checkpoint_every", self.checkpoint_every, 0, 10_000)
         _float_range("lr", self.lr, 0.0, 100.0, low_open=True)
         _float_range("momentum", self.momentum, 0.0, 0.999999)
         _float_range("weight_decay", self.weight_decay, 0.0, 1.0)
+        _float_range("warmup_epochs", self.warmup_epochs, 0.0, 1000.0)
         _float_range("straggler_delay", self.straggler_delay, 0.0, 60.0)
         _float_range("stall_timeout", self.stall_timeout, 1.0, 86_400.0)
         _float_range("cycle_time_ms", self.cycle_time_ms, 0.0, 1000.0)
@@ -233,6 +251,11 @@ class JobConfig:
         if self.straggler_delay > 0 and self.straggler_rank >= self.world_size:
             raise ConfigError(_bad("straggler_rank", self.straggler_rank,
                                    f"a rank below np={self.world_size}"))
+        if self.fail_at_step > 0 and self.fail_rank >= self.world_size:
+            raise ConfigError(_bad("fail_rank", self.fail_rank,
+                                   f"a rank below np={self.world_size}"))
+        if not isinstance(self.resume, str):
+            raise ConfigError(_bad("resume", self.resume, "a run id (see `workbench runs`)"))
         if self.model == "cnn" and self.dataset in ("digits", "synthetic"):
             raise ConfigError(_bad("model", "cnn", f"an image dataset (synthetic-images, mnist,"
                                    f" cifar10), not {self.dataset}"))

@@ -10,12 +10,14 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
 from workbench.jobs import slurm
 from workbench.jobs.job import FINAL_STATES, Job, start
 from workbench.records import MetricsReader, list_runs, load_run, of_kind
+from workbench.training.checkpoint import CHECKPOINT
 
 _SKIP = {"extra"}
 
@@ -143,6 +145,9 @@ def print_summary(summary: dict[str, Any]) -> None:
         if tail:
             print(f"  last lines of {failure.get('log', 'the log')}:\n    "
                   + "\n    ".join(tail.splitlines()[-10:]))
+        if summary.get("run_dir") and (Path(summary["run_dir"]) / CHECKPOINT).exists():
+            print(f"  continue from its last checkpoint: workbench run --resume "
+                  f"{summary['run_id']} --runs-dir {Path(summary['run_dir']).parent}")
 
 
 # ---------------------------------------------------------------------- runs / show

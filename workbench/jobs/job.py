@@ -67,6 +67,7 @@ from workbench.records.liveness import (
     owner_beat,
     this_host,
 )
+from workbench.training.checkpoint import apply_resume
 from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0, owner_id
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
@@ -550,8 +551,12 @@ class SlurmTicket:
 
 # ---------------------------------------------------------------------- starting jobs
 def start(cfg: JobConfig) -> Job:
-    """Validate `cfg` and launch a training job; returns at once (see `Job`)."""
-    cfg = apply_preset(cfg).validate()
+    """Validate `cfg` and launch a training job; returns at once (see `Job`).
+
+    With `cfg.resume` set, the job continues that run from its last checkpoint, taking its
+    configuration for every field left at its default (see `training/checkpoint.py`).
+    """
+    cfg = apply_preset(apply_resume(cfg)).validate()
     _check_engine(cfg.engine)
     if cfg.engine not in TRAINING_MODULES:
         raise ConfigError(f"--engine {cfg.engine} runs the labs' workers, not training: use "

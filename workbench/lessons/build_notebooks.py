@@ -1,4 +1,4 @@
-"""Write the curriculum notebooks, ``notebooks/00_*.ipynb`` ... ``06_*.ipynb``.
+"""Write the curriculum notebooks, ``notebooks/00_*.ipynb`` ... ``07_*.ipynb``.
 
     python -m workbench.lessons.build_notebooks            # writes the notebooks
     python -m workbench.lessons.build_notebooks --check    # exit 1 if one is out of date
@@ -23,15 +23,16 @@ from workbench.lessons.pages import (
     p01_sgd,
     p02_data_parallelism,
     p03_synchronization,
-    p04_parallelism,
-    p05_scaling,
-    p06_review,
+    p04_collectives,
+    p05_parallelism,
+    p06_scaling,
+    p07_review,
 )
 
 #: File name -> the cells of that notebook.
 NOTEBOOKS = {page.NAME: page.CELLS for page in (p00_welcome, p01_sgd, p02_data_parallelism,
-                                                 p03_synchronization, p04_parallelism,
-                                                 p05_scaling, p06_review)}
+                                                 p03_synchronization, p04_collectives,
+                                                 p05_parallelism, p06_scaling, p07_review)}
 
 #: What ``language_info`` records: enough for JupyterLab's highlighting and for nbformat.
 LANGUAGE_INFO = {"name": "python", "file_extension": ".py", "mimetype": "text/x-python",

@@ -46,6 +46,7 @@ TOPICS = {
     "staleness": "Staleness",
     "communication": "Communication overhead",
     "consistency": "Keeping replicas consistent",
+    "faults": "Faults, checkpoints and resuming",
     "frameworks": "Frameworks",
     "memory": "Big data and memory",
     "gradient-descent": "Gradient descent",

@@ -13,6 +13,7 @@ Bad input exits with code 2 and a one-line message; ``--json`` prints one JSON d
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from workbench.config import DEVICES
 from workbench.hosts.cpu import cpu_budget
 from workbench.scaling import simulate as sim
 from workbench.scaling import units
+from workbench.scaling.costmodel import ServerLayout
 
 
 class UsageError(ValueError):
@@ -32,21 +34,27 @@ class UsageError(ValueError):
 # ---------------------------------------------------------------------- scale
 def cmd_scale(args: argparse.Namespace) -> int:
     from workbench.jobs.commands import config_from_args
-    from workbench.scaling.sweep import Sweep
+    from workbench.scaling.sweep import Sweep, Target
 
     try:
         workers = units.parse_workers(args.np)
     except ValueError as exc:
         raise UsageError(f"--np: {exc}") from None
     base = config_from_args(args, np=workers[0])
-    sweep = Sweep(base, workers, args.mode, timeout_s=args.run_timeout)
+    target = None
+    if args.target_loss is not None or args.target_accuracy is not None:
+        target = Target(loss=args.target_loss, accuracy=args.target_accuracy)
+    sweep = Sweep(base, workers, args.mode, timeout_s=args.run_timeout, target=target,
+                  scale_lr=args.scale_lr)
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, flush=True))
     say(f"{args.mode} scaling sweep, {base.engine}, np = {', '.join(map(str, workers))} "
         f"({sweep.configs[0].threads_per_rank} thread(s) per rank)")
     try:
         for point in sweep:
+            reached = (f", target after {_fmt(point.time_to_target_s, '{:.2f} s')}"
+                       if target else "")
             say(f"  np={point.np}: {point.status}, {_fmt(point.time_s, '{:.2f} s')}, "
-                f"{_fmt(point.samples_per_s, '{:,.0f} samples/s')}  ({point.run_id})")
+                f"{_fmt(point.samples_per_s, '{:,.0f} samples/s')}{reached}  ({point.run_id})")
     except KeyboardInterrupt:
         sweep.stop()
         raise
@@ -74,13 +82,18 @@ def _fmt(value: float | None, fmt: str) -> str:
 
 
 def print_scale_table(rows: list[dict]) -> None:
-    """The sweep table: np, time, samples/s, speedup, efficiency, Karp–Flatt e."""
+    """The sweep table: np, time, samples/s, speedup, efficiency, Karp–Flatt e, and with a
+    target the time to reach it and the speedup on that time."""
+    target = bool(rows) and "time_to_target_s" in rows[0]
+    extra = f" {'to target (s)':>13} {'speedup':>8}" if target else ""
     print(f"{'np':>4} {'time (s)':>9} {'samples/s':>11} {'speedup':>8} {'efficiency':>10} "
-          f"{'Karp-Flatt':>10}")
+          f"{'Karp-Flatt':>10}{extra}")
     for r in rows:
         kf = "-" if r["karp_flatt"] is None else f"{r['karp_flatt']:.3f}"
+        extra = (f" {_fmt(r['time_to_target_s'], '{:.2f}'):>13} "
+                 f"{_fmt(r['target_speedup'], '{:.2f}'):>8}") if target else ""
         print(f"{r['np']:>4} {r['time_s']:>9.2f} {r['samples_per_s']:>11,.0f} "
-              f"{r['speedup']:>8.2f} {r['efficiency']:>10.2f} {kf:>10}")
+              f"{r['speedup']:>8.2f} {r['efficiency']:>10.2f} {kf:>10}{extra}")
 
 
 def _write_scale_report(args: argparse.Namespace, sweep, rows: list[dict]) -> str:
@@ -147,11 +160,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     bpp = args.bytes_per_param or (workload.bytes_per_param if workload else 4)
     workers = units.parse_workers(args.workers) if args.workers else (
         [1, 8, 64, preset.workers] if preset else [1, 8, 64, 512])
+    layout = _layout(args, preset, params) if algorithm == "ps" else None
     rows = sim.simulate(workers, params, compute, bandwidth, latency, algorithm, overlap, bpp,
-                        args.mode, args.cores)
+                        args.mode, args.cores, layout)
     setup = {"params": params, "compute_time_s": compute, "bandwidth_bytes_per_s": bandwidth,
              "latency_s": latency, "algorithm": algorithm, "overlap": overlap,
-             "bytes_per_param": bpp, "mode": args.mode, "preset": args.preset}
+             "bytes_per_param": bpp, "mode": args.mode, "preset": args.preset,
+             "servers": dataclasses.asdict(layout) if layout else None}
     if args.json:
         doc = {"setup": setup, "rows": rows}
         if preset:
@@ -162,6 +177,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(f"{algorithm} allreduce of {params * bpp / 1e6:.1f} MB over "
           f"{bandwidth * 8 / 1e9:g} Gbit/s, α = {latency * 1e6:g} µs, compute {compute:g} s/step, "
           f"overlap {overlap:g}, {args.mode} scaling")
+    if layout:
+        print(f"parameter servers: {layout.describe()}")
     print(f"{'workers':>8} {'step (s)':>9} {'comm (s)':>9} {'exposed':>8} {'speedup':>9} "
           f"{'efficiency':>10}")
     for r in rows:
@@ -171,6 +188,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"published: {preset.published_efficiency:.0%} at {preset.workers} workers "
               f"({preset.source})")
     return 0
+
+
+def _layout(args: argparse.Namespace, preset: sim.Preset | None,
+            params: float) -> ServerLayout:
+    """Where the parameter servers are: the flags if any is given, else the preset's."""
+    given = (args.servers, args.colocated, args.pipelined, args.largest_tensor)
+    if preset and preset.layout and given == (None, False, False, None):
+        return preset.layout
+    largest = (units.parse_count(args.largest_tensor)
+               if args.largest_tensor is not None else 0.0)
+    if largest > params:
+        raise UsageError(f"--largest-tensor {args.largest_tensor}: larger than --params")
+    return ServerLayout(servers=args.servers or 1, colocated=args.colocated,
+                        pipelined=args.pipelined, busiest_share=largest / params or None)
 
 
 def _preset(name: str | None) -> sim.Preset | None:
@@ -206,7 +237,7 @@ def _list_presets(args: argparse.Namespace) -> int:
         return 0
     for name, p in presets.items():
         published = "-" if p["published_efficiency"] is None else f"{p['published_efficiency']:.0%}"
-        print(f"{name:<20} {p['workload']:<13} {p['network']:<28} {p['workers']:>4} workers  "
+        print(f"{name:<22} {p['workload']:<13} {p['network']:<28} {p['workers']:>4} workers  "
               f"predicted {p['predicted_efficiency']:.0%}  published {published}")
     return 0
 
@@ -276,6 +307,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     scale.add_argument("--np", default="1,2", help="worker counts, comma-separated (default 1,2)")
     scale.add_argument("--mode", choices=("strong", "weak"), default="strong",
                        help="strong: fixed total work; weak: fixed work per worker")
+    scale.add_argument("--target-loss", type=float, default=None, metavar="LOSS",
+                       help="also report each run's seconds of training until its held-out "
+                            "loss fell to LOSS (time_to_target_s; evaluates every epoch)")
+    scale.add_argument("--target-accuracy", type=float, default=None, metavar="ACC",
+                       help="as --target-loss, for a held-out accuracy (0-1) to reach")
+    scale.add_argument("--scale-lr", action="store_true",
+                       help="weak mode: multiply --lr by the number of workers, as the global "
+                            "batch grows (linear scaling rule; add --warmup-epochs)")
     scale.add_argument("--report", metavar="FILE.html", help="write a standalone HTML report")
     scale.add_argument("--run-timeout", type=float, default=None, metavar="SECONDS",
                        help="stop a run that takes longer than this")
@@ -314,7 +353,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     simulate.add_argument("--latency", help="latency per message α, e.g. 5us")
     simulate.add_argument("--algorithm", choices=sim.ALGORITHMS, default=None,
                           help="ring (Patarasuk & Yuan), tree (Rabenseifner), "
-                               "recursive-doubling, ps (one parameter server)")
+                               "recursive-doubling, ps (parameter servers; see --servers)")
+    simulate.add_argument("--servers", type=_positive_int, default=None, metavar="K",
+                          help="--algorithm ps: parameter servers the model is sharded over "
+                               "(default 1)")
+    simulate.add_argument("--colocated", action="store_true",
+                          help="--algorithm ps: each server shares a machine (and its link) "
+                               "with a worker")
+    simulate.add_argument("--pipelined", action="store_true",
+                          help="--algorithm ps: push and pull overlap (BytePS) instead of "
+                               "push, then pull (TensorFlow)")
+    simulate.add_argument("--largest-tensor", default=None, metavar="PARAMS",
+                          help="--algorithm ps: parameters of the largest tensor, placed whole "
+                               "on one server (TensorFlow); default: an even split")
     simulate.add_argument("--overlap", type=_fraction, default=None,
                           help="fraction of communication hidden behind backward (0-1)")
     simulate.add_argument("--bytes-per-param", type=int, choices=(2, 4, 8), default=None)
@@ -337,6 +388,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     timeline.add_argument("--html", metavar="FILE.html", help="write the charts to a file")
     timeline.add_argument("--json", action="store_true")
     timeline.set_defaults(func=guard(cmd_timeline))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not at least 1")
+    return value
 
 
 def _cores(text: str) -> int:

@@ -72,17 +72,53 @@ def recursive_doubling_allreduce_time(n_bytes: float, p: int, alpha: float, beta
 
 
 def parameter_server_time(n_bytes: float, p: int, alpha: float, beta: float,
-                          gamma: float = 0.0) -> float:
-    """Seconds for one parameter server: 2·α + 2·p·n·β + (p−1)·n·γ.
+                          gamma: float = 0.0, servers: int = 1, colocated: bool = False,
+                          pipelined: bool = False, busiest_share: float | None = None) -> float:
+    """Seconds for a parameter-server step: push gradients, then pull the new weights.
 
-    Every worker pushes its n-byte gradient to the server and pulls n bytes of new weights,
-    so the server's single link carries 2·p·n bytes per step. Its cost grows *linearly* in
-    p — the bottleneck that made Horovod move to ring allreduce (Sergeev & Del Balso 2018,
-    arXiv:1802.05799). The server adds p vectors: (p−1)·n·γ.
+    With one server (the defaults): 2·α + 2·p·n·β + (p−1)·n·γ. Every worker pushes its
+    n-byte gradient and pulls n bytes of weights, so the server's one link carries 2·p·n
+    bytes per step: a cost *linear* in p, the bottleneck that made Horovod move to ring
+    allreduce (Sergeev & Del Balso 2018, arXiv:1802.05799).
+
+    No deployment used one server. TensorFlow and BytePS **shard** the parameters over
+    ``servers`` = k servers, each holding a share of them; a server then receives p shares
+    and sends p shares back. Per phase (push, then pull) the step waits for the busiest link:
+
+    * a server's link carries p·n_s bytes (p−1 if it is ``colocated`` with a worker, whose
+      own share stays local), where n_s = ``busiest_share``·n is the largest shard. An even
+      split gives n/k; TensorFlow placed whole variables on servers, so a shard is never
+      smaller than the largest tensor (pass that tensor's share of n);
+    * a worker's link carries its n bytes (n − n_s when a server shares its machine and
+      every worker is one).
+
+    Phases: TensorFlow pulled the weights at the start of a step and pushed the gradients at
+    its end, so the two phases add up (``pipelined=False``). BytePS cuts tensors into small
+    partitions and pulls one while pushing the next, and links are full duplex, so push
+    (out of a worker) and pull (into it) overlap: one phase's time (``pipelined=True``).
+    That is how k ≥ p dedicated servers beat the ring when bandwidth is scarce: each worker
+    link carries n each way, the ring 2(p−1)/p·n (BytePS, docs/rationale.md).
+
+    Each worker exchanges one message per server per phase: 2·k·α. The servers add their
+    shards in parallel: (p−1)·n_s·γ.
     """
     if p <= 1:
         return 0.0
-    return 2 * alpha + 2 * p * n_bytes * beta + (p - 1) * n_bytes * gamma
+    if servers < 1:
+        raise ValueError(f"servers must be ≥ 1, got {servers}")
+    if colocated:
+        servers = min(servers, p)  # a server per worker at most: fewer workers, fewer servers
+    shard = max(1.0 / servers, busiest_share or 0.0) * n_bytes
+    server_part = (p - 1 if colocated else p) * shard   # a server's bytes each way
+    worker_part = n_bytes - shard if colocated and servers == p else n_bytes
+    if not pipelined:     # push phase, then pull phase, each as long as its busiest link
+        link_bytes = 2 * max(server_part, worker_part)
+    elif colocated:       # one link sends its worker's push and its server's pull together
+        shared = (n_bytes - shard) + server_part
+        link_bytes = shared if servers == p else max(shared, n_bytes)
+    else:                 # own links: every link sends one way while it receives the other
+        link_bytes = max(server_part, worker_part)
+    return 2 * servers * alpha + link_bytes * beta + (p - 1) * shard * gamma
 
 
 _TIME_FUNCTIONS = {
@@ -93,14 +129,35 @@ _TIME_FUNCTIONS = {
 }
 
 
+@dataclass(frozen=True)
+class ServerLayout:
+    """How a parameter-server job places its servers (see :func:`parameter_server_time`)."""
+
+    servers: int = 1
+    colocated: bool = False
+    pipelined: bool = False
+    busiest_share: float | None = None
+
+    def describe(self) -> str:
+        where = "co-located with workers" if self.colocated else "on their own machines"
+        how = "push and pull pipelined" if self.pipelined else "push, then pull"
+        return f"{self.servers} server(s) {where}, {how}"
+
+
 def allreduce_time(algorithm: str, n_bytes: float, p: int, alpha: float, beta: float,
-                   gamma: float = 0.0) -> float:
-    """Seconds to allreduce ``n_bytes`` over ``p`` workers with the named algorithm."""
+                   gamma: float = 0.0, layout: ServerLayout | None = None) -> float:
+    """Seconds to allreduce ``n_bytes`` over ``p`` workers with the named algorithm.
+
+    ``layout`` places the parameter servers of ``"ps"`` (default: one dedicated server).
+    """
     try:
         fn = _TIME_FUNCTIONS[algorithm]
     except KeyError:
         raise ValueError(f"unknown algorithm {algorithm!r}: choose one of "
                          f"{', '.join(ALGORITHMS)}") from None
+    if algorithm == "ps" and layout is not None:
+        return parameter_server_time(n_bytes, p, alpha, beta, gamma, layout.servers,
+                                     layout.colocated, layout.pipelined, layout.busiest_share)
     return fn(n_bytes, p, alpha, beta, gamma)
 
 

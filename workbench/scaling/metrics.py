@@ -22,7 +22,7 @@ This module imports only the standard library, so exercise checkers can use it c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 def _positive(name: str, value: float) -> float:
@@ -172,3 +172,29 @@ def scaling_rows(
             }
         )
     return rows
+
+
+def time_to_target(epochs: Sequence[Mapping], target_loss: float | None = None,
+                   target_accuracy: float | None = None) -> float | None:
+    """Seconds of training until the held-out loss or accuracy first reached the target.
+
+    Speedup as the seed documents define it is on the time to a *solution*, not on
+    samples per second. The two agree only while more workers leave the algorithm
+    unchanged (strong scaling: the same global batch takes the same steps); a larger global
+    batch (weak scaling) may need more epochs, or fewer steps with a larger learning rate.
+
+    ``epochs`` are one run's ``"epoch"`` metric lines (rank 0's are used); evaluated epochs
+    carry ``val_loss``/``val_accuracy`` (run with ``eval_every=1``). The time is the sum of
+    ``epoch_time_s`` up to and including the first epoch on target: training only, without
+    start-up or evaluation, which every run pays alike. None if the target was never reached.
+    """
+    if (target_loss is None) == (target_accuracy is None):
+        raise ValueError("give exactly one of target_loss and target_accuracy")
+    elapsed = 0.0
+    for e in sorted((e for e in epochs if e.get("rank", 0) == 0), key=lambda e: e["epoch"]):
+        elapsed += e["epoch_time_s"]
+        if target_loss is not None and e.get("val_loss", float("inf")) <= target_loss:
+            return elapsed
+        if target_accuracy is not None and e.get("val_accuracy", -1.0) >= target_accuracy:
+            return elapsed
+    return None

@@ -8,7 +8,8 @@ One synchronous data-parallel step (Horovod or DDP) is
 
 * compute time  forward + backward + optimizer for one worker's batch, in seconds;
 * communication the allreduce of the gradients, n = parameters × bytes per parameter, with
-  the α–β cost of :mod:`workbench.scaling.costmodel` (ring, tree or parameter server);
+  the α–β cost of :mod:`workbench.scaling.costmodel` (ring, tree, or parameter servers:
+  one, or k shards, on their own machines or co-located with the workers);
 * overlap F     the fraction of communication that runs while backward is still computing.
   Horovod and DDP start allreducing a layer's gradient as soon as backward has produced it
   (Sergeev & Del Balso 2018; Li et al., VLDB 2020). The hidden part can never exceed the
@@ -35,7 +36,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from workbench.scaling.costmodel import ALGORITHMS, allreduce_time
+from workbench.scaling.costmodel import ALGORITHMS, ServerLayout, allreduce_time
 
 #: Share of a step's compute time spent in the backward pass (backward ≈ 2 × forward).
 BACKWARD_SHARE = 2.0 / 3.0
@@ -87,10 +88,12 @@ def compute_time_per_rank(compute_time_s: float, workers: int, mode: str = "weak
 def predict_step(workers: int, params: float, compute_time_s: float, bandwidth: float,
                  latency_s: float, algorithm: str = "ring", overlap: float = 0.0,
                  bytes_per_param: int = 4, mode: str = "weak",
-                 cores: int | None = None) -> StepPrediction:
+                 cores: int | None = None, layout: ServerLayout | None = None
+                 ) -> StepPrediction:
     """Predict one step for ``workers`` workers.
 
     ``bandwidth`` is per-link bytes/s (β = 1 / bandwidth), ``latency_s`` is α per message.
+    ``layout`` places the parameter servers when ``algorithm`` is "ps".
     A single worker needs no communication, so its efficiency is exactly 1.
     """
     if workers < 1:
@@ -100,7 +103,8 @@ def predict_step(workers: int, params: float, compute_time_s: float, bandwidth: 
     beta = 0.0 if bandwidth == float("inf") else 1.0 / bandwidth
     n_bytes = params * bytes_per_param
     compute = compute_time_per_rank(compute_time_s, workers, mode, cores)
-    comm = allreduce_time(algorithm, n_bytes, workers, latency_s, beta) if workers > 1 else 0.0
+    comm = (allreduce_time(algorithm, n_bytes, workers, latency_s, beta, layout=layout)
+            if workers > 1 else 0.0)
     exposed = comm - hidden_comm_time(comm, compute, overlap)
     step = compute + exposed
     work_per_step = workers if mode == "weak" else 1.0   # in single-worker batches
@@ -111,7 +115,7 @@ def predict_step(workers: int, params: float, compute_time_s: float, bandwidth: 
 def simulate(workers: Sequence[int], params: float, compute_time_s: float, bandwidth: float,
              latency_s: float, algorithm: str = "ring", overlap: float = 0.0,
              bytes_per_param: int = 4, mode: str = "weak",
-             cores: int | None = None) -> list[dict]:
+             cores: int | None = None, layout: ServerLayout | None = None) -> list[dict]:
     """One prediction row per worker count (see :func:`predict_step` for the arguments).
 
     Rows carry ``workers, compute_time_s, comm_time_s, exposed_comm_s, step_time_s,
@@ -119,7 +123,7 @@ def simulate(workers: Sequence[int], params: float, compute_time_s: float, bandw
     """
     return [
         predict_step(p, params, compute_time_s, bandwidth, latency_s, algorithm, overlap,
-                     bytes_per_param, mode, cores).as_dict()
+                     bytes_per_param, mode, cores, layout).as_dict()
         for p in workers
     ]
 
@@ -138,7 +142,9 @@ class Network:
 
 @dataclass(frozen=True)
 class Workload:
-    """A model: parameters, compute seconds per step on one accelerator, bytes per gradient."""
+    """A model: parameters, compute seconds per step on one accelerator, bytes per gradient,
+    and its largest tensor (parameters): the smallest shard a server holding whole tensors
+    can be given."""
 
     name: str
     params: float
@@ -146,6 +152,12 @@ class Workload:
     batch_per_worker: int
     bytes_per_param: int
     note: str
+    largest_tensor: float = 0.0
+
+    @property
+    def largest_share(self) -> float:
+        """The largest tensor's share of the parameters."""
+        return self.largest_tensor / self.params
 
 
 @dataclass(frozen=True)
@@ -160,13 +172,15 @@ class Preset:
     overlap: float
     published_efficiency: float | None
     source: str
+    layout: ServerLayout | None = None
 
     def predict(self, workers: int | None = None, overlap: float | None = None) -> StepPrediction:
         """The simulator's prediction for this setup (optionally at another size or overlap)."""
         w = self.workload
         return predict_step(workers or self.workers, w.params, w.compute_time_s,
                             self.network.bandwidth, self.network.latency_s, self.algorithm,
-                            self.overlap if overlap is None else overlap, w.bytes_per_param)
+                            self.overlap if overlap is None else overlap, w.bytes_per_param,
+                            layout=self.layout)
 
 
 NETWORKS = {
@@ -195,13 +209,17 @@ WORKLOADS = {
         "ResNet-101", 44.5e6, 0.62, 64, 4,
         "44.5M parameters (He et al. 2016). 0.62 s per batch of 64 on a Pascal P100: "
         "Horovod's benchmark page prints 1656.82 images/s for 16 GPUs at batch 64, i.e. "
-        "103.6 images/s = 0.62 s per batch per GPU.",
+        "103.6 images/s = 0.62 s per batch per GPU. Largest tensor: a 3×3 convolution "
+        "of 512 to 512 channels, 2.36M parameters.",
+        largest_tensor=2.36e6,
     ),
     "inception3": Workload(
         "Inception V3", 23.8e6, 0.45, 64, 4,
         "23.8M parameters (Szegedy et al. 2016). About 5.7 GFLOPs per image against "
         "ResNet-101's 7.8, so 0.62 s × 5.7/7.8 ≈ 0.45 s per batch of 64 on the same GPU "
-        "(TensorFlow's 2017 P100 benchmark table gives a similar ~140 images/s).",
+        "(TensorFlow's 2017 P100 benchmark table gives a similar ~140 images/s). Largest "
+        "tensor: the 2048 × 1001 classifier, 2.05M parameters.",
+        largest_tensor=2.05e6,
     ),
     "vgg16": Workload(
         "VGG-16", 138e6, 0.42, 64, 4,
@@ -209,14 +227,17 @@ WORKLOADS = {
         "layers. VGG-16 has twice ResNet-101's FLOPs but its large dense convolutions run "
         "near the GPU's peak: TensorFlow's 2017 P100 benchmark table lists about 150 "
         "images/s, i.e. ≈ 0.42 s per batch of 64. Few FLOPs per parameter make it "
-        "communication-bound.",
+        "communication-bound. Largest tensor: fc6, 25088 × 4096 = 102.8M parameters.",
+        largest_tensor=102.8e6,
     ),
     "bert-large": Workload(
         "BERT-large", 340e6, 0.19, 32, 2,
         "340M parameters (Devlin et al. 2019). Batch of 32 sequences × 128 tokens: "
         "6 × 340M × 4096 tokens ≈ 8.4 TFLOP per step; a V100 in mixed precision sustains "
         "about 45 TFLOP/s on it, ≈ 0.19 s. Gradients are allreduced in fp16 (2 bytes), as "
-        "NVIDIA's BERT recipe does.",
+        "NVIDIA's BERT recipe does. Largest tensor: the 30522 × 1024 word embeddings, "
+        "31.3M parameters.",
+        largest_tensor=31.3e6,
     ),
 }
 
@@ -225,6 +246,20 @@ PRESET_OVERLAP = 0.4
 
 _HOROVOD_BENCH = ("Horovod docs/benchmarks: 128 servers × 4 Pascal GPUs, 25 Gbit/s RoCE; "
                   "Sergeev & Del Balso 2018, arXiv:1802.05799")
+
+_HOROVOD_PAPER = ("Sergeev & Del Balso 2018, arXiv:1802.05799: at 128 GPUs Horovod kept "
+                  "about 88% scaling efficiency on Inception V3 and ResNet-101, standard "
+                  "distributed TensorFlow (parameter servers) about half")
+
+
+def tensorflow_ps(workload: Workload, workers: int, gpus_per_server: int = 4) -> ServerLayout:
+    """TensorFlow's parameter servers as its benchmarks deployed them: one server process on
+    each machine (co-located with its workers), variables placed whole, so the busiest
+    server holds at least the largest tensor; weights pulled at the start of a step,
+    gradients pushed at its end (two phases)."""
+    return ServerLayout(servers=workers // gpus_per_server, colocated=True, pipelined=False,
+                        busiest_share=workload.largest_share)
+
 
 PRESETS = {
     "resnet101-25gbe": Preset("resnet101-25gbe", WORKLOADS["resnet101"], NETWORKS["25gbe"],
@@ -236,6 +271,20 @@ PRESETS = {
     "vgg16-25gbe-ps": Preset("vgg16-25gbe-ps", WORKLOADS["vgg16"], NETWORKS["25gbe"],
                              512, "ps", PRESET_OVERLAP, None,
                              "what-if: the same VGG-16 job with one parameter server"),
+    "inception3-25gbe-128": Preset("inception3-25gbe-128", WORKLOADS["inception3"],
+                                   NETWORKS["25gbe"], 128, "ring", PRESET_OVERLAP, 0.88,
+                                   _HOROVOD_PAPER),
+    "inception3-25gbe-tfps": Preset("inception3-25gbe-tfps", WORKLOADS["inception3"],
+                                    NETWORKS["25gbe"], 128, "ps", PRESET_OVERLAP, 0.50,
+                                    _HOROVOD_PAPER,
+                                    tensorflow_ps(WORKLOADS["inception3"], 128)),
+    "resnet101-25gbe-128": Preset("resnet101-25gbe-128", WORKLOADS["resnet101"],
+                                  NETWORKS["25gbe"], 128, "ring", PRESET_OVERLAP, 0.88,
+                                  _HOROVOD_PAPER),
+    "resnet101-25gbe-tfps": Preset("resnet101-25gbe-tfps", WORKLOADS["resnet101"],
+                                   NETWORKS["25gbe"], 128, "ps", PRESET_OVERLAP, 0.50,
+                                   _HOROVOD_PAPER,
+                                   tensorflow_ps(WORKLOADS["resnet101"], 128)),
     "bert-large-ib100": Preset("bert-large-ib100", WORKLOADS["bert-large"], NETWORKS["ib100"],
                                64, "ring", PRESET_OVERLAP, None,
                                "what-if: 64 V100s over 100 Gbit/s InfiniBand"),

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench.models import make_optimizer
+from workbench.training.checkpoint import restore
 from workbench.training.loop import (
     CudaClock,
     Synchronizer,
@@ -109,6 +110,7 @@ def main() -> None:
         ddp_model.register_comm_hook(None, sync.hook)
         optimizer = make_optimizer(cfg.optimizer, ddp_model.parameters(), cfg.lr,
                                    cfg.momentum, cfg.weight_decay)
+        setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
 
         # Step 5: train on this rank's shards (the loop calls ddp_model through setup.model).
         setup.model = ddp_model

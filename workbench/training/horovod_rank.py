@@ -23,6 +23,7 @@ import horovod.torch as hvd
 import torch
 
 from workbench.models import make_optimizer
+from workbench.training.checkpoint import restore
 from workbench.training.loop import (
     CudaClock,
     Synchronizer,
@@ -84,17 +85,23 @@ def main() -> None:
         optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
                                    cfg.momentum, cfg.weight_decay)
 
-        # Step 3: start every replica from rank 0's parameters and optimizer state.
+        # Step 3: start every replica from rank 0's parameters.
         hvd.broadcast_parameters(setup.model.state_dict(), root_rank=0)
-        if optimizer.state_dict()["state"]:
-            # Only a resumed optimizer has state. On an empty one Horovod would first take a
-            # zero-gradient step to create it, which moves Adam's step count and applies
-            # weight decay once, and the run would no longer match the serial baseline.
-            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
         # Step 4: average gradients across ranks with allreduce during backward().
         optimizer = hvd.DistributedOptimizer(
             optimizer, named_parameters=setup.model.named_parameters(), op=hvd.Average)
+
+        # Resuming: load the checkpoint now, not before step 4. DistributedOptimizer is a new
+        # optimizer built over the same parameter groups and starts with no state, so state
+        # loaded into the old one would be lost (Horovod's ImageNet example loads here too).
+        setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
+        if optimizer.state_dict()["state"]:
+            # Step 3 for the optimizer: rank 0's state wins. Only a resumed optimizer has
+            # state. On an empty one Horovod would first take a zero-gradient step to create
+            # it, which moves Adam's step count and applies weight decay once, and the run
+            # would no longer match the serial baseline.
+            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
         # Step 5: train, each rank on its own shard of every global batch (see sharding.py).
         sync = HorovodSync(optimizer, setup.clock)

@@ -33,6 +33,7 @@ from workbench.config import JobConfig
 from workbench.data import Dataset, load_dataset
 from workbench.hosts.cpu import cpu_budget
 from workbench.models import build_model
+from workbench.training.checkpoint import maybe_fail, save
 from workbench.training.reporter import RankContext
 from workbench.training.sharding import (
     epoch_order,
@@ -131,6 +132,7 @@ class Setup:
     device: torch.device
     train_idx: torch.Tensor
     val_idx: torch.Tensor
+    first_epoch: int = 0  # later than 0 when resuming from a checkpoint
     clock: WallClock | CudaClock = field(default_factory=WallClock)
 
     @property
@@ -244,7 +246,7 @@ def build(cfg: JobConfig, device: torch.device) -> Setup:
     model = build_model(cfg.model, tuple(data.x.shape[1:]), data.n_classes, cfg.width)
     train_idx, val_idx = holdout_split(len(data), cfg.seed, cfg.val_fraction)
     return Setup(data, model.to(device=device, dtype=dtype), device, train_idx, val_idx,
-                 clock_for(device))
+                 clock=clock_for(device))
 
 
 def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
@@ -270,12 +272,16 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
                cuda_initialized=torch.cuda.is_initialized(),
                cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
     held_out = None
-    for epoch in range(cfg.epochs):
+    for epoch in range(setup.first_epoch, cfg.epochs):
         order = setup.train_idx[epoch_order(n_train, cfg.seed, epoch)]
         epoch_start, loss_sum, correct = time.perf_counter(), 0.0, 0
         for step in range(steps):
+            maybe_fail(cfg, ctx.rank, epoch * steps + step)
             idx = shard(order, step, ctx.rank, ctx.size, cfg.batch_size)
             x, y = batches(idx)
+            if cfg.warmup_epochs:
+                set_lr(optimizer, warmup_lr(cfg.lr, epoch * steps + step,
+                                            cfg.warmup_epochs * steps))
             t0 = clock.mark()
             sync.begin_step()
             optimizer.zero_grad()
@@ -304,7 +310,26 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
                    accuracy=correct / (steps * cfg.batch_size), samples=steps * cfg.batch_size,
                    epoch_time_s=elapsed, samples_per_s=steps * cfg.batch_size / elapsed,
                    **(held_out or {}))
+        if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
+            save(ctx, setup.module, optimizer, epoch + 1, (epoch + 1) * steps)
     return held_out
+
+
+def warmup_lr(lr: float, step: int, warmup_steps: float) -> float:
+    """The learning rate of `step` (counted from 0) during a linear warm-up to `lr`.
+
+    Goyal et al. (2017) raise the rate step by step over the first epochs: large rates,
+    like those the linear scaling rule gives large batches, diverge from a random start.
+    This ramp starts near 0 rather than at the small-batch rate, so it does not depend on
+    the number of ranks and N ranks still follow the serial run with batch N·b.
+    """
+    return lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else lr
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set the learning rate of every parameter group."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
 
 
 def evaluate(ctx: RankContext, setup: Setup, sync: Synchronizer) -> dict[str, float]:

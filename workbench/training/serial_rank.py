@@ -7,6 +7,7 @@ it follows exactly the trajectory of N data-parallel ranks with batch b.
 from __future__ import annotations
 
 from workbench.models import make_optimizer
+from workbench.training.checkpoint import restore
 from workbench.training.loop import Synchronizer, build, finish, pick_device, pin_cpu, train
 from workbench.training.reporter import RankContext
 
@@ -18,6 +19,7 @@ def main() -> None:
         setup = build(cfg, pick_device(cfg.device, 0))
         optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
                                    cfg.momentum, cfg.weight_decay)
+        setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
         sync = Synchronizer()
         finish(ctx, setup, sync, train(ctx, setup, optimizer, sync))
 

@@ -34,10 +34,11 @@ them live. Nothing is simulated unless a notebook says so.
 | 00 (this one) | the set-up check and the panels |
 | 01 | SGD from scratch on one worker: mini-batches, learning rate, noise |
 | 02 | data parallelism with Horovod: shards, gradient averaging, Horovod's documented steps |
-| 03 | synchronous and asynchronous SGD, staleness, stragglers, the ring allreduce |
-| 04 | model and pipeline parallelism, and when each kind of parallelism wins |
-| 05 | speedup, efficiency and scalability: measured, explained and extrapolated |
-| 06 | review questions on the whole course |
+| 03 | synchronous and asynchronous SGD, staleness, stragglers, losing a rank and resuming |
+| 04 | collectives: parameter servers, the ring allreduce, halving and doubling |
+| 05 | model and pipeline parallelism, and when each kind of parallelism wins |
+| 06 | speedup, efficiency and scalability: measured, explained and extrapolated |
+| 07 | review questions on the whole course |
 
 Each notebook ends with a summary, exercises from [`exercises/`](exercises/) (worked
 solutions in [`solutions/`](solutions/)) and questions to check yourself.
@@ -157,7 +158,7 @@ table(rows, [("run", "run", "s"), ("status", "status", "s"), ("engine", "engine"
       caption="The last runs in runs/")
 """),
     md(r"""
-The other panel of the course, the **scaling panel** (notebook 05), works the same way: choose
+The other panel of the course, the **scaling panel** (notebook 06), works the same way: choose
 the numbers of workers, press **Run**, and it runs the same job at each size, one after the
 other, adding a point to its speedup and efficiency charts as each run ends.
 

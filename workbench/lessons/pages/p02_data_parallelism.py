@@ -37,7 +37,7 @@ the replicas would drift apart into different models.
 Strengths: it scales with the amount of data, it is simple, and its communication per step
 depends on the size of the *model*, not of the data, so it pays off when there is a lot of
 computation per parameter, as in convolutional networks on large datasets. Limit: the whole
-model, with its gradients and optimizer state, must fit on every worker (notebook 04 deals
+model, with its gradients and optimizer state, must fit on every worker (notebook 05 deals
 with models that do not).
 """),
     md(r"""
@@ -108,7 +108,7 @@ The collective operation that combines one vector from every worker and gives ev
 the result is the **allreduce**. Horovod calls it with `hvd.allreduce(g, op=hvd.Average)`,
 PyTorch with `torch.distributed.all_reduce(g)` (a sum, divided by the world size
 afterwards). How an allreduce moves so little data per worker (the ring algorithm) is part
-of notebook 03.
+of notebook 04.
 
 ## 5. Horovod's documented steps
 
@@ -211,7 +211,7 @@ because the shards hold different digits. The thick line, their mean, is the los
 whole global batch: the curve above. The bars show that for a model this small most of each
 step is spent *synchronizing*: there is little computation to hide the communication behind.
 And the status line shows that starting the processes took longer than training. Both
-effects shrink as models grow (notebook 05 measures them).
+effects shrink as models grow (notebook 06 measures them).
 
 ## Summary
 

@@ -1,4 +1,4 @@
-"""Notebook 03: synchronous vs asynchronous SGD, staleness, stragglers, the ring allreduce."""
+"""Notebook 03: synchronous vs asynchronous SGD, staleness, stragglers, faults and resuming."""
 
 from workbench.exercises.build_notebooks import code, md
 from workbench.lessons.pages import md_table
@@ -7,7 +7,7 @@ NAME = "03_synchronization.ipynb"
 
 CELLS = [
     md(r"""
-# 03 · Synchronization: synchronous and asynchronous SGD
+# 03 · Synchronization: synchronous and asynchronous SGD, stragglers, faults
 
 **Goals.** After this notebook you can
 - contrast synchronous and asynchronous distributed SGD: what each waits for, and what each
@@ -15,9 +15,13 @@ CELLS = [
 - define the *staleness* of a gradient and measure it,
 - explain why one slow worker (a *straggler*) slows a whole synchronous job, and two ways
   around it,
-- describe the ring allreduce step by step and say why it is bandwidth-optimal.
+- make a rank fail on purpose, resume the job from its last checkpoint, and weigh how often
+  to checkpoint against the work a failure loses; explain elastic training.
 
-**Time:** about 50 minutes.
+The collectives that move the gradients (parameter servers, the ring allreduce) are the
+subject of notebook 04.
+
+**Time:** about 45 minutes (the Hogwild! appendix: 10 more).
 """),
     md(r"""
 ## 1. Rounds, and two ways to run them
@@ -45,8 +49,6 @@ longer exists. Small staleness acts like extra noise; large staleness can stall 
 training. Synchronous SGD has $\tau = 0$ by construction.
 """),
     code(r"""
-import inspect
-
 import torch
 
 from workbench.lessons.show import curves, figure_widget, table, until_finished
@@ -120,39 +122,11 @@ figure_widget(fig)
 
 A parameter server has a cost model too: with one server, every worker pushes $n$ bytes and
 pulls $n$ bytes per step, so the server's link carries $2pn$ bytes per step and becomes the
-bottleneck as the number of workers $p$ grows. The allreduce of section 5 avoids that.
-
-## 3. Lab: Hogwild!, lock-free updates in shared memory
-
-Niu, Recht, Ré & Wright ("Hogwild!: A Lock-Free Approach to Parallelizing Stochastic
-Gradient Descent", NIPS 2011) let several processes update **one model in shared memory
-with no locks at all**. Two processes may overwrite each other's change to the same weight;
-the paper shows this rarely matters when the problem is *sparse*: each sample touches only a
-few of the many weights, so concurrent updates seldom collide. They report an order of
-magnitude over locking schemes on many cores.
-
-The lab trains a sparse logistic regression (each sample switches on 8 of 5,000 features)
-twice with the same processes: lock-free, and with one lock around every update. $\Omega$ is
-the most weights one sample touches and $\Delta$ the largest share of samples that touch any
-one weight; small $\Omega$ and $\Delta$ mean few collisions.
-"""),
-    code(r"""
-from workbench.synchronization.hogwild import run_hogwild
-
-HOGWILD_PROCESSES = 2   # processes writing into the same model
-hw = run_hogwild(HOGWILD_PROCESSES, epochs=1, samples=3000)
-print(f"Ω = {hw['sparsity']['omega']}, Δ = {hw['sparsity']['delta']:.4f}; "
-      f"loss before training {hw['initial_loss']:.3f}")
-table([{"variant": v, **hw[v]} for v in ("hogwild", "locked")],
-      [("variant", "variant", "s"), ("updates", "updates", "d"), ("time_s", "time (s)", ".2f"),
-       ("final_loss", "final loss", ".3f"), ("final_accuracy", "accuracy", ".3f")])
+bottleneck as the number of workers $p$ grows. Notebook 04 shows how deployed systems
+avoid that: many servers, or no server at all (the ring allreduce).
 """),
     md(r"""
-Both variants reach about the same loss: the lost updates of Hogwild! do not hurt on a sparse
-problem. With two processes the lock is rarely contended, so the times are close; with many
-cores, the lock serialises every update and Hogwild! pulls ahead.
-
-## 4. Stragglers in synchronous training
+## 3. Stragglers in synchronous training
 
 In Horovod or DDP a step ends with an allreduce, and an allreduce cannot finish before the
 *last* rank has contributed its gradient. If one rank is slower (a busier machine, a slower
@@ -213,97 +187,141 @@ systems add *elastic* training (Horovod Elastic, `torchrun` with a range of node
 continues with the workers that are left, from the last state they agreed on, and
 checkpoints saved now and then bound what a crash can lose.
 
-## 5. The ring allreduce, from scratch
+## 4. Lab: lose a rank, then resume
 
-How can $p$ workers each end up with the sum of $p$ vectors of $n$ bytes without a central
-server? The **ring allreduce** (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms
-for clusters of workstations", J. Parallel Distrib. Comput. 69(2), 2009; used by Horovod and
-NCCL) arranges the workers in a ring: worker $r$ only sends to $r+1$ and receives from
-$r-1$. Each vector is cut into $p$ chunks.
-
-1. **Reduce-scatter**, $p-1$ steps: every worker sends one chunk to its right neighbour,
-   which *adds* it to its own copy. Afterwards worker $r$ holds the complete sum of chunk
-   $(r+1) \bmod p$.
-2. **Allgather**, $p-1$ steps: the complete chunks travel once more around the ring, each
-   worker *replacing* its copy, until everyone has every summed chunk.
-
-Each worker sends $2(p-1)$ chunks of $n/p$ bytes, $2\frac{p-1}{p}n$ in all. That alone is not
-what makes the ring special (a parameter-server worker also sends about $2n$: it pushes $n$
-and pulls $n$). The ring is **bandwidth-optimal** because of a lower bound: in *any*
-allreduce every node must send and receive at least $2\frac{p-1}{p}n$ bytes, and the ring
-meets that bound with every link equally loaded, so no link is a bottleneck (Patarasuk &
-Yuan 2009). Rabenseifner's algorithm (reduce-scatter by recursive halving, then allgather
-by recursive doubling) meets the same bound with $2\log_2 p$ messages instead of
-$2(p-1)$. In the $\alpha$–$\beta$ model ($\alpha$ seconds per message, $\beta$ seconds per
-byte):
-
-$$T_{\text{ring}} = 2(p-1)\,\alpha + 2\,\frac{p-1}{p}\, n\, \beta .$$
-
-Its weakness is the latency term, which grows with $p$. Here is the algorithm; `send` and
-`recv` are passed in, so the same code runs between threads or between processes:
+The job below trains for 3 epochs on 2 ranks (25 steps per epoch) and saves a checkpoint
+every `CHECKPOINT_EVERY` epochs: rank 0 writes the model, the optimizer's state (here the
+momentum buffers) and the number of epochs done to `checkpoint.pt` in the run folder,
+atomically. Rank 1 is then made to fail at step `FAIL_AT_STEP`
+(`JobConfig(fail_rank=1, fail_at_step=...)`, or `workbench run --fail-rank 1
+--fail-at-step 60`), as a crashed machine would. At the same time, one process with the
+global batch of 64 trains without any fault: by notebook 02 it takes exactly the steps of
+the two ranks, so it is the run that was never interrupted.
 """),
     code(r"""
-from workbench.synchronization import ring_allreduce as ring
+import workbench
+from workbench import JobConfig
+from workbench.records import events
 
-print(inspect.getsource(ring.ring_allreduce))
-"""),
-    code(r"""
-vectors = [torch.arange(8.0) * (r + 1) for r in range(4)]   # 4 workers, 8 numbers each
-summed = ring.thread_ring_allreduce(vectors)                 # 4 threads passing messages
-print("expected :", sum(vectors).tolist())
-print("worker 0 :", summed[0].tolist())
-print("worker 3 :", summed[3].tolist())
-assert all(torch.equal(s, sum(vectors)) for s in summed)
+FAIL_AT_STEP = 60       # the step (counted from the start) at which rank 1 fails
+CHECKPOINT_EVERY = 1    # epochs between checkpoints; try 2 or 3
+job = dict(engine="horovod", np=2, model="mlp", dataset="digits", epochs=3, batch_size=32,
+           lr=0.05, momentum=0.9, threads_per_rank=1, checkpoint_every=CHECKPOINT_EVERY)
+reference = workbench.start(JobConfig(**{**job, "engine": "serial", "np": 1, "batch_size": 64}))
+broken = workbench.start(JobConfig(**job, fail_rank=1, fail_at_step=FAIL_AT_STEP))
+broken.wait(), reference.wait()
+failure = broken.summary["failure"]
+print(f"{broken.status}, in rank {failure['rank']}: {failure['error']}")
+saved = events(broken.metrics(), "checkpoint")
+table(saved, [("epochs_done", "epochs done", "d"), ("steps_done", "steps done", "d"),
+              ("save_s", "seconds to save", ".4f")], caption="Checkpoints before the failure")
 """),
     md(r"""
-The bytes each worker sends approach $2n$ as $p$ grows, while a parameter server's link
-carries $2pn$. Below, a gradient of one million float32 values ($n$ = 4 MB):
+The job ended as soon as rank 1 failed, naming it: rank 0, waiting in an allreduce for a
+gradient that would never come, was stopped too. Now continue the failed run from its last
+checkpoint (`workbench run --resume RUN_ID` in a terminal). The new run takes the old run's
+configuration, without the fault, and starts at the epoch after the checkpoint:
 """),
     code(r"""
-from workbench.scaling import costmodel
-
-n_values = 1_000_000
-rows = [{"p": p, "ring": ring.bytes_sent_per_worker(n_values, p) / (4 * n_values),
-         "server": 2 * p} for p in (2, 4, 8, 16, 64)]
-table(rows, [("p", "workers p", "d"), ("ring", "ring: bytes per worker ÷ n", ".3f"),
-             ("server", "parameter server: bytes on its link ÷ n", "d")])
-"""),
-    code(r"""
-MB, GBIT = 100e6, 10e9 / 8        # a 100 MB gradient on 10 Gbit/s links
-ALPHA = 5e-6                      # 5 µs per message
-workers = [2 ** k for k in range(1, 11)]
-curves("Allreduce time of 100 MB on 10 Gbit/s links", "workers p (log)", "seconds (log)",
-       {alg: (workers, [costmodel.allreduce_time(alg, MB, p, ALPHA, 1 / GBIT) for p in workers])
-        for alg in ("ring", "recursive-doubling", "ps")}, log_x=True, log_y=True, markers=True)
+resumed = workbench.start(JobConfig(resume=broken.run_id))
+resumed.wait()
+redone = FAIL_AT_STEP - (saved[-1]["steps_done"] if saved else 0)
+mine, theirs = resumed.record().model_state(), reference.record().model_state()
+gap = max(float((mine[k] - theirs[k]).abs().max()) for k in mine)
+print(f"resumed: {resumed.status}; {redone} steps were lost and done again")
+print(f"largest difference from the uninterrupted run's parameters: {gap:.1e}")
 """),
     md(r"""
-The ring's time stays almost flat (its bandwidth term is bounded by $2n\beta$), the
-parameter server's grows linearly with $p$, and recursive doubling, which sends the whole
-vector $\lceil \log_2 p \rceil$ times, suits only short messages.
+The resumed run ends with the parameters of the run that never failed (to rounding): the
+checkpoint holds everything the rest of the run depends on. The model and the optimizer's
+state, and the epoch, because each epoch's sample order is drawn from the seed and the epoch
+number. Without the optimizer's state the momentum would restart from zero and the runs
+would part.
 
-### The ring on real processes
+### How often to checkpoint?
 
-The lab starts real processes (gloo over local TCP), checks the from-scratch ring against
-`torch.distributed.all_reduce` for several vector lengths (odd ones too: chunks of unequal
-size), times both, and predicts the ring's time from a measured ping-pong ($\alpha$ and
-$\beta$ of this machine).
+Each checkpoint costs the time to save it, $C$; each failure loses the work since the last
+checkpoint, on average half an interval $T$. With a failure every $M$ seconds on average
+(the job's *mean time between failures*: one machine's MTBF divided by the number of
+machines, so large jobs fail often), the share of time lost is about
+$C/T + T/(2M)$, smallest at Young's interval $T^* = \sqrt{2CM}$ (Young, CACM 1974).
+Our checkpoints take milliseconds; a large model written to shared storage can take
+minutes:
 """),
     code(r"""
-from workbench.synchronization.ring_lab import run_ring_lab
+from workbench.training.checkpoint import checkpoint_overhead, young_interval
 
-RING_PROCESSES = 2
-lab = run_ring_lab(RING_PROCESSES, sizes=(7, 1001, 65536, 1 << 18), repeats=3)
-print(f"measured α = {lab['alpha_s'] * 1e6:.0f} µs per message, "
-      f"1/β = {1 / lab['beta_s_per_byte'] / 1e9:.2f} GB/s")
-table([{**c, **r} for c, r in zip(lab["checks"], lab["rows"], strict=True)],
-      [("n", "values", "d"), ("max_abs_diff", "|ring − library|", ".1e"),
-       ("ring_s", "ring (s)", ".2e"), ("library_s", "torch.distributed (s)", ".2e"),
-       ("model_s", "α–β model (s)", ".2e")])
+SAVE_S = 60.0             # seconds to save one checkpoint of a large model
+MTBF_HOURS = [2, 24, 240] # mean hours between failures of the whole job
+minutes = [1, 2, 5, 10, 20, 40, 80, 160, 320]
+curves("Share of the job lost to checkpoints and failures", "minutes between checkpoints (log)",
+       "share of time lost (log)",
+       {f"a failure every {h} h": (minutes, [checkpoint_overhead(60 * m, SAVE_S, 3600 * h)
+                                       for m in minutes]) for h in MTBF_HOURS},
+       log_x=True, log_y=True, markers=True)
+"""),
+    code(r"""
+table([{"mtbf": h, "best": young_interval(SAVE_S, 3600 * h) / 60,
+        "lost": checkpoint_overhead(young_interval(SAVE_S, 3600 * h), SAVE_S, 3600 * h)}
+       for h in MTBF_HOURS],
+      [("mtbf", "hours between failures", "d"), ("best", "best interval (min)", ".0f"),
+       ("lost", "share of time lost", ".1%")])
 """),
     md(r"""
-The sums agree exactly, and the library is faster on large vectors (it overlaps sends and
-receives and avoids Python), but both grow with $n$ as the model predicts. On a busy shared
-machine timings are noisy: run the cell again to see how much.
+Checkpointing too often wastes time saving; too rarely, time redoing lost work. The more
+often the job fails, the more often it should save.
+
+### Elastic training
+
+Resuming by hand restarts the whole job. Two tools do it for you:
+
+- **torchrun restarts.** `torchrun --max-restarts=3 --nnodes=1:4 ...` restarts every worker
+  when one fails, up to 3 times, and accepts from 1 to 4 machines. It does not save
+  anything itself: the training script must load its last checkpoint when it starts, as
+  `resume` does here.
+- **Horovod Elastic.** `horovodrun -np 8 --min-np 4 --max-np 12
+  --host-discovery-script ./hosts.sh` runs a function wrapped in `hvd.elastic.run`. The
+  state to keep (model, optimizer, epoch, batch) lives in an `hvd.elastic.TorchState` that
+  the script `commit()`s every few steps, in memory. When a worker fails, the survivors roll
+  back to the last commit, agree on a new ring without the lost worker and go on, without
+  restarting a process; workers that appear later join at the next commit.
+
+Either way the world size may change, and with it the global batch: the learning rate
+(notebook 06) and the data sharding must follow.
+
+## Appendix (optional): Hogwild!, lock-free updates in shared memory
+
+An optional lab: on a machine with two cores, lock-free and locked updates take about the
+same time, so it shows *that* Hogwild! loses nothing on a sparse problem, not how much
+faster it is on many cores.
+
+Niu, Recht, Ré & Wright ("Hogwild!: A Lock-Free Approach to Parallelizing Stochastic
+Gradient Descent", NIPS 2011) let several processes update **one model in shared memory
+with no locks at all**. Two processes may overwrite each other's change to the same weight;
+the paper shows this rarely matters when the problem is *sparse*: each sample touches only a
+few of the many weights, so concurrent updates seldom collide. They report an order of
+magnitude over locking schemes on many cores.
+
+The lab trains a sparse logistic regression (each sample switches on 8 of 5,000 features)
+twice with the same processes: lock-free, and with one lock around every update. $\Omega$ is
+the most weights one sample touches and $\Delta$ the largest share of samples that touch any
+one weight; small $\Omega$ and $\Delta$ mean few collisions.
+"""),
+    code(r"""
+from workbench.synchronization.hogwild import run_hogwild
+
+HOGWILD_PROCESSES = 2   # processes writing into the same model
+hw = run_hogwild(HOGWILD_PROCESSES, epochs=1, samples=3000)
+print(f"Ω = {hw['sparsity']['omega']}, Δ = {hw['sparsity']['delta']:.4f}; "
+      f"loss before training {hw['initial_loss']:.3f}")
+table([{"variant": v, **hw[v]} for v in ("hogwild", "locked")],
+      [("variant", "variant", "s"), ("updates", "updates", "d"), ("time_s", "time (s)", ".2f"),
+       ("final_loss", "final loss", ".3f"), ("final_accuracy", "accuracy", ".3f")])
+"""),
+    md(r"""
+Both variants reach about the same loss: the lost updates of Hogwild! do not hurt on a sparse
+problem. With two processes the lock is rarely contended, so the times are close; with many
+cores, the lock serialises every update and Hogwild! pulls ahead.
 
 ## Summary
 
@@ -313,28 +331,29 @@ machine timings are noisy: run the cell again to see how much.
 - **Asynchronous** SGD: no waiting, but gradients are stale by $\tau$ updates and the model
   is inconsistent across workers; fast workers weigh more. Staleness-aware learning rates
   (Zhang et al. 2016) soften this.
-- **Hogwild!**: lock-free updates to shared memory work when gradients are sparse.
 - **Backup workers** (Chen et al. 2016) keep synchronous SGD and drop the slowest gradients.
-- The **ring allreduce** is bandwidth-optimal: it meets the lower bound of $2\frac{p-1}{p}n$
-  bytes per node with every link equally loaded, $T = 2(p-1)\alpha + 2\frac{p-1}{p}
-  n\beta$. A single parameter server's link carries $2pn$.
+- A **failed rank** ends a synchronous job. Checkpoints (model, optimizer state, epoch) let
+  it resume to the same result; save about every $\sqrt{2CM}$ seconds. Elastic training
+  (torchrun restarts, Horovod Elastic) automates the restart.
+- **Hogwild!** (appendix): lock-free updates to shared memory work when gradients are sparse.
 
 ## Exercises
 
-1. [Finish a ring allreduce](exercises/04_ring_allreduce.ipynb): write the reduce-scatter step.
-   And [measure staleness](exercises/08_staleness.ipynb) in a parameter server's log.
+1. [Measure staleness](exercises/08_staleness.ipynb) in a parameter server's log.
 2. Set `WORKERS = 4` in the parameter-server lab. How do the staleness histogram and the
    final loss of async change? Add the staleness-aware setup and compare.
 3. Raise `DELAY_S` to 0.2 and rerun the straggler job. How much of rank 0's step is waiting?
+4. Set `CHECKPOINT_EVERY = 2` in the faults lab. How many steps are lost now, and is the
+   resumed run still equal to the uninterrupted one?
 
 ## Check yourself
 
 1. A worker pulled the parameters at version 40 and its gradient is applied at version 43.
    What is its staleness, and what does it mean for the update?
 2. Why does one slow GPU slow down a synchronous 64-GPU job, but not an asynchronous one?
-3. How many bytes does each of 8 workers send in a ring allreduce of a 100 MB gradient? And
-   with 64 workers?
-4. What do backup workers give up, compared with plain synchronous SGD?
+3. What do backup workers give up, compared with plain synchronous SGD?
+4. A job checkpoints every hour and fails, on average, once a day. On average, how much work
+   does a failure lose, and what must a checkpoint hold for the resumed run to match?
 
 <details><summary>Answers</summary>
 
@@ -343,10 +362,10 @@ machine timings are noisy: run the cell again to see how much.
 2. In synchronous SGD every step's allreduce needs every gradient, so all 63 others wait for
    the slow one at every step. In asynchronous SGD each worker's update is applied on its
    own; the slow worker only contributes fewer (and staler) gradients.
-3. $2 \cdot \frac{p-1}{p} \cdot 100$ MB: 175 MB with 8 workers, about 197 MB with 64 —
-   almost the same.
-4. The work of the dropped workers: $b$ extra workers compute gradients that are thrown
+3. The work of the dropped workers: $b$ extra workers compute gradients that are thrown
    away, and each step uses $N$ of $N + b$ gradients.
+4. Half an interval, 30 minutes, on average. The model, the optimizer's state (momentum,
+   Adam's moments) and what the data order depends on (the epoch, the seed).
 </details>
 """),
 ]

@@ -1,12 +1,12 @@
-"""Notebook 06: review of the course, with the question bank as an interactive quiz."""
+"""Notebook 07: review of the course, with the question bank as an interactive quiz."""
 
 from workbench.exercises.build_notebooks import code, md
 
-NAME = "06_review.ipynb"
+NAME = "07_review.ipynb"
 
 CELLS = [
     md(r"""
-# 06 · Review
+# 07 · Review
 
 **Goals.** After this notebook you can
 - explain in a few sentences how distributed training saves time, what it costs, and how
@@ -25,16 +25,16 @@ CELLS = [
 2. **Two ways to split.** Data parallelism replicates the model and splits the data; the
    gradients are averaged with an allreduce every step. Model parallelism splits the model
    and sends activations across the cuts; pipelining with micro-batches reduces its bubble to
-   $(P-1)/(M+P-1)$ (notebooks 02, 04).
+   $(P-1)/(M+P-1)$ (notebooks 02, 05).
 3. **Synchronization is the price.** Synchronous SGD keeps the replicas consistent but
    waits for the slowest worker and pays for every exchange; asynchronous SGD never waits but
    applies stale gradients. Ring allreduce, overlap with the backward pass, tensor fusion,
-   backup workers and staleness-aware learning rates reduce the price (notebook 03).
+   backup workers and staleness-aware learning rates reduce the price (notebooks 03, 04).
 4. **Frameworks do the plumbing.** Horovod (TensorFlow, PyTorch, Keras, MXNet), PyTorch DDP
    and TensorFlow's `tf.distribute` add data parallelism to a training script in a few lines
    (notebook 02).
 5. **Measure it.** Speedup $T_1/T_p$, efficiency $S/p$, scalability: efficiency as $p$ grows.
-   Amdahl, Gustafson and Karp–Flatt explain the curves; cost models predict them (notebook 05).
+   Amdahl, Gustafson and Karp–Flatt explain the curves; cost models predict them (notebook 06).
 
 | formula | meaning |
 | --- | --- |
@@ -113,6 +113,6 @@ print(quiz.summary())
 3. Given a model's parameter count, its compute time per step and the link bandwidth, could
    you estimate its efficiency on 64 workers?
 
-If not, notebooks 02, 03 and 05 are the places to look again.
+If not, notebooks 02, 03, 04 and 06 are the places to look again.
 """),
 ]

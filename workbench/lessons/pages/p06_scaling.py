@@ -1,12 +1,12 @@
-"""Notebook 05: speedup, efficiency and scalability, measured, explained and extrapolated."""
+"""Notebook 06: speedup, efficiency and scalability, measured, explained and extrapolated."""
 
 from workbench.exercises.build_notebooks import code, md
 
-NAME = "05_speedup_efficiency_scalability.ipynb"
+NAME = "06_speedup_efficiency_scalability.ipynb"
 
 CELLS = [
     md(r"""
-# 05 · Speedup, efficiency and scalability
+# 06 · Speedup, efficiency and scalability
 
 **Goals.** After this notebook you can
 - define speedup, efficiency and scalability and compute them from measured runs,
@@ -14,9 +14,11 @@ CELLS = [
 - use the Karp–Flatt metric to tell serial code from communication overhead,
 - read a Horovod timeline to see where the time of a step goes,
 - predict efficiency at hundreds of workers with a cost model, and check it against
-  published results.
+  published results,
+- measure speedup on the time to reach a target accuracy, and say when it differs from the
+  speedup in samples per second.
 
-**Time:** about 50 minutes.
+**Time:** about 65 minutes.
 """),
     md(r"""
 ## 1. Two kinds of performance
@@ -183,7 +185,7 @@ We cannot run 512 GPUs here, but we can predict them. One synchronous step takes
 
 $$t_p = t_{\text{compute}} + t_{\text{allreduce}}(p) - t_{\text{hidden}},$$
 
-with the ring allreduce of notebook 03, $2(p-1)\alpha + 2\frac{p-1}{p} n \beta$, for $n$ bytes of
+with the ring allreduce of notebook 04, $2(p-1)\alpha + 2\frac{p-1}{p} n \beta$, for $n$ bytes of
 gradients, and $t_{\text{hidden}}$ the part of the allreduce that overlaps the backward pass
 (Horovod and DDP start reducing a layer's gradient as soon as it is ready). In weak scaling
 $S(p) = p \cdot t_1 / t_p$.
@@ -239,6 +241,81 @@ workbench bench allreduce --np 2
 workbench simulate --help
 ```
 
+## 6. Speedup on the time to a solution
+
+Samples per second are not what we want; a trained model is. The course defines speedup on
+the **time to a solution**: here, the seconds of training until the held-out accuracy first
+reaches a target. Each run below evaluates on the held-out digits after every epoch
+(`eval_every=1`) and the sweep reports `time_to_target_s`
+(from a terminal: `workbench scale --target-accuracy 0.93`). Four runs of the same MLP:
+
+1. one worker, batch 32;
+2. **strong** scaling: 2 workers × 16, the same global batch, so exactly the same steps;
+3. **weak** scaling: 2 workers × 32, global batch 64, the *same learning rate*;
+4. weak scaling with the **linear scaling rule**: learning rate × 2 for the doubled global
+   batch, raised over half an epoch of **warm-up** (Goyal et al. 2017).
+"""),
+    code(r"""
+import dataclasses
+
+from workbench import JobConfig
+from workbench.scaling.sweep import Sweep, Target, compare_to_first
+
+TARGET = Target(accuracy=0.93)   # held-out accuracy to reach; 0.95 takes longer
+base = JobConfig(engine="torch", model="mlp", width=64, dataset="digits", batch_size=32,
+                 lr=0.05, epochs=5, threads_per_rank=1)
+sweeps = {"strong": Sweep(base, [1, 2], "strong", target=TARGET),
+          "weak, same lr": Sweep(base, [2], "weak", target=TARGET),
+          "weak, lr x 2 + warm-up": Sweep(dataclasses.replace(base, warmup_epochs=0.5), [2],
+                                          "weak", target=TARGET, scale_lr=True)}
+for sweep in sweeps.values():
+    sweep.run()
+table(compare_to_first(sweeps), [
+    ("run", "run", "s"), ("throughput_speedup", "samples/s speedup", ".2f"),
+    ("time_to_target_s", "time to target (s)", ".2f"),
+    ("target_speedup", "time-to-target speedup", ".2f")])
+"""),
+    md(r"""
+- **Strong scaling**: the two runs take the same steps (N ranks with batch b follow one
+  process with batch N·b), so the time-to-target speedup equals the samples/s speedup, up to
+  the coarseness of checking once per epoch.
+- **Weak scaling, same learning rate**: twice the samples per second, but each step of the
+  larger batch moves the weights about as far as a step of the small one, so the target
+  needs about as many *steps*: here twice the epochs. The time-to-target speedup is far
+  below the throughput speedup, often below 1.
+- **Linear scaling rule + warm-up**: twice the learning rate for twice the batch halves the
+  steps needed, and the speedup comes back.
+
+How far does the rule go? One process with global batch B takes the steps that B/b workers
+with batch b take, so we can count the steps to the target for many batch sizes without
+launching ranks (`workbench.scaling.critical_batch`):
+"""),
+    code(r"""
+from workbench.scaling.critical_batch import batch_scan
+
+BATCHES = [32, 64, 128, 256, 512, 1024]   # global batch sizes to try
+scan_base = dataclasses.replace(base, warmup_epochs=0.5)
+scaled = batch_scan(scan_base, BATCHES, TARGET.accuracy, max_epochs=16)
+same = {r["batch_size"]: r["steps"] for r in batch_scan(
+    scan_base, BATCHES[:3], TARGET.accuracy, scale_lr=False, max_epochs=16)}
+table([{**r, "same_lr": same.get(r["batch_size"])} for r in scaled],
+      [("batch_size", "global batch", "d"), ("lr", "scaled lr", ".2f"),
+       ("steps", "steps (lr scaled)", "d"), ("samples", "samples (lr scaled)", "d"),
+       ("same_lr", "steps (same lr)", "d")])
+"""),
+    md(r"""
+With the learning rate scaled, the steps needed halve each time the batch doubles, and the
+*samples* needed stay about constant: every worker added is used. Past a **critical batch
+size** the steps stop halving and the samples needed grow: the extra workers compute
+gradients that no longer shorten training, and a still larger rate diverges (a dash means
+the run never reached the target). With the same learning rate the steps hardly move.
+McCandlish et al. (2018) predict the critical batch from the gradient noise scale;
+Shallue et al. (2019) measured the same three regimes (perfect scaling, diminishing
+returns, no benefit) on many models and data sets. Goyal et al. (2017) trained ResNet-50 on
+ImageNet with batches up to 8,192 at the same accuracy this way, in one hour on 256 GPUs.
+So weak scaling speeds up training only while the global batch stays below the critical
+batch size, and only if the learning rate grows with it.
+
 ## Summary
 
 - Speedup $S = T_1/T_p$, efficiency $E = S/p$, scalability: $E$ as $p$ grows. Speed depends on
@@ -251,6 +328,9 @@ workbench simulate --help
 - What limits data parallelism is the ratio of bytes to send to computation per step, and how
   much of the sending hides behind the backward pass: ResNet-101 keeps 90% at 512 GPUs,
   VGG-16 68%.
+- Speedup on the time to a target equals the samples/s speedup only when the algorithm is
+  unchanged (strong scaling). A larger global batch needs a larger learning rate (linear
+  scaling rule, with warm-up), and helps only up to a critical batch size.
 
 ## Exercises
 
@@ -272,6 +352,8 @@ workbench simulate --help
 3. Measured speedups give Karp–Flatt $e$ = 0.02, 0.05, 0.11 at $p$ = 2, 4, 8. Serial code or
    overhead?
 4. Why does VGG-16 scale worse than ResNet-101, although it has fewer layers?
+5. Weak scaling doubles the samples per second, but the time to the target accuracy does
+   not halve. Why, and what brings the speedup back?
 
 <details><summary>Answers</summary>
 
@@ -282,6 +364,9 @@ workbench simulate --help
 4. It has about three times the parameters (mostly in its fully connected layers), so each
    step allreduces three times the bytes, with less compute *time* to hide them behind
    (though more FLOPs: its convolutions run efficiently on GPUs).
+5. With the same learning rate, the doubled global batch takes about as many steps to reach
+   the target, each as long as before. Scaling the learning rate with the batch (with a
+   warm-up) halves the steps, up to the critical batch size.
 </details>
 """),
 ]

@@ -1,13 +1,13 @@
-"""Notebook 04: types of parallelism: model and pipeline parallelism vs data parallelism."""
+"""Notebook 05: types of parallelism: model and pipeline parallelism vs data parallelism."""
 
 from workbench.exercises.build_notebooks import code, md
 from workbench.lessons.pages import md_table
 
-NAME = "04_types_of_parallelism.ipynb"
+NAME = "05_types_of_parallelism.ipynb"
 
 CELLS = [
     md(r"""
-# 04 · Types of parallelism: data, model and pipeline
+# 05 · Types of parallelism: data, model and pipeline
 
 **Goals.** After this notebook you can
 - contrast data parallelism and model parallelism: what is split, what is exchanged, what
