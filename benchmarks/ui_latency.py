@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from workbench.records import MetricsReader
+
 KERNEL_SETUP = """
 import json, time
 import ipywidgets as widgets
@@ -95,7 +97,7 @@ def click(kc, model_id: str) -> None:
 
 def chart_lags(run_dir: Path, seen: list[list[float]]) -> list[float]:
     """Seconds between writing each rank-0 step line and the refresh that charted it."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = MetricsReader(run_dir).all()
     walls = [r["wall"] for r in rows if r.get("kind") == "step" and r["rank"] == 0]
     counts = [n for _, n in seen]
     lags = []
@@ -142,12 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     lags = chart_lags(run_dir, report["seen"])
     handled = report["clicks"]
     click_lat = [h - s for s, h in zip(sent, handled, strict=False)]
-    lines = sum(1 for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-                if '"kind": "step"' in line)
+    lines = sum(1 for r in MetricsReader(run_dir).all() if r.get("kind") == "step")
     print(f"job: {args.engine}, {args.np} rank(s) x {args.rate:g} step lines/s for "
           f"{args.seconds:g} s = {lines} lines ({args.np * args.rate:g} lines/s); "
           f"status {report['status']}; panel refresh every {args.refresh:g} s")
-    print(f"(a) chart lag behind metrics.jsonl: {describe(lags)}  [target <= 500 ms]")
+    print(f"(a) chart lag behind the metrics files: {describe(lags)}  [target <= 500 ms]")
     print(f"(b) button click -> callback while the job runs: {describe(click_lat)}; "
           f"{len(handled)} of {len(sent)} clicks handled  [target <= 200 ms]")
     ok = (report["status"] == "succeeded" and lags and max(lags) <= 0.5

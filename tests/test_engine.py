@@ -179,9 +179,7 @@ def test_ctrl_c_during_workbench_run_stops_the_job(tmp_path):
     first = proc.stdout.readline()
     assert first.startswith("run ")
     run_dir = Path(first.rsplit("-> ", 1)[1].strip())
-    wait_for(lambda: (run_dir / "metrics.jsonl").exists()
-             and of_kind(MetricsReader(run_dir / "metrics.jsonl").all(), "step"),
-             what="training to start")
+    wait_for(lambda: of_kind(MetricsReader(run_dir).all(), "step"), what="training to start")
     proc.send_signal(signal.SIGINT)
     assert proc.wait(20) == 130
     assert load_run(run_dir).status == "stopped"
@@ -275,7 +273,8 @@ BAD_INPUTS = [
     (["--weight-decay", "-1"], "--weight-decay"),
     (["--seed", "-1"], "--seed"),
     (["--threads-per-rank", "-2"], "--threads-per-rank"),
-    (["--engine", "torch", "--hosts", "a:1,b:1"], "--hosts"),
+    (["--engine", "serial", "--np", "1", "--hosts", "a:1"], "--hosts"),
+    (["--env", "1BAD=x"], "--env"),
     (["--hosts", "a:0"], "--hosts"),
     (["--hosts", "a:1", "--np", "2"], "--np"),
     (["--model", "cnn", "--dataset", "digits"], "--model"),
@@ -300,3 +299,24 @@ def test_bad_input_is_rejected_in_one_line_before_launch(tmp_path, capsys, flags
     assert len(err.splitlines()) == 1, err
     assert field in err and "Traceback" not in err
     assert not runs.exists() or not any(runs.iterdir()), "nothing may launch"
+
+
+def test_a_runs_dir_that_cannot_be_created_is_one_line_and_exit_2(capsys):
+    code = cli_main(["run", "--engine", "serial", "--np", "1", "--runs-dir", "/proc/forbidden"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "--runs-dir" in err and "/proc/forbidden" in err
+
+
+def test_a_preset_never_overrides_a_field_set_explicitly_even_to_its_default():
+    default_batch = workbench.JobConfig().batch_size
+    cfg = workbench.JobConfig(preset="compute-bound", batch_size=default_batch)
+    assert cfg.batch_size == default_batch                  # set by the caller: kept
+    assert cfg.model == "cnn" and cfg.samples == 4096       # not set: the preset's
+    # Rebuilt from its record (or copied), the configuration stays the same.
+    assert workbench.JobConfig.from_dict(cfg.to_dict()) == cfg
+    args = ["run", "--preset", "compute-bound", "--batch-size", str(default_batch)]
+    from workbench.cli import build_parser
+    from workbench.jobs.commands import config_from_args
+    assert config_from_args(build_parser().parse_args(args)).batch_size == default_batch

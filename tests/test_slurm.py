@@ -28,7 +28,7 @@ from workbench import JobConfig
 from workbench.config import ConfigError
 from workbench.jobs import Job, slurm, start
 from workbench.jobs.processes import job_processes, pid_alive, rank_pids
-from workbench.records import events
+from workbench.records import MetricsReader, events
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "local_slurm.sh"
@@ -196,7 +196,7 @@ def test_job_through_slurm_trains(cluster: str, tmp_path: Path, engine: str) -> 
     assert summary["slurm_job_id"].isdigit()
     assert not in_queue(summary["slurm_job_id"])
     run_dir = Path(summary["run_dir"])
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = MetricsReader(run_dir).all()
     assert sorted(m["rank"] for m in events(metrics, "start")) == [0, 1]
     losses = [m["loss"] for m in metrics if m["kind"] == "epoch" and m["rank"] == 0]
     assert len(losses) == 4 and losses[-1] < 0.7 * losses[0], losses

@@ -1,7 +1,9 @@
-"""A Horovod job across two hosts, as on a small cluster, on one machine.
+"""Horovod and DDP jobs across two hosts, as on a small cluster, on one machine.
 
-Each "host" is a Linux network namespace with its own address, hostname and sshd; a
-bridge in the root namespace joins them like a switch:
+Each "host" is a Linux network namespace with its own address, hostname, process table
+(a PID namespace, so a pid on one host means nothing on another, as on real nodes) and
+sshd; the runs folder is bind-mounted at the same path in each, as an NFS export would be.
+A bridge in the root namespace joins them like a switch:
 
     root namespace:  horovodrun (launcher, gloo rendezvous)  --  bridge <IF> 198.18.N.1
                                                                   |              |
@@ -23,6 +25,10 @@ What horovodrun needs, and what this test found out about it:
   would. With Debian's usual `127.0.1.1 <hostname>` line instead, rank 1 tries to reach
   rank 0 at 127.0.1.1 and the job fails with "Connection refused".
 
+- In its own PID namespace each host's first process is a shell that starts sshd and
+  waits (so it reaps orphans, as init does); `unshare --kill-child` ends the namespace,
+  and with it every process left in it, when the test ends.
+
 198.18.0.0/15 is the range reserved for network benchmarks (RFC 2544): it never leaves
 this machine. Needs root; skipped otherwise.
 """
@@ -43,7 +49,8 @@ from pathlib import Path
 import pytest
 from _setup_helpers import run_reaped
 
-from workbench.records import events
+import workbench
+from workbench.records import MetricsReader, events, of_kind
 
 pytestmark = [
     pytest.mark.root,
@@ -62,6 +69,23 @@ class Host:
     netns: str        # network namespace name
     sshd: subprocess.Popen | None = None
 
+    def processes(self) -> list[tuple[int, str]]:
+        """(pid as seen from the root namespace, command line) of each process on the host."""
+        out = []
+        for pid in subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True,
+                                  text=True).stdout.split():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            out.append((int(pid), cmd.decode(errors="replace").strip()))
+        return out
+
+    def job_processes(self) -> list[tuple[int, str]]:
+        """Processes on the host other than its init shell and sshd."""
+        return [(pid, cmd) for pid, cmd in self.processes()
+                if cmd and not cmd.startswith(("sh -c hostname", SSHD, "unshare", "sshd"))]
+
 
 @dataclass
 class Cluster:
@@ -69,6 +93,7 @@ class Cluster:
     bin_dir: Path     # holds the `ssh` wrapper: put it first on PATH
     interface: str
     log_dir: Path
+    runs: Path        # the shared runs folder, mounted at the same path on every host
     cleanup: list = field(default_factory=list)
 
     def env(self) -> dict[str, str]:
@@ -153,9 +178,11 @@ def two_hosts(tmp_path: Path) -> Iterator[Cluster]:
     interface = f"wbt{tag}"
     sshd_config, _, bin_dir = write_ssh_files(tmp_path / "ssh", subnet)
     hosts_file = tmp_path / "hosts"
+    runs = tmp_path / "runs"
+    runs.mkdir()
     cluster = Cluster(hosts=[Host("wbhost-a", f"{subnet}.2", f"wbt{tag}-a"),
                              Host("wbhost-b", f"{subnet}.3", f"wbt{tag}-b")],
-                      bin_dir=bin_dir, interface=interface, log_dir=tmp_path)
+                      bin_dir=bin_dir, interface=interface, log_dir=tmp_path, runs=runs)
     hosts_file.write_text("127.0.0.1 localhost\n" + "".join(
         f"{h.address} {h.name}\n" for h in cluster.hosts))
     os.makedirs("/run/sshd", exist_ok=True)     # sshd's privilege-separation folder
@@ -177,13 +204,15 @@ def two_hosts(tmp_path: Path) -> Iterator[Cluster]:
             sh("ip", "-n", host.netns, "addr", "add", f"{host.address}/24", "dev", interface)
             sh("ip", "-n", host.netns, "link", "set", interface, "up")
             sh("ip", "-n", host.netns, "link", "set", "lo", "up")
-            # Own hostname (UTS namespace) and /etc/hosts (private mount namespace);
-            # `exec` keeps one process, so sshd.pid is sshd's own pid.
+            # Own hostname (UTS namespace), /etc/hosts and runs folder (private mount
+            # namespace), process table (PID namespace, with its own /proc). The shell is
+            # the namespace's init: it starts sshd, then waits, reaping orphans.
             start = (f"hostname {host.name} && mount --bind {hosts_file} /etc/hosts && "
-                     f"exec {SSHD} -D -e -f {sshd_config}")
+                     f"mount --bind {runs} {runs} && {SSHD} -D -e -f {sshd_config} & wait")
             with open(tmp_path / f"sshd-{host.name}.log", "wb") as log:
                 host.sshd = subprocess.Popen(
                     ["ip", "netns", "exec", host.netns, "unshare", "--uts", "--mount",
+                     "--pid", "--fork", "--kill-child", "--mount-proc",
                      "sh", "-c", start], stdout=log, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL)
         for host in cluster.hosts:
@@ -205,7 +234,7 @@ def two_hosts(tmp_path: Path) -> Iterator[Cluster]:
 
 def test_horovod_job_across_two_hosts(two_hosts: Cluster, tmp_path: Path) -> None:
     a, b = two_hosts.hosts
-    runs = tmp_path / "runs"
+    runs = two_hosts.runs
     cmd = [str(VENV_BIN / "workbench"), "run", "--engine", "horovod",
            "--hosts", f"{a.address}:1,{b.address}:1", "--np", "2", "--model", "mlp",
            "--dataset", "digits", "--epochs", "4", "--lr", "0.1", "--threads-per-rank", "1",
@@ -222,10 +251,191 @@ def test_horovod_job_across_two_hosts(two_hosts: Cluster, tmp_path: Path) -> Non
     assert json.loads((Path(summary["run_dir"]) / "summary.json").read_text()) == summary
 
     # Converged: rank 0's epoch loss fell, and the model classifies most digits.
-    metrics = [json.loads(line)
-               for line in (Path(summary["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    metrics = MetricsReader(Path(summary["run_dir"])).all()
     starts = {m["rank"]: m["host"] for m in events(metrics, "start")}
     assert starts == {0: a.name, 1: b.name}
     losses = [m["loss"] for m in metrics if m["kind"] == "epoch" and m["rank"] == 0]
     assert len(losses) == 4 and losses[-1] < 0.7 * losses[0], losses
     assert summary["last_epoch_accuracy"] > 0.8
+    until(lambda: not a.job_processes() and not b.job_processes(), 15, "nothing left")
+
+
+# ----------------------------------------------------------------- supervision by host
+SECRET = "wb-two-host-secret-5e1d"
+
+WAIT_FOR_GO = """
+import os, time
+from workbench.training.reporter import RankContext
+with RankContext.from_env() as ctx:
+    ctx.metric("event", message="env", forwarded=os.environ.get("WB_FORWARDED"),
+               secret=os.environ.get("WB_TEST_SECRET"))
+    end = time.time() + 120
+    while not (ctx.run_dir / "go").exists() and time.time() < end:
+        time.sleep(0.1)
+"""
+
+LONG = dict(model="mlp", width=32, dataset="digits", epochs=1000, threads_per_rank=1,
+            stall_timeout=120.0)
+
+
+@pytest.fixture
+def on_cluster(two_hosts: Cluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Cluster:
+    """Jobs started from this test process reach the hosts through the ssh wrapper."""
+    monkeypatch.setenv("PATH", two_hosts.env()["PATH"])
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "wb_wait_for_go.py").write_text(WAIT_FOR_GO)
+    monkeypatch.setenv("PYTHONPATH", f"{mods}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    return two_hosts
+
+
+def until(predicate, timeout: float, what: str) -> float:
+    """Wait for `predicate`; return the seconds it took."""
+    began = time.monotonic()
+    while not predicate():
+        if time.monotonic() - began > timeout:
+            left = [p for netns in ("a", "b") for p in _processes_in_netns_named(netns)]
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; "
+                                 f"processes in the hosts' namespaces: {left}")
+        time.sleep(0.1)
+    return time.monotonic() - began
+
+
+def _processes_in_netns_named(suffix: str) -> list[str]:
+    """Command lines of the processes in this test's namespaces ending in -<suffix>."""
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    tag = f"wbt{os.getpid() % 10000}-{suffix}"
+    if tag not in names:
+        return []
+    return [cmd for _, cmd in Host("", "", tag).job_processes()]
+
+
+def ranks_on(host: Host, job: workbench.Job) -> list[int]:
+    """Root-namespace pids of the job's rank processes (python with the job's run id)."""
+    out = []
+    for pid, cmd in host.job_processes():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if f"WORKBENCH_RUN_ID={job.run_id}".encode() in environ and "-m" in cmd \
+                and "torch.distributed.run" not in cmd and "python" in cmd.split()[0]:
+            out.append(pid)
+    return out
+
+
+def training_started(job: workbench.Job, ranks: int = 2) -> bool:
+    return len({r["rank"] for r in of_kind(job.metrics(), "step")}) == ranks
+
+
+def hosts_of(cluster: Cluster) -> str:
+    a, b = cluster.hosts
+    return f"{a.address}:1,{b.address}:1"
+
+
+def test_torch_job_across_two_hosts(on_cluster: Cluster) -> None:
+    a, b = on_cluster.hosts
+    job = workbench.start(workbench.JobConfig(
+        engine="torch", np=2, hosts=hosts_of(on_cluster), model="mlp", dataset="digits",
+        epochs=4, lr=0.1, threads_per_rank=1, runs_dir=str(on_cluster.runs)))
+    status = job.wait(240)
+    logs = "".join(p.read_text(errors="replace")[-2000:]
+                   for p in sorted((job.run_dir / "logs").glob("*.log")))
+    assert status == "succeeded", f"{job.summary}\n{logs}"
+    assert {m["host"] for m in events(job.metrics(), "start")} == {a.name, b.name}
+    losses = [m["loss"] for m in of_kind(job.metrics(), "epoch") if m["rank"] == 0]
+    assert len(losses) == 4 and losses[-1] < 0.7 * losses[0], losses
+    until(lambda: not a.job_processes() and not b.job_processes(), 15, "nothing left")
+
+
+@pytest.mark.parametrize("engine", ["horovod", "torch"])
+def test_stop_ends_the_ranks_on_both_hosts(on_cluster: Cluster, engine: str) -> None:
+    a, b = on_cluster.hosts
+    job = workbench.start(workbench.JobConfig(engine=engine, np=2, hosts=hosts_of(on_cluster),
+                                              runs_dir=str(on_cluster.runs), **LONG))
+    until(lambda: training_started(job), 120, "training to start on both hosts")
+    assert ranks_on(a, job) and ranks_on(b, job)
+    began = time.monotonic()
+    job.stop()
+    assert time.monotonic() - began <= 5.0
+    assert job.status == "stopped"
+    took = until(lambda: not a.job_processes() and not b.job_processes(), 15,
+                 "every process on both hosts to end")
+    print(f"{engine}: stop returned in {time.monotonic() - began - took:.1f} s; "
+          f"remote ranks gone {took:.1f} s later")
+
+
+def test_kill_9_on_host_b_fails_the_job_naming_rank_1(on_cluster: Cluster) -> None:
+    a, b = on_cluster.hosts
+    job = workbench.start(workbench.JobConfig(engine="horovod", np=2,
+                                              hosts=hosts_of(on_cluster),
+                                              runs_dir=str(on_cluster.runs), **LONG))
+    until(lambda: training_started(job), 120, "training to start on both hosts")
+    [victim] = ranks_on(b, job)
+    os.kill(victim, signal.SIGKILL)
+    until(lambda: job.done, 15, "the job to fail")
+    failure = job.summary["failure"]
+    assert job.status == "failed" and failure["rank"] == 1, failure
+    assert "ended without reporting" in failure["error"]
+    until(lambda: not a.job_processes() and not b.job_processes(), 15,
+          "every process on both hosts to end")
+
+
+@pytest.mark.parametrize("engine", ["horovod", "torch"])
+def test_no_secret_reaches_either_host_and_env_names_reach_the_ranks(
+        on_cluster: Cluster, monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
+    a, b = on_cluster.hosts
+    monkeypatch.setenv("WB_TEST_SECRET", SECRET)
+    job = workbench.start_module(engine, 2, "wb_wait_for_go", hosts=hosts_of(on_cluster),
+                                 runs_dir=str(on_cluster.runs),
+                                 env=["WB_FORWARDED=forwarded-value"])
+    try:
+        until(lambda: ranks_on(a, job) and ranks_on(b, job), 120, "a rank on each host")
+        launcher_side = [p.pid for p in job_processes_here(job)]
+        on_hosts = [pid for host in (a, b) for pid, _ in host.job_processes()]
+        assert launcher_side and on_hosts
+        for pid in launcher_side + on_hosts:  # horovodrun/ssh here; shells and ranks there
+            try:
+                seen = (Path(f"/proc/{pid}/environ").read_bytes()
+                        + Path(f"/proc/{pid}/cmdline").read_bytes())
+            except OSError:
+                continue  # ended meanwhile
+            assert SECRET.encode() not in seen, Path(f"/proc/{pid}/cmdline").read_bytes()
+    finally:
+        (job.run_dir / "go").write_text("")
+    assert job.wait(60) == "succeeded", job.summary
+    seen = [r for r in events(job.metrics(), "env")]
+    assert [(r["forwarded"], r["secret"]) for r in seen] == [("forwarded-value", None)] * 2
+    until(lambda: not a.job_processes() and not b.job_processes(), 15, "nothing left")
+
+
+def job_processes_here(job: workbench.Job):
+    """The job's processes on the launcher's host: the launcher, its ssh clients, ..."""
+    from workbench.jobs.processes import job_processes
+
+    return job_processes(job.run_id, job.run_dir, job.launcher_pid)
+
+
+def test_remote_ranks_leave_when_their_owner_dies(on_cluster: Cluster) -> None:
+    """Kill -9 the process that started the job: nothing on either host outlives it long
+    (the ranks see the owner's heartbeat go stale; no pid of the owner means anything there)."""
+    a, b = on_cluster.hosts
+    script = (
+        "import time, workbench\n"
+        f"job = workbench.start(workbench.JobConfig(engine='horovod', np=2, "
+        f"hosts={hosts_of(on_cluster)!r}, runs_dir={str(on_cluster.runs)!r}, **{LONG!r}))\n"
+        "print(job.run_dir, flush=True)\n"
+        "time.sleep(600)\n")
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        run_dir = Path(owner.stdout.readline().strip())
+        until(lambda: len({r["rank"] for r in of_kind(MetricsReader(run_dir).all(), "step")})
+              == 2, 120, "training to start on both hosts")
+    finally:
+        owner.kill()
+        owner.wait()
+    took = until(lambda: not a.job_processes() and not b.job_processes(), 15,
+                 "the ranks on both hosts to leave after their owner died")
+    print(f"remote ranks gone {took:.1f} s after their owner was killed")
+    assert workbench.load_run(run_dir).status == "lost"

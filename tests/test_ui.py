@@ -162,7 +162,7 @@ def test_training_panel_live_on_the_event_loop(tmp_path):
         assert 0 < max(seen_during_run[:-1]), "the charts must fill while the job runs"
         assert worst_lag_s < 1.0, f"the event loop was blocked for {worst_lag_s:.2f} s"
 
-        records = MetricsReader(panel.job.run_dir / "metrics.jsonl").all()
+        records = MetricsReader(panel.job.run_dir).all()
         steps = [r for r in records if r["kind"] == "step"]
         for rank in (0, 1):
             mine = [r["loss"] for r in steps if r["rank"] == rank]

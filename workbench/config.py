@@ -73,11 +73,21 @@ class JobConfig:
     `time_limit` is in minutes, as Slurm's `--time` (0 = the partition's default).
     `batch_size` is per rank: with `np` ranks one synchronous step consumes `np * batch_size`
     samples.
+
+    A `preset` is applied when the configuration is built, to the fields the caller did not
+    pass: `JobConfig(preset="compute-bound", batch_size=32)` keeps batch size 32 even though
+    32 is also the default. (The names passed are remembered in `given`; a configuration
+    rebuilt from a dict or by `dataclasses.replace` passes every field, so the preset is
+    not applied twice.)
+
+    `env` names the environment variables that ranks receive on top of the allow-list in
+    jobs/environment.py: "KEY" forwards the launcher's value, "KEY=VALUE" sets one.
     """
 
     engine: str = "horovod"
     np: int = 2
     hosts: str | None = None
+    env: list[str] = field(default_factory=list)
     launcher: str = "local"
     partition: str | None = None
     nodes: int = 0
@@ -120,6 +130,18 @@ class JobConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ building
+    def __new__(cls, *args: Any, **kwargs: Any) -> JobConfig:
+        # Remember which fields the caller passed, so a preset never overrides them.
+        self = super().__new__(cls)
+        names = [f.name for f in dataclasses.fields(cls)]
+        self.given = frozenset(names[:len(args)]) | frozenset(kwargs)
+        return self
+
+    def __post_init__(self) -> None:
+        for name, value in PRESETS.get(self.preset or "", {}).items():
+            if name not in self.given:
+                setattr(self, name, value)
+
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> JobConfig:
         """A configuration from a scaling preset, with any field overridden."""
@@ -203,6 +225,12 @@ class JobConfig:
             raise ConfigError(_bad("runs_dir", self.runs_dir, "a folder path"))
         if self.name and not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", self.name):
             raise ConfigError(_bad("name", self.name, "up to 40 letters, digits, '.', '_', '-'"))
+        if not isinstance(self.env, (list, tuple)):
+            raise ConfigError(_bad("env", self.env, "a list of KEY or KEY=VALUE"))
+        for item in self.env:
+            if not isinstance(item, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(=.*)?",
+                                                             item, flags=re.S):
+                raise ConfigError(_bad("env", item, "KEY or KEY=VALUE, KEY a variable name"))
         self._validate_combinations()
         return self
 
@@ -212,8 +240,9 @@ class JobConfig:
             raise ConfigError(_bad("np", self.np, "1 with --engine serial (it runs one process;"
                                    " use --engine horovod or torch for more)"))
         if self.hosts is not None:
-            if self.engine != "horovod":
-                raise ConfigError(_bad("hosts", self.hosts, "only with --engine horovod"))
+            if self.engine == "serial":
+                raise ConfigError(_bad("hosts", self.hosts, "only with --engine horovod or "
+                                       "torch"))
             slots = parse_hosts(self.hosts)
             if sum(slots.values()) < self.np:
                 raise ConfigError(_bad("np", self.np, f"at most the {sum(slots.values())} slots"

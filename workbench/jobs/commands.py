@@ -28,6 +28,10 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         if f.name in _SKIP:
             continue
         flag = "--" + f.name.replace("_", "-")
+        if str(f.type).startswith("list"):  # `env`: repeat the flag, one item each time
+            parser.add_argument(flag, dest=f.name, action="append", default=None,
+                                metavar="KEY[=VALUE]", help="(repeatable)")
+            continue
         if f.type in ("bool", bool):
             parser.add_argument(flag, dest=f.name, action="store_true", default=None,
                                 help=f"(default {f.default})")
@@ -85,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def follow(job: Job, quiet: bool = False, period_s: float = 0.5) -> None:
     """Wait for `job`, printing one progress line per finished epoch (rank 0's view)."""
-    reader = MetricsReader(job.run_dir / "metrics.jsonl")
+    reader = MetricsReader(job.run_dir)
     epochs = job.config.epochs
     place, reason = 0, None
     while True:
@@ -98,14 +102,26 @@ def follow(job: Job, quiet: bool = False, period_s: float = 0.5) -> None:
             reason = job.pending_reason
             print(f"  queued by Slurm: {reason}" if reason else "  running", flush=True)
         for e in of_kind(reader.read_new(), "epoch"):
-            if e["rank"] == 0 and not quiet:
-                held_out = (f"  val loss {e['val_loss']:.4f}  val accuracy "
-                            f"{e['val_accuracy']:.3f}") if "val_loss" in e else ""
-                print(f"  epoch {e['epoch'] + 1}/{epochs}  loss {e['loss']:.4f}  "
-                      f"accuracy {e['accuracy']:.3f}{held_out}  "
-                      f"{e['samples_per_s'] * job.world_size:,.0f} samples/s", flush=True)
+            if e.get("rank") == 0 and not quiet:
+                print(f"  {_epoch_line(e, epochs, job.world_size)}", flush=True)
         if finished:
             return
+
+
+def _epoch_line(e: dict[str, Any], epochs: int, world: int) -> str:
+    """One progress line from an epoch record (fields other than "epoch" are optional)."""
+    parts = [f"epoch {e.get('epoch', 0) + 1}/{epochs}"]
+    if isinstance(e.get("loss"), (int, float)):
+        parts.append(f"loss {e['loss']:.4f}")
+    if isinstance(e.get("accuracy"), (int, float)):
+        parts.append(f"accuracy {e['accuracy']:.3f}")
+    if isinstance(e.get("val_loss"), (int, float)):  # held-out, when evaluated each epoch
+        parts.append(f"val loss {e['val_loss']:.4f}")
+    if isinstance(e.get("val_accuracy"), (int, float)):
+        parts.append(f"val accuracy {e['val_accuracy']:.3f}")
+    if isinstance(e.get("samples_per_s"), (int, float)):
+        parts.append(f"{e['samples_per_s'] * world:,.0f} samples/s")
+    return "  ".join(parts)
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -130,7 +146,8 @@ def print_summary(summary: dict[str, Any]) -> None:
         if traceback and traceback not in tail:  # more than the log lines below show
             print("  " + traceback.replace("\n", "\n  "))
         if tail:
-            print("  last log lines:\n    " + tail.replace("\n", "\n    "))
+            print(f"  last lines of {failure.get('log', 'the log')}:\n    "
+                  + tail.replace("\n", "\n    "))
         if summary.get("run_dir") and (Path(summary["run_dir"]) / CHECKPOINT).exists():
             print(f"  continue from its last checkpoint: workbench run --resume "
                   f"{summary['run_id']} --runs-dir {Path(summary['run_dir']).parent}")

@@ -6,7 +6,11 @@ failure detection) is written once in `job.py`.
 - `horovod`: Horovod's own launcher, `horovodrun --gloo`, which starts the ranks (locally
   or over ssh on `-H host:slots,...`) and gives them a gloo rendezvous.
 - `torch`: PyTorch's launcher `torchrun` (`python -m torch.distributed.run`), for
-  DistributedDataParallel.
+  DistributedDataParallel. On one host, `--standalone`: torchrun opens its own rendezvous
+  on a port the operating system picks, so two jobs never race for a port. On several
+  hosts (`hosts="a:2,b:2"`), one torchrun per host, started over ssh by
+  `workbench.jobs.torch_hosts` as horovodrun starts remote ranks, meeting in a c10d
+  rendezvous on the first host.
 - `serial`: the module in one plain process: the sequential baseline.
 - `fork`: the labs' engine. One Python process imports the code once and forks the ranks
   from itself (one host; see workers.py for why the labs do not use torchrun).
@@ -34,7 +38,7 @@ class Engine:
     name: str = "serial"
 
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
-                port: int) -> list[str]:
+                run_id: str) -> list[str]:
         return [sys.executable, "-u", "-m", module, *args]
 
     def available(self) -> str | None:
@@ -44,7 +48,7 @@ class Engine:
 
 class HorovodEngine(Engine):
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
-                port: int) -> list[str]:
+                run_id: str) -> list[str]:
         # --disable-cache: horovodrun otherwise remembers for an hour which network
         # interface the hosts share, and fails with a KeyError once that interface is gone.
         return [horovodrun(), "-np", str(np), "--gloo", "-H", hosts or f"localhost:{np}",
@@ -62,15 +66,17 @@ class HorovodEngine(Engine):
 
 class TorchEngine(Engine):
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
-                port: int) -> list[str]:
-        return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
-                f"--nproc-per-node={np}", "--master-addr=127.0.0.1", f"--master-port={port}",
-                "-m", module, *args]
+                run_id: str) -> list[str]:
+        if hosts is None:
+            return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    "--nnodes=1", f"--nproc-per-node={np}", "-m", module, *args]
+        return [sys.executable, "-u", "-m", "workbench.jobs.torch_hosts", "--hosts", hosts,
+                "--np", str(np), "--rdzv-id", run_id, "--", "-m", module, *args]
 
 
 class ForkEngine(Engine):
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
-                port: int) -> list[str]:
+                run_id: str) -> list[str]:
         # The module is its own launcher: it forks `np` ranks (only workers.py does this).
         return [sys.executable, "-u", "-m", module, "--fork", str(np), *args]
 

@@ -8,63 +8,75 @@ A watcher thread then checks the job five times a second:
 - every rank reported success and the launcher ended  -> "succeeded";
 - a rank reported an exception, or its process vanished without reporting (kill -9, out
   of memory), or the launcher failed                   -> "failed", naming the rank;
-- nothing new in metrics.jsonl for `stall_timeout` s  -> "stalled";
+- no new metrics line for `stall_timeout` s           -> "stalled";
 - `stop()` was called                                 -> "stopped".
 
 With `launcher="slurm"` the job is submitted to Slurm instead (see slurm.py): it is
 "pending" while Slurm queues it, ranks are watched through what they write in the runs
 folder and the job's state in Slurm, and stopping it is `scancel`.
 
-Whatever the outcome, every process of the job is ended (see processes.py) and
-`summary.json` is written atomically, so a crash never leaves a half-written summary.
+Ranks on the launcher's host are checked by pid. Ranks on other hosts are checked through
+what they write into the shared run folder (their heartbeat files) and through the
+launcher's own exit: their pids mean nothing here (see records/liveness.py).
+
+Whatever the outcome, every process of the job is ended (see processes.py; remote ranks
+end themselves when the owner's heartbeat says "stop") and `summary.json` is written
+atomically. If the watcher itself hits an error (a full disk, an unreadable file), the job
+still ends, as "failed" with that error in the summary: it never stays "running" forever.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import pickle
 import platform
+import re
 import subprocess
 import threading
 import time
+import traceback
 import warnings
 import weakref
-from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 from workbench.config import ConfigError, JobConfig
 from workbench.hosts.cpu import cpu_budget
 from workbench.jobs import cores, slurm
 from workbench.jobs.devices import rank_environment, resolve_device
 from workbench.jobs.engines import ENGINES, TRAINING_MODULES
-from workbench.jobs.processes import (
-    free_port,
-    job_processes,
-    pid_alive,
-    rank_pids,
-    terminate,
-)
+from workbench.jobs.environment import allowed_environment
+from workbench.jobs.processes import job_processes, pid_alive, rank_hosts, terminate
 from workbench.records import (
+    CorruptRecord,
     MetricsReader,
     RunRecord,
     events,
     new_run_dir,
     of_kind,
     read_json,
+    step_start,
     throughput,
     write_json_atomic,
 )
+from workbench.records.liveness import (
+    HEARTBEAT_PERIOD_S,
+    RANK_STALE_S,
+    Staleness,
+    heartbeat_path,
+    owner_beat,
+    this_host,
+)
 from workbench.training.checkpoint import apply_resume
-from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0
+from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0, owner_id
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
 POLL_S = 0.2
 QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come
+#: After the launcher has exited, a remote rank whose heartbeat has not changed for this
+#: long is judged gone (it beats every second while alive).
+REMOTE_GONE_S = 3.0
 _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 
 
@@ -84,8 +96,12 @@ class Job:
         self._status = "running"
         self._done = threading.Event()
         self._lock = threading.Lock()
-        self._reader = MetricsReader(self.run_dir / "metrics.jsonl")
+        self._reader = MetricsReader(self.run_dir)
         self._failure: dict[str, Any] | None = None
+        self._summary_data: dict[str, Any] | None = None
+        self._rank_beats: dict[int, Staleness] = {}
+        self._first_error_at: float | None = None
+        self._stopping = False  # once set, every owner heartbeat says "stop"
         self._proc: subprocess.Popen[bytes] | slurm.SlurmBatch | None = None
         self._slurm = cfg.launcher == "slurm"
         self._started = self._asked = time.time()
@@ -100,6 +116,7 @@ class Job:
                 raise
         else:
             self._status = "queued"
+            owner_beat(self.run_dir)  # a queued run is looked after too: not "lost"
             threading.Thread(target=self._wait_for_cores, args=(module, args),
                              name=f"queue-{self.run_id}", daemon=True).start()
 
@@ -145,16 +162,25 @@ class Job:
 
     @property
     def summary(self) -> dict[str, Any] | None:
-        """The contents of summary.json once the job has ended, else None."""
-        return read_json(self.run_dir / "summary.json") if self.done else None
+        """The summary once the job has ended (what summary.json holds), else None.
+
+        Kept in memory too, so it is there even when summary.json could not be written.
+        """
+        return self._summary_data if self.done else None
 
     def metrics(self) -> list[dict[str, Any]]:
-        """Every metrics record written so far (steps, epochs, events)."""
-        return list(self._reader.all())
+        """Every metrics record written so far (steps, epochs, events), all ranks merged.
+
+        Safe to call from any thread, also while the watcher reads: each record once.
+        """
+        return self._reader.all()
 
     def result(self) -> dict[str, Any] | None:
         """What rank 0 wrote with `ctx.write_result()`, or None."""
-        return read_json(self.run_dir / "result.json")
+        try:
+            return read_json(self.run_dir / "result.json")
+        except CorruptRecord:
+            return None
 
     def results(self) -> list[Any]:
         """Each rank's return value, in rank order (jobs started with `workbench.launch`).
@@ -207,6 +233,7 @@ class Job:
             while not self._ticket.poll():
                 if self._done.wait(QUEUE_POLL_S):
                     return  # stopped while queued; _finish left the queue
+                owner_beat(self.run_dir)
         except (OSError, ConfigError) as err:  # the shared folder went away, say
             self._finish("failed", {"rank": None, "error": f"lost its place in the queue for "
                                                            f"cores: {err}"})
@@ -227,12 +254,12 @@ class Job:
     def _launch(self, module: str, args: list[str]) -> None:
         cfg = self.config
         write_json_atomic(self.run_dir / "config.json", cfg.to_dict())
-        me = psutil.Process()
+        owner_beat(self.run_dir)  # before any rank starts: they read it from their start
         threads = cfg.resolved_threads()
         env = {
-            **os.environ,
+            **allowed_environment(cfg.env),  # an allow-list: no secrets reach the ranks
             ENV_RUN_DIR: str(self.run_dir), ENV_RUN_ID: self.run_id,
-            ENV_OWNER: f"{me.pid}:{me.create_time()}", ENV_T0: repr(time.time()),
+            ENV_OWNER: owner_id(), ENV_T0: repr(time.time()),
             "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
             **rank_environment(cfg),
         }
@@ -246,7 +273,8 @@ class Job:
             # (default 1 ms). Other engines have no such thread and ignore it.
             env["HOROVOD_CYCLE_TIME"] = repr(cfg.cycle_time_ms)
         if self._slurm:  # ---- Slurm hook: Slurm starts the ranks (see slurm.py) ----
-            # The ranks run on compute nodes, where our pid means nothing: no owner watchdog.
+            # The ranks run on compute nodes, where our pid means nothing: no owner pid
+            # watchdog there (they still leave when the owner's heartbeat says "stop").
             del env[ENV_OWNER]
             self._started = time.time()
             self._proc = slurm.submit(cfg, self.run_id, self.run_dir, module, args, env)
@@ -262,35 +290,52 @@ class Job:
         if self._ticket.warning:
             self.warnings.append(self._ticket.warning)
             warnings.warn(self.warnings[-1], stacklevel=3)
-        engine = ENGINES[cfg.engine]
-        cmd = engine.command(cfg.world_size, module, args, cfg.hosts, free_port())
+        cmd = ENGINES[cfg.engine].command(cfg.world_size, module, args, cfg.hosts, self.run_id)
         if self._ticket.cores:  # the launcher and every rank it starts inherit these cores
             cmd = ["taskset", "--cpu-list", ",".join(map(str, self._ticket.cores)), *cmd]
         self._started = time.time()
         with open(self.run_dir / "logs" / "launcher.log", "ab") as log:
             log.write((" ".join(cmd) + "\n").encode())
             log.flush()
-            # A new session, so a Ctrl-C in a terminal reaches us, not the ranks directly:
-            # we stop them ourselves, in order, and record it.
-            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, env=env,
-                                          start_new_session=True)
+            try:
+                # A new session, so a Ctrl-C in a terminal reaches us, not the ranks
+                # directly: we stop them ourselves, in order, and record it.
+                self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, env=env,
+                                              start_new_session=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot start the {cfg.engine} launcher {cmd[0]!r}: "
+                                  f"{exc.strerror or exc}") from None
         _LIVE_JOBS.add(self)
         threading.Thread(target=self._watch, name=f"watch-{self.run_id}", daemon=True).start()
 
     # ------------------------------------------------------------------ watching
-    def _vanished(self, exits: dict[int, dict[str, Any]]) -> list[tuple[int, int | None]]:
-        """(rank, pid) of ranks whose process is gone (or a zombie) without an exit record."""
-        if self._slurm:  # ---- Slurm hook: ranks on compute nodes, seen through the runs folder
-            return self._proc.vanished(exits)
-        return [(rank, pid) for rank, pid in sorted(rank_pids(self.run_dir).items())
-                if rank not in exits and not pid_alive(pid)]
-
     def _watch(self) -> None:
-        last_size, last_progress = -1, time.time()
+        """The watcher thread. Whatever goes wrong inside it ends the job as "failed"."""
+        try:
+            self._watch_loop()
+        except Exception as exc:  # noqa: BLE001 - any bug or I/O error must end the job
+            self._finish("failed", {"rank": None,
+                                    "error": f"the job's watcher failed: {_one_line(exc)}",
+                                    "traceback": traceback.format_exc()})
+
+    def _watch_loop(self) -> None:
+        last_size, last_progress, last_beat = -1, time.time(), 0.0
         while not self._done.is_set():
-            time.sleep(POLL_S)
-            size = _size(self.run_dir / "metrics.jsonl")
+            if self._slurm:  # asking Slurm costs a command: keep to the plain poll
+                time.sleep(POLL_S)
+            else:
+                try:  # sleep POLL_S, but wake at once when the launcher ends
+                    self._proc.wait(timeout=POLL_S)
+                except subprocess.TimeoutExpired:
+                    pass
+                else:
+                    time.sleep(0.05)  # the launcher is gone: no busy loop while we conclude
+            if time.monotonic() - last_beat >= HEARTBEAT_PERIOD_S:
+                owner_beat(self.run_dir, stop=self._stopping)  # remote ranks exit when this
+                # says "stop", or stops changing
+                last_beat = time.monotonic()
+            size = self._reader.size()
             if size != last_size or self.status == "pending":  # queued time is no stall
                 last_size, last_progress = size, time.time()
             outcome = self._check()
@@ -300,6 +345,53 @@ class Job:
             if outcome is not None:
                 self._finish(*outcome)
 
+    def _vanished(self, exits: dict[int, dict[str, Any]],
+                  launcher_ended: bool) -> list[tuple[int, str]]:
+        """(rank, why) of ranks that ended without an exit record.
+
+        On this host: the pid is gone (or a zombie). On another host: its heartbeat has
+        stopped changing, for `RANK_STALE_S`, or for `REMOTE_GONE_S` once the launcher
+        (which would have noticed its ssh session end) has exited.
+        """
+        if self._slurm:  # ---- Slurm hook: ranks on compute nodes, seen through the runs folder
+            return [(rank, f"rank {rank} (pid {pid}) ended without reporting (its Slurm task "
+                           "recorded its end): killed by a signal or out of memory")
+                    for rank, pid in self._proc.vanished(exits)]
+        here, out = this_host(), []
+        for rank, (pid, host) in sorted(rank_hosts(self.run_dir).items()):
+            if rank in exits:
+                continue
+            if host == here:
+                if not pid_alive(pid):
+                    out.append((rank, f"rank {rank} (pid {pid}) ended without reporting: "
+                                      "killed by a signal (e.g. kill -9) or by the "
+                                      "out-of-memory killer"))
+                continue
+            age = self._remote_age(rank)
+            if age > RANK_STALE_S or (launcher_ended and age > REMOTE_GONE_S):
+                out.append((rank, f"rank {rank} (pid {pid} on {host}) ended without "
+                                  f"reporting: no heartbeat for {age:.0f} s (killed by a "
+                                  "signal, out of memory, or its host went down)"))
+        return out
+
+    def _remote_age(self, rank: int) -> float:
+        if rank not in self._rank_beats:
+            self._rank_beats[rank] = Staleness(heartbeat_path(self.run_dir, f"rank{rank}"))
+        return self._rank_beats[rank].age()
+
+    def _undecided_remote(self, exits: dict[int, dict[str, Any]], since: float) -> bool:
+        """True while a remote rank without an exit record might have died at about
+        `since` (time.monotonic()): its heartbeat has not changed since, but not for long
+        enough yet to call it gone. A live rank beats again within a second."""
+        here = this_host()
+        for rank, (_, host) in rank_hosts(self.run_dir).items():
+            if rank in exits or host == here:
+                continue
+            age = self._remote_age(rank)
+            if self._rank_beats[rank].changed_at <= since and age <= REMOTE_GONE_S:
+                return True
+        return False
+
     def _check(self) -> tuple[str, dict[str, Any]] | None:
         """The job's outcome if it has one now, else None.
 
@@ -307,27 +399,29 @@ class Job:
         so the culprit is chosen with care: first a rank that vanished without reporting
         (kill -9, out of memory), else the rank that reported an error first.
         """
+        rc = self._proc.poll()
         exits = _exit_records(self.run_dir)
-        vanished = self._vanished(exits)
+        vanished = self._vanished(exits, rc is not None)
         if vanished:
             time.sleep(POLL_S)  # it may have written its exit record as it ended
             exits = _exit_records(self.run_dir)
-            vanished = [(r, pid) for r, pid in vanished if r not in exits]
+            vanished = [(r, why) for r, why in vanished if r not in exits]
         if vanished:
-            rank, pid = vanished[0]
-            return "failed", {"rank": rank, "error": f"rank {rank} (pid {pid}) ended without "
-                              "reporting: killed by a signal (e.g. kill -9) or by the "
-                              "out-of-memory killer", "others": _errors(exits)}
+            rank, why = vanished[0]
+            return "failed", {"rank": rank, "error": why, "others": _errors(exits)}
         errors = sorted((rec.get("time", 0.0), rank) for rank, rec in exits.items()
                         if not rec.get("ok"))
         if errors:
+            self._first_error_at = self._first_error_at or time.monotonic()
+            if (self._undecided_remote(exits, self._first_error_at)
+                    and time.monotonic() - self._first_error_at < 2 * REMOTE_GONE_S):
+                return None  # a remote rank may be the real culprit: look again shortly
             rank = errors[0][1]
             rec = exits[rank]
             return "failed", {"rank": rank, "error": rec.get("error"),
                               "traceback": rec.get("traceback"),
                               "others": _errors(exits, but=rank)}
         all_ok = len(exits) >= self.world_size
-        rc = self._proc.poll()
         if all_ok and rc is None:
             try:  # the launcher tidies up after its ranks; give it a moment
                 rc = self._proc.wait(timeout=10)
@@ -338,18 +432,65 @@ class Job:
         if all_ok and rc == 0:
             return "succeeded", None
         missing = sorted(set(range(self.world_size)) - set(exits))
+        started = rank_hosts(self.run_dir)
+        cause = launcher_cause(RunRecord(self.run_dir).log("launcher", last=60))
         ended = self._proc.ending() if self._slurm else \
             f"the {self.config.engine} launcher exited with code {rc}"
-        return "failed", {"rank": missing[0] if missing else None,
-                          "error": f"{ended} before rank(s) {missing} reported"}
+        return "failed", {
+            # Blame a rank only if it got as far as starting; a rank that failed before
+            # (an import error, a Horovod/torch mismatch) shows its cause in launcher.log.
+            "rank": next((r for r in missing if r in started), None),
+            "error": f"{ended} before rank(s) {missing} reported" + (
+                f": {cause}" if cause else "")}
 
     def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
-        """End all processes, then write summary.json. Runs once, whoever calls first."""
+        """End all processes, then write summary.json. Runs once, whoever calls first.
+
+        Whatever fails in here, the job ends: status and `done` are set in `finally`.
+        """
+        survivors: list = []
         with self._lock:
             if self._done.is_set():
                 return
+            summary: dict[str, Any] = {"run_id": self.run_id, "run_dir": str(self.run_dir),
+                                       "status": status}
+            try:
+                survivors = self._end_processes()
+                if failure:
+                    failure.update(self._log_tail(failure.get("rank")))
+                summary = self._summary(status, failure)
+                if survivors:
+                    summary["survivors"] = [p.pid for p in survivors]
+            except Exception as exc:  # noqa: BLE001 - the job must end whatever happens
+                status = "failed"
+                summary.update(status=status, failure={
+                    "rank": None, "error": f"ending the job failed: {_one_line(exc)}",
+                    "traceback": traceback.format_exc(), "first_outcome": failure})
+            try:
+                write_json_atomic(self.run_dir / "summary.json", summary)
+            except Exception as exc:  # noqa: BLE001 - read-only or full disk: say so
+                status = "failed"
+                summary.update(status=status, failure={
+                    **(summary.get("failure") or {}), "rank": None,
+                    "error": f"could not write {self.run_dir / 'summary.json'}: "
+                             f"{_one_line(exc)}", "first_outcome": failure})
+            finally:
+                self._failure = summary.get("failure")
+                self._summary_data = summary
+                self._status = status
+                self._done.set()
+        if survivors:
+            raise RuntimeError(f"processes {[p.pid for p in survivors]} of {self.run_id} "
+                               "survived SIGKILL")
+
+    def _end_processes(self) -> list:
+        """Tell remote ranks to stop (heartbeat), end local ones; return any survivors."""
+        try:
+            self._stopping = True
+            owner_beat(self.run_dir, stop=True)
             if self._slurm and self._proc is not None:  # ---- Slurm hook: scancel, and wait
                 self._proc.cancel()                      # until Slurm has ended the job
+        finally:  # a failed write must not spare the local processes
             survivors = terminate(job_processes(self.run_id, self.run_dir, self.launcher_pid))
             try:
                 if self._proc is not None:
@@ -358,51 +499,56 @@ class Job:
                 pass
             with contextlib.suppress(OSError, ConfigError):  # never lose the summary for it
                 self._ticket.release()  # the processes are gone: the cores are free again
-            if failure and failure.get("rank") is not None:
-                failure["log_tail"] = RunRecord(self.run_dir).log(failure["rank"], last=20)
-            elif failure:
-                failure["log_tail"] = RunRecord(self.run_dir).log("launcher", last=20)
-            self._failure = failure
-            summary = self._summary(status, failure)
-            if survivors:
-                summary["survivors"] = [p.pid for p in survivors]
-            write_json_atomic(self.run_dir / "summary.json", summary)
-            self._status = status
-            self._done.set()
-        if survivors:
-            raise RuntimeError(f"processes {[p.pid for p in survivors]} of {self.run_id} "
-                               "survived SIGKILL")
+        return survivors
+
+    def _log_tail(self, rank: int | None) -> dict[str, str]:
+        """The failed rank's last log lines; the launcher's when the rank's log is empty
+        (a rank that died before it could redirect its output left its error there)."""
+        record = RunRecord(self.run_dir)
+        if rank is not None:
+            tail = record.log(rank, last=20)
+            if tail.strip():
+                return {"log_tail": tail, "log": f"rank{rank}.log"}
+        return {"log_tail": launcher_tail(record.log("launcher", last=200)),
+                "log": "launcher.log"}
 
     def _summary(self, status: str, failure: dict[str, Any] | None) -> dict[str, Any]:
         cfg, records = self.config, self._reader.all()
-        steps, epochs = of_kind(records, "step"), of_kind(records, "epoch")
+        steps = [s for s in of_kind(records, "step") if isinstance(s.get("time"), (int, float))]
+        epochs = of_kind(records, "epoch")
         starts = events(records, "start")
         result = self.result() or {}
-        last_epoch = [e for e in epochs if e["epoch"] == max((x["epoch"] for x in epochs),
-                                                             default=-1)]
+        last = max((e.get("epoch", -1) for e in epochs), default=-1)
+        last_epoch = [e for e in epochs if e.get("epoch") == last]
         summary: dict[str, Any] = {
             "run_id": self.run_id, "run_dir": str(self.run_dir), "status": status,
             "engine": cfg.engine, "np": self.world_size, "launcher": cfg.launcher,
-            "hosts": sorted({r["host"] for r in starts}),
+            "hosts": sorted({r["host"] for r in starts if r.get("host")}),
+            "ranks": {str(rank): {"pid": pid, "host": host}
+                      for rank, (pid, host) in sorted(rank_hosts(self.run_dir).items())},
+            "launcher_process": {"pid": self.launcher_pid, "host": this_host()},
             "threads_per_rank": cfg.resolved_threads(),
             "cores": self._ticket.cores,
             "queued_s": (self._started if self._proc else time.time()) - self._asked,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self._started)),
             "duration_s": time.time() - self._started,
-            "startup_s": min((s["time"] - s["step_time_s"] for s in steps), default=None),
-            "epochs_completed": len({e["epoch"] for e in epochs if e["rank"] == 0}),
-            "steps_completed": len({s["step"] for s in steps}),
+            "startup_s": min((step_start(s) for s in steps), default=None),
+            "epochs_completed": len({e.get("epoch") for e in epochs if e.get("rank") == 0}),
+            "steps_completed": len({s.get("step") for s in steps}),
             "samples_per_s": throughput(steps),
             "train_time_s": (max(s["time"] for s in steps) - min(
-                s["time"] - s["step_time_s"] for s in steps)) if steps else None,
+                step_start(s) for s in steps)) if steps else None,
             "final_loss": result.get("final_loss"),
             "final_accuracy": result.get("final_accuracy"),
-            "last_epoch_loss": _mean(e["loss"] for e in last_epoch),
-            "last_epoch_accuracy": _mean(e["accuracy"] for e in last_epoch),
+            "last_epoch_loss": _mean(e.get("loss") for e in last_epoch),
+            "last_epoch_accuracy": _mean(e.get("accuracy") for e in last_epoch),
             "warnings": self.warnings,
             "versions": _versions(),
         }
-        if self._slurm:
+        if self._reader.bad_lines:
+            summary["warnings"] = [*self.warnings, f"{self._reader.bad_lines} metrics line(s) "
+                                   "were not valid JSON and were skipped"]
+        if self._slurm and self._proc is not None:
             summary["slurm_job_id"] = self._proc.job_id
             summary["slurm_state"] = self._proc.state
         if failure:
@@ -468,18 +614,14 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
 
 
 def apply_preset(cfg: JobConfig) -> JobConfig:
-    """Fill the preset's values into the fields that still hold their defaults."""
-    from dataclasses import fields, replace
+    """Check the configuration's preset name; return `cfg`.
 
-    from workbench.config import PRESETS
-
-    if cfg.preset is None:
-        return cfg
-    if cfg.preset not in PRESETS:
-        cfg.validate()  # raises ConfigError naming the preset
-    defaults = {f.name: f.default for f in fields(JobConfig)}
-    changes = {k: v for k, v in PRESETS[cfg.preset].items() if getattr(cfg, k) == defaults[k]}
-    return replace(cfg, **changes)
+    Presets are applied when a `JobConfig` is built, to the fields its caller did not pass
+    (see `JobConfig`), so a field set explicitly, even to its default, is never overridden.
+    """
+    if cfg.preset is not None:
+        cfg.validate()  # raises ConfigError naming an unknown preset
+    return cfg
 
 
 def stop_all() -> None:
@@ -520,12 +662,51 @@ def _label(cfg: JobConfig) -> str:
 
 
 def _exit_records(run_dir: Path) -> dict[int, dict[str, Any]]:
-    out = {}
+    """{rank: exit record}; a corrupt record counts as that rank's error, naming the file."""
+    out: dict[int, dict[str, Any]] = {}
     for f in (run_dir / "exit").glob("rank*.json"):
-        rec = read_json(f)
-        if rec is not None:
+        if not f.stem[4:].isdigit():
+            continue
+        try:
+            rec = read_json(f)
+        except CorruptRecord as exc:
+            rec = {"ok": False, "error": f"unreadable exit record: {exc}", "time": time.time()}
+        if isinstance(rec, dict):
             out[int(f.stem[4:])] = rec
     return out
+
+
+#: Lines of a launcher log that name an error (a traceback's last line, "error: ...").
+_ERROR_LINE = re.compile(r"\b[A-Za-z_.]*(Error|Exception)\b|\berror:|cannot ", re.I)
+
+
+def launcher_cause(log_tail: str) -> str | None:
+    """The most telling error line of a launcher log, e.g. "ModuleNotFoundError: ...".
+
+    horovodrun prefixes each rank's output with "[rank]<stderr>:" and ends with its own
+    "Horovod detected that one or more processes exited" message, which names no cause, so
+    the last error line that is not the launcher's own summary wins.
+    """
+    for line in reversed(log_tail.splitlines()):
+        text = re.sub(r"^\[\d+\]<std(err|out)>:", "", line).strip()
+        if (text and _ERROR_LINE.search(text) and "Horovod detected" not in text
+                and not text.startswith(("raise ", "File "))):
+            return text[:300]
+    return None
+
+
+def launcher_tail(text: str, last: int = 20) -> str:
+    """The last lines the ranks wrote into a launcher log, without horovodrun's own
+    closing traceback (which only says that a process failed, not why)."""
+    lines = text.splitlines()
+    ranks = [i for i, line in enumerate(lines) if re.match(r"^\[\d+\]<std(err|out)>:", line)]
+    if ranks:
+        lines = lines[:ranks[-1] + 1]
+    return "\n".join(lines[-last:])
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def _errors(exits: dict[int, dict[str, Any]], but: int | None = None) -> dict[int, str]:
@@ -533,19 +714,14 @@ def _errors(exits: dict[int, dict[str, Any]], but: int | None = None) -> dict[in
     return {r: rec.get("error") for r, rec in exits.items() if not rec.get("ok") and r != but}
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
 def _mean(values) -> float | None:
-    values = list(values)
+    values = [v for v in values if isinstance(v, (int, float))]
     return sum(values) / len(values) if values else None
 
 
 def _versions() -> dict[str, str | None]:
+    from importlib import metadata  # here, not at the top: it costs start-up time
+
     out: dict[str, str | None] = {"python": platform.python_version()}
     for pkg in ("torch", "horovod", "workbench"):
         try:

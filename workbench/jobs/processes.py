@@ -1,42 +1,43 @@
-"""Finding and ending every process of a job.
+"""Finding and ending every process of a job on this host.
 
 `horovodrun` starts each rank in a session of its own, so signalling the launcher's process
 group does not reach the ranks, and a launcher killed hard leaves them running. The
 workbench therefore finds a job's processes three ways and ends them all:
 
 1. the launcher and its descendants (psutil's process tree);
-2. the pid each rank wrote into `pids/rank<k>.pid`;
+2. the pid each rank wrote into `pids/rank<k>.pid`, when the rank runs on this host;
 3. any process whose environment carries this job's `WORKBENCH_RUN_ID` (catches ranks
    that were starting up and had not written their pid yet).
+
+Ranks on other hosts cannot be signalled from here (their pids belong to another process
+table): they end themselves when the owner's heartbeat says "stop" (records/liveness.py).
 """
 
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import psutil
 
+from workbench.records.liveness import process_alive, read_pid_file, this_host
 from workbench.training.reporter import ENV_RUN_ID
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on now (the OS picks it), for a rendezvous."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def rank_hosts(run_dir: Path) -> dict[int, tuple[int, str]]:
+    """{rank: (pid, host)} from the pid files the ranks wrote, on every host."""
+    out = {}
+    for f in (Path(run_dir) / "pids").glob("rank*.pid"):
+        entry = read_pid_file(f)
+        if entry is not None and f.stem[4:].isdigit():
+            out[int(f.stem[4:])] = entry
+    return out
 
 
 def rank_pids(run_dir: Path) -> dict[int, int]:
-    """{rank: pid} from the pid files the ranks wrote."""
-    out = {}
-    for f in (run_dir / "pids").glob("rank*.pid"):
-        try:
-            out[int(f.stem[4:])] = int(f.read_text())
-        except ValueError:
-            continue  # being written right now
-    return out
+    """{rank: pid} of the ranks that run on this host (only their pids mean anything here)."""
+    here = this_host()
+    return {rank: pid for rank, (pid, host) in rank_hosts(run_dir).items() if host == here}
 
 
 def job_processes(run_id: str, run_dir: Path, launcher_pid: int | None) -> list[psutil.Process]:
@@ -75,15 +76,12 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """True while `pid` runs; a zombie (ended, not yet reaped by its parent) counts as gone."""
-    try:
-        return _alive(psutil.Process(pid))
-    except psutil.Error:
-        return False
+    """True while `pid` runs on this host; a zombie (ended, not yet reaped) counts as gone."""
+    return process_alive(pid)
 
 
 def live_rank_pids(run_dir: Path) -> list[int]:
-    """Pids of the run's ranks (from their pid files) that are still running."""
+    """Pids of the run's ranks on this host (from their pid files) that are still running."""
     return [pid for pid in rank_pids(run_dir).values() if pid_alive(pid)]
 
 

@@ -1,8 +1,23 @@
 """The durable record of every run: `runs/<run_id>/` (see docs/ARCHITECTURE.md)."""
 
-from workbench.records.metrics import MetricsReader, events, of_kind, overall_by_step, throughput
+from workbench.records.metrics import (
+    MetricsReader,
+    events,
+    metrics_path,
+    of_kind,
+    overall_by_step,
+    step_start,
+    throughput,
+)
 from workbench.records.runs import RunRecord, list_runs, load_run
-from workbench.records.store import new_run_dir, read_json, write_json_atomic
+from workbench.records.store import (
+    CorruptRecord,
+    new_run_dir,
+    read_json,
+    write_all,
+    write_json_atomic,
+)
 
-__all__ = ["MetricsReader", "RunRecord", "events", "list_runs", "load_run", "new_run_dir",
-           "of_kind", "overall_by_step", "read_json", "throughput", "write_json_atomic"]
+__all__ = ["CorruptRecord", "MetricsReader", "RunRecord", "events", "list_runs", "load_run",
+           "metrics_path", "new_run_dir", "of_kind", "overall_by_step", "read_json",
+           "step_start", "throughput", "write_all", "write_json_atomic"]

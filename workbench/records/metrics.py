@@ -1,49 +1,106 @@
-"""Reading a run's metrics.jsonl while it is still being written.
+"""Reading a run's metrics while they are still being written.
+
+Each rank appends its own file, `metrics/rank<k>.jsonl`. One file per writer is what makes
+the records safe on a shared (NFS) runs folder: appends from several hosts to one file are
+not atomic there, and lines could interleave or overwrite each other. The reader merges the
+files. Run folders written before this layout hold one `metrics.jsonl`; it is read too.
 
 One reader serves everyone: the CLI's progress lines, the panels' live charts, the scaling
-lab and `workbench show`. It remembers how far it has read, so each call returns only the
-new lines, and it leaves an unfinished last line for the next call instead of failing.
+lab and `workbench show`. It remembers how far it has read in each file, so each call
+returns only the new lines, and it leaves an unfinished last line for the next call instead
+of failing. It is safe to share between threads (a job's watcher and the user's code).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+#: The folder of per-rank metrics files inside a run folder, and the old single file.
+METRICS_DIR = "metrics"
+LEGACY_METRICS = "metrics.jsonl"
+
+
+def metrics_path(run_dir: Path, rank: int) -> Path:
+    """The metrics file that rank `rank` appends to."""
+    return Path(run_dir) / METRICS_DIR / f"rank{rank}.jsonl"
+
 
 class MetricsReader:
-    """Incremental reader of one metrics.jsonl file."""
+    """Incremental, thread-safe reader of a run's metrics.
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.offset = 0
+    `source` is a run folder. For older callers a path to a `metrics.jsonl` file is
+    accepted too: that file is read, and so are the per-rank files beside it.
+    """
+
+    def __init__(self, source: str | Path) -> None:
+        source = Path(source)
+        if source.suffix == ".jsonl":
+            self.run_dir, self._legacy = source.parent, source
+        else:
+            self.run_dir, self._legacy = source, source / LEGACY_METRICS
+        self._offsets: dict[Path, int] = {}
+        self._lock = threading.Lock()
         self.records: list[dict[str, Any]] = []
+        self.bad_lines = 0  # lines that were complete but not valid JSON (skipped)
+
+    def files(self) -> list[Path]:
+        """The metrics files that exist now: the old single file, then one per rank."""
+        ranks = sorted((self.run_dir / METRICS_DIR).glob("rank*.jsonl"),
+                       key=lambda p: int(p.stem[4:]) if p.stem[4:].isdigit() else 0)
+        return ([self._legacy] if self._legacy.exists() else []) + ranks
 
     def read_new(self) -> list[dict[str, Any]]:
-        """Complete lines added since the last call, parsed (a bad line is skipped)."""
+        """Complete lines added since the last call, parsed, oldest first (by "time")."""
+        with self._lock:
+            new: list[dict[str, Any]] = []
+            for path in self.files():
+                new.extend(self._read_file(path))
+            new.sort(key=lambda r: r.get("time", 0.0) if isinstance(r, dict) else 0.0)
+            self.records.extend(new)
+            return new
+
+    def _read_file(self, path: Path) -> list[dict[str, Any]]:
+        offset = self._offsets.get(path, 0)
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
+            with open(path, "rb") as f:
+                f.seek(offset)
                 chunk = f.read()
         except FileNotFoundError:
             return []
         end = chunk.rfind(b"\n") + 1  # keep a partly written last line for next time
-        self.offset += end
-        new = []
+        self._offsets[path] = offset + end
+        out = []
         for line in chunk[:end].splitlines():
             try:
-                new.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
+                self.bad_lines += 1
                 continue
-        self.records.extend(new)
-        return new
+            if isinstance(record, dict):
+                out.append(record)
+            else:
+                self.bad_lines += 1
+        return out
 
     def all(self) -> list[dict[str, Any]]:
-        """Every record read so far, after reading any new ones."""
+        """Every record read so far, after reading any new ones (a new list each call)."""
         self.read_new()
-        return self.records
+        with self._lock:
+            return list(self.records)
+
+    def size(self) -> int:
+        """Total bytes of the metrics files now: grows whenever any rank reports."""
+        total = 0
+        for path in self.files():
+            try:
+                total += path.stat().st_size
+            except FileNotFoundError:
+                continue
+        return total
 
 
 def of_kind(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -65,8 +122,9 @@ def overall_by_step(steps: list[dict[str, Any]]) -> list[dict[str, float]]:
     """
     by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in steps:
-        by_step[r["step"]].append(r)
-    ranks = {r["rank"] for r in steps}
+        if "step" in r:
+            by_step[r["step"]].append(r)
+    ranks = {r.get("rank") for r in steps}
     out = []
     for step in sorted(by_step):
         group = by_step[step]
@@ -74,14 +132,20 @@ def overall_by_step(steps: list[dict[str, Any]]) -> list[dict[str, float]]:
             continue
         out.append({
             "step": step,
-            "epoch": group[0]["epoch"],
-            "loss": sum(g["loss"] for g in group) / len(group),
-            "accuracy": sum(g["accuracy"] for g in group) / len(group),
-            "samples": sum(g["samples"] for g in group),
-            "time": max(g["time"] for g in group),
-            "step_time_s": max(g["step_time_s"] for g in group),
+            "epoch": group[0].get("epoch"),
+            "loss": _mean_of(group, "loss"),
+            "accuracy": _mean_of(group, "accuracy"),
+            "samples": sum(g.get("samples", 0) for g in group),
+            "time": max(g.get("time", 0.0) for g in group),
+            "step_time_s": max(g.get("step_time_s", 0.0) for g in group),
         })
     return out
+
+
+def _mean_of(group: list[dict[str, Any]], key: str) -> float | None:
+    """Mean of `key` over the records that have it (optional fields may be missing)."""
+    values = [g[key] for g in group if isinstance(g.get(key), (int, float))]
+    return sum(values) / len(values) if values else None
 
 
 def throughput(steps: list[dict[str, Any]]) -> float:
@@ -90,8 +154,14 @@ def throughput(steps: list[dict[str, Any]]) -> float:
     Measured from the start of the earliest step to the end of the latest one, so start-up
     (imports, process launch, data loading) is not counted.
     """
-    if not steps:
+    timed = [r for r in steps if isinstance(r.get("time"), (int, float))]
+    if not timed:
         return 0.0
-    begin = min(r["time"] - r["step_time_s"] for r in steps)
-    end = max(r["time"] for r in steps)
-    return sum(r["samples"] for r in steps) / max(end - begin, 1e-9)
+    begin = min(step_start(r) for r in timed)
+    end = max(r["time"] for r in timed)
+    return sum(r.get("samples", 0) for r in timed) / max(end - begin, 1e-9)
+
+
+def step_start(step: dict[str, Any]) -> float:
+    """When a step began: its end `time` less its `step_time_s` (an optional field)."""
+    return step["time"] - step.get("step_time_s", 0.0)

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workbench.records.liveness import owner_status
 from workbench.records.metrics import MetricsReader
-from workbench.records.store import read_json
+from workbench.records.store import CorruptRecord, read_json
 
 
 @dataclass
@@ -22,22 +23,36 @@ class RunRecord:
 
     @property
     def config(self) -> dict[str, Any]:
-        return read_json(self.run_dir / "config.json") or {}
+        """config.json ({} when it is missing or corrupt)."""
+        try:
+            return read_json(self.run_dir / "config.json") or {}
+        except CorruptRecord:
+            return {}
 
     @property
     def summary(self) -> dict[str, Any] | None:
-        """summary.json once the job has ended, else None."""
-        return read_json(self.run_dir / "summary.json")
+        """summary.json once the job has ended, else None (None too when it is corrupt)."""
+        try:
+            return read_json(self.run_dir / "summary.json")
+        except CorruptRecord:
+            return None
 
     @property
     def status(self) -> str:
-        """The final status, or "running" while no summary exists."""
-        summary = self.summary
-        return summary["status"] if summary else "running"
+        """The final status from summary.json; without one, "running" while the process
+        that started the job still looks after it, else "lost" (its kernel died, say);
+        "corrupt" when summary.json exists but cannot be read."""
+        try:
+            summary = read_json(self.run_dir / "summary.json")
+        except CorruptRecord:
+            return "corrupt"
+        if summary:
+            return summary.get("status", "corrupt")
+        return "running" if owner_status(self.run_dir) == "alive" else "lost"
 
     def metrics(self) -> list[dict[str, Any]]:
-        """Every complete metrics line written so far."""
-        return MetricsReader(self.run_dir / "metrics.jsonl").all()
+        """Every complete metrics line written so far, all ranks merged."""
+        return MetricsReader(self.run_dir).all()
 
     def log(self, rank: int | str = 0, last: int | None = None) -> str:
         """The log of `rank` ("launcher" for the launcher's), optionally its last lines."""

@@ -1,9 +1,15 @@
 """Writing run records safely.
 
-A reader (a widget, `workbench show`, another process) may look at a run folder at any
-moment, and a job may be killed at any moment. So JSON files are written to a temporary
-name and renamed into place: `os.replace` is atomic, and a reader sees the old file or the
-new one, never half of one.
+A reader (a widget, `workbench show`, another process, another host) may look at a run
+folder at any moment, and a job may be killed at any moment. So:
+
+- JSON files are written to a temporary name and renamed into place: `os.replace` is
+  atomic, and a reader sees the old file or the new one, never half of one.
+- Appends (`write_all`) loop until every byte is written: `os.write` may write only part
+  of its buffer (a signal, a full pipe, an NFS server under load), and a partial line
+  would be glued to the next one.
+- A file that exists but cannot be parsed raises `CorruptRecord`, one line naming the
+  file, so the code that reads it can report it instead of crashing.
 """
 
 from __future__ import annotations
@@ -16,31 +22,68 @@ from pathlib import Path
 from typing import Any
 
 
+class CorruptRecord(ValueError):
+    """A record file exists but cannot be read as JSON. The message names the file."""
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write `data` as JSON to `path` so that no reader ever sees a partial file."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # only still there when something above failed
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of `data` to `fd`, retrying after short writes and EINTR."""
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except InterruptedError:
+            continue
+        view = view[written:]
 
 
 def read_json(path: Path) -> Any | None:
-    """The JSON in `path`, or None when the file does not exist (yet)."""
+    """The JSON in `path`; None when the file does not exist (yet).
+
+    Raises `CorruptRecord` when the file exists but is not valid JSON, or is not a file.
+    """
+    path = Path(path)
     try:
-        return json.loads(Path(path).read_text())
+        text = path.read_text()
     except FileNotFoundError:
         return None
+    except OSError as exc:  # a folder where a file should be, no permission, I/O error
+        raise CorruptRecord(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CorruptRecord(f"{path}: not valid JSON ({exc})") from None
 
 
 def new_run_dir(runs_dir: str | Path, label: str) -> tuple[str, Path]:
-    """Create a fresh, uniquely named run folder; return (run_id, path)."""
+    """Create a fresh, uniquely named run folder; return (run_id, path).
+
+    Raises `ConfigError` (one line) when the runs folder cannot be created or written.
+    """
+    from workbench.config import ConfigError
+
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_id = f"{stamp}-{label}-{secrets.token_hex(2)}"
     path = Path(runs_dir).expanduser().resolve() / run_id
-    path.mkdir(parents=True, exist_ok=False)
-    for sub in ("logs", "pids", "exit"):
-        (path / sub).mkdir()
+    try:
+        path.mkdir(parents=True, exist_ok=False)
+        for sub in ("logs", "pids", "exit", "metrics", "heartbeat"):
+            (path / sub).mkdir()
+    except OSError as exc:
+        raise ConfigError(f"invalid --runs-dir {str(runs_dir)!r}: cannot create {path} "
+                          f"({exc.strerror or exc}); choose a folder you can write to") from None
     return run_id, path

@@ -1,14 +1,16 @@
 """The rank protocol: what every process of a job does so the launcher can look after it.
 
-A rank module wraps its work in `with RankContext.from_env() as ctx:`. On entry the
-context writes the rank's pid (so the launcher can reap it even though `horovodrun` puts
-ranks in sessions of their own), sends stdout/stderr to `logs/rank<k>.log`, and starts a
-watchdog that ends the rank if the Python process that started the job dies. On exit it
-writes `exit/rank<k>.json`: success, or the error and its traceback.
+A rank module wraps its work in `with RankContext.from_env() as ctx:`. Building the context
+reads `config.json`; a rank that cannot (a runs folder not shared at the same path on every
+host, say) stops at once with one line naming the file, rather than train with defaults
+that differ from its peers'. On entry the context writes the rank's pid and host (so the
+launcher can reap it even though `horovodrun` puts ranks in sessions of their own), sends
+stdout/stderr to `logs/rank<k>.log`, and starts a watchdog thread (see `_watchdog`). On
+exit it writes `exit/rank<k>.json`: success, or the error and its traceback.
 
-`ctx.metric(...)` appends one JSON line to `metrics.jsonl`. Each line is written with a
-single `os.write` on a file opened with O_APPEND, so lines from several ranks never
-interleave and a crash never leaves a half-written line behind a complete one.
+`ctx.metric(...)` appends one JSON line to this rank's own file, `metrics/rank<k>.jsonl`:
+one writer per file, so no two hosts ever append to the same file (not atomic on NFS), and
+every byte of a line is written before the next (see records/store.py `write_all`).
 """
 
 from __future__ import annotations
@@ -23,13 +25,25 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from workbench.config import JobConfig
-from workbench.records.store import write_json_atomic
+from workbench.config import ConfigError, JobConfig
+from workbench.records.liveness import (
+    HEARTBEAT_PERIOD_S,
+    OWNER_STALE_S,
+    Staleness,
+    beat,
+    heartbeat_path,
+    process_alive,
+    read_beat,
+    this_host,
+    write_pid_file,
+)
+from workbench.records.metrics import metrics_path
+from workbench.records.store import CorruptRecord, read_json, write_all, write_json_atomic
 
 #: Environment variables the launcher sets for every rank.
 ENV_RUN_DIR = "WORKBENCH_RUN_DIR"
 ENV_RUN_ID = "WORKBENCH_RUN_ID"
-ENV_OWNER = "WORKBENCH_OWNER"      # "pid:create_time" of the process that started the job
+ENV_OWNER = "WORKBENCH_OWNER"      # "host:pid:create_time" of the process that started the job
 ENV_T0 = "WORKBENCH_T0"            # launch time, seconds since the epoch
 
 
@@ -48,9 +62,7 @@ class RankContext:
         self.run_dir = run_dir
         self.rank, self.size, self.local_rank = rank, size, local_rank
         self.t0 = float(os.environ.get(ENV_T0, time.time()))
-        cfg_path = run_dir / "config.json"
-        self.config = JobConfig.from_dict(json.loads(cfg_path.read_text())) \
-            if cfg_path.exists() else JobConfig()
+        self.config = self._load_config()
         self._metrics_fd = -1
 
     @classmethod
@@ -62,15 +74,40 @@ class RankContext:
         local = _env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
         return cls(run_dir, rank, size, local)
 
+    def _load_config(self) -> JobConfig:
+        """This job's configuration, or exit at once with one line naming the file.
+
+        Every rank must train the same configuration; defaults in place of a missing file
+        would silently make this rank differ from the others.
+        """
+        path = self.run_dir / "config.json"
+        try:
+            data = read_json(path)
+            if data is None:
+                raise CorruptRecord(f"{path}: no such file (is the runs folder shared at the "
+                                    f"same path on host {this_host()}?)")
+            return JobConfig.from_dict(data)
+        except (CorruptRecord, ConfigError, TypeError) as exc:
+            message = f"rank {self.rank} cannot read its configuration: {exc}"
+        try:  # tell the launcher, if the run folder is writable from here at all
+            (self.run_dir / "exit").mkdir(parents=True, exist_ok=True)
+            write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json",
+                              {"rank": self.rank, "ok": False, "time": time.time(),
+                               "host": this_host(), "error": message})
+        except OSError:
+            pass
+        sys.stderr.write(f"workbench: {message}\n")
+        raise SystemExit(2)
+
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> RankContext:
-        for sub in ("logs", "pids", "exit"):
+        for sub in ("logs", "pids", "exit", "metrics", "heartbeat"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "pids" / f"rank{self.rank}.pid").write_text(str(os.getpid()))
+        write_pid_file(self.run_dir / "pids" / f"rank{self.rank}.pid")
         self._redirect_output()
-        self._metrics_fd = os.open(self.run_dir / "metrics.jsonl",
+        self._metrics_fd = os.open(metrics_path(self.run_dir, self.rank),
                                    os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        threading.Thread(target=self._watch_owner, daemon=True).start()
+        threading.Thread(target=self._watchdog, name="workbench-watchdog", daemon=True).start()
         self.metric("event", message="start", host=socket.gethostname(), pid=os.getpid())
         return self
 
@@ -97,23 +134,39 @@ class RankContext:
         os.dup2(log.fileno(), 2)
         sys.stdout = sys.stderr = log
 
-    @staticmethod
-    def _watch_owner(period_s: float = 0.5) -> None:
-        """End this rank if the process that started the job is gone (e.g. a dead kernel)."""
-        owner = os.environ.get(ENV_OWNER)
-        if not owner:
-            return
-        import psutil
+    def _watchdog(self, period_s: float = 0.5) -> None:
+        """Keep this rank's heartbeat fresh, and end the rank when its job is over.
 
-        pid, created = owner.split(":")
+        The rank exits when the owner (the process that started the job) asks it to stop
+        or is gone. On the owner's own host "gone" is checked by pid; on another host the
+        pid means nothing, so the owner's heartbeat file decides (records/liveness.py).
+        """
+        owner = _parse_owner(os.environ.get(ENV_OWNER, ""))
+        owner_file = Staleness(heartbeat_path(self.run_dir, "owner"))
+        mine = heartbeat_path(self.run_dir, f"rank{self.rank}")
+        last_beat = 0.0
         while True:
-            try:
-                alive = abs(psutil.Process(int(pid)).create_time() - float(created)) < 1.0
-            except psutil.Error:
-                alive = False
-            if not alive:
-                os._exit(3)
+            if time.monotonic() - last_beat >= HEARTBEAT_PERIOD_S:
+                beat(mine, host=this_host(), pid=os.getpid())
+                last_beat = time.monotonic()
+            if (read_beat(owner_file.path) or {}).get("state") == "stop":
+                self._leave("the job was stopped")
+            if owner is not None:
+                host, pid, created = owner
+                if host == this_host():
+                    if not process_alive(pid, created):
+                        self._leave(f"the process that started the job (pid {pid}) is gone")
+                elif owner_file.age() > OWNER_STALE_S:
+                    self._leave(f"no heartbeat from the job's owner on {host} for "
+                                f"{OWNER_STALE_S:g} s")
             time.sleep(period_s)
+
+    @staticmethod
+    def _leave(why: str) -> None:
+        """Exit now (from the watchdog thread), saying why in the rank's log."""
+        sys.stderr.write(f"workbench: rank exiting: {why}\n")
+        sys.stderr.flush()
+        os._exit(3)
 
     # ------------------------------------------------------------------ reporting
     def now(self) -> float:
@@ -124,8 +177,29 @@ class RankContext:
         """Append one metrics line: {"kind", "rank", "time", **fields}."""
         line = json.dumps({"kind": kind, "rank": self.rank, "time": round(self.now(), 6),
                            **fields})
-        os.write(self._metrics_fd, (line + "\n").encode())
+        write_all(self._metrics_fd, (line + "\n").encode())
 
     def write_result(self, result: dict[str, Any]) -> None:
         """Rank 0's result of the job (final metrics, benchmark rows...): result.json."""
         write_json_atomic(self.run_dir / "result.json", result)
+
+
+def owner_id() -> str:
+    """This process as a job owner: "host:pid:create_time" (the value of ENV_OWNER)."""
+    import psutil
+
+    me = psutil.Process()
+    return f"{this_host()}:{me.pid}:{me.create_time()}"
+
+
+def _parse_owner(text: str) -> tuple[str, int, float] | None:
+    """(host, pid, create_time) from ENV_OWNER; the older "pid:create_time" means this host."""
+    parts = text.rsplit(":", 2)
+    try:
+        if len(parts) == 3:
+            return parts[0], int(parts[1]), float(parts[2])
+        if len(parts) == 2:
+            return this_host(), int(parts[0]), float(parts[1])
+    except ValueError:
+        pass
+    return None

@@ -1,0 +1,147 @@
+"""Who is alive: pid files with their host, and heartbeats in the shared run folder.
+
+Cluster nodes share a file system (the runs folder, e.g. over NFS) but not a process table:
+a pid means something only on the host that owns it. So every pid is written beside its
+host's name, and a process is checked by pid only from its own host. Across hosts, the
+processes of a job watch each other through files they rewrite about once a second:
+
+- `heartbeat/owner`: the process that started the job (a notebook's kernel, `workbench
+  run`) writes who it is and whether the job should go on ("run") or end ("stop").
+  A rank on another host exits when it reads "stop", or when the file has not changed
+  for `OWNER_STALE_S` seconds (the owner died or lost the shared folder).
+- `heartbeat/rank<k>`: each rank rewrites it; the launcher's host judges a remote rank
+  gone when it stops changing for `RANK_STALE_S` seconds.
+
+Staleness is measured as "how long since *I* saw the content change", on the reader's own
+monotonic clock, so the hosts' clocks need not agree. The files are rewritten in place,
+not renamed: NFS's close-to-open consistency then guarantees that a reader who opens the
+file sees what the writer last closed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+HEARTBEAT_PERIOD_S = 1.0   # how often owner and ranks rewrite their heartbeat
+OWNER_STALE_S = 7.0        # a remote rank gives its owner this long before exiting: long
+                           # enough for a busy kernel, short enough to be gone in 15 s
+RANK_STALE_S = 10.0        # the launcher's host gives a remote rank this long
+
+
+def this_host() -> str:
+    """This machine's hostname, as recorded beside every pid."""
+    return socket.gethostname()
+
+
+# ---------------------------------------------------------------------- pid files
+def write_pid_file(path: Path, pid: int | None = None) -> None:
+    """Write "<pid> <host>" (the host tells readers where the pid means something)."""
+    Path(path).write_text(f"{pid or os.getpid()} {this_host()}\n")
+
+
+def read_pid_file(path: Path) -> tuple[int, str] | None:
+    """(pid, host) from a pid file; an old file without a host means this host."""
+    try:
+        parts = Path(path).read_text().split()
+    except FileNotFoundError:
+        return None
+    if not parts or not parts[0].isdigit():
+        return None  # being written right now
+    return int(parts[0]), (parts[1] if len(parts) > 1 else this_host())
+
+
+def process_alive(pid: int, created: float | None = None) -> bool:
+    """True while `pid` runs on this host (and, if given, was created at `created`).
+
+    A zombie (ended, not yet reaped by its parent) counts as gone. The creation time
+    guards against the pid having been reused by another process.
+    """
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return created is None or abs(proc.create_time() - created) < 1.0
+    except psutil.Error:
+        return False
+
+
+# ---------------------------------------------------------------------- heartbeats
+def heartbeat_path(run_dir: Path, name: str) -> Path:
+    """`heartbeat/<name>`: "owner" or "rank<k>"."""
+    return Path(run_dir) / "heartbeat" / name
+
+
+def beat(path: Path, **state: Any) -> None:
+    """Rewrite a heartbeat file in place: a changing time stamp plus `state`."""
+    text = json.dumps({"time": time.time(), **state}) + "\n"
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except FileNotFoundError:
+        pass  # the run folder is being deleted
+
+
+def read_beat(path: Path) -> dict[str, Any] | None:
+    """The last complete heartbeat, or None (missing, or caught mid-write)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def owner_beat(run_dir: Path, stop: bool = False) -> None:
+    """The owner's heartbeat: who it is, and whether ranks should go on."""
+    me = psutil.Process()
+    beat(heartbeat_path(run_dir, "owner"), host=this_host(), pid=me.pid,
+         created=me.create_time(), state="stop" if stop else "run")
+
+
+class Staleness:
+    """How long since a heartbeat file last changed, by this process's own clock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._last: str | None = None
+        self._changed = time.monotonic()
+
+    def age(self) -> float:
+        """Seconds since the file's content was last seen to change."""
+        try:
+            text = self.path.read_text()
+        except OSError:
+            text = None
+        if text and text != self._last:
+            self._last, self._changed = text, time.monotonic()
+        return time.monotonic() - self._changed
+
+    @property
+    def changed_at(self) -> float:
+        """When the content was last seen to change (time.monotonic(), as of `age()`)."""
+        return self._changed
+
+
+def owner_status(run_dir: Path, stale_s: float = 3 * OWNER_STALE_S) -> str:
+    """"alive" or "gone": is the process that started this run still looking after it?
+
+    On the owner's host the pid is checked; elsewhere, the heartbeat's age by its file's
+    modification time (good enough for a listing; hosts' clocks roughly agree).
+    """
+    path = heartbeat_path(run_dir, "owner")
+    info = read_beat(path)
+    if info is None:
+        return "gone"
+    if info.get("host") == this_host():
+        return "alive" if process_alive(int(info["pid"]), info.get("created")) else "gone"
+    try:
+        age = time.time() - path.stat().st_mtime
+    except OSError:
+        return "gone"
+    return "alive" if age < stale_s else "gone"
