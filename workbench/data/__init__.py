@@ -124,7 +124,7 @@ def _cache_key(name: str, samples: int, features: int, seed: int, dtype: torch.d
     if name == "synthetic":
         parts["features"] = features
     if name in ("mnist", "cifar10"):
-        stat = (data_dir() / f"{name}.npz").stat()
+        stat = _stored(name).stat()
         parts.update(size=stat.st_size, mtime=stat.st_mtime_ns)
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
     return f"{name}-{str(dtype).removeprefix('torch.')}-{digest}"
@@ -183,14 +183,19 @@ def _synthetic_images(samples: int, seed: int,
     return x, y, k
 
 
-def _from_disk(name: str) -> tuple[np.ndarray, np.ndarray, int]:
+def _stored(name: str) -> Path:
+    """The file of a stored dataset; FileNotFoundError saying what to do when it is absent."""
     path = data_dir() / f"{name}.npz"
     if not path.exists():
         raise FileNotFoundError(
             f"dataset {name!r} is not on this machine: expected {path} with arrays 'x' and 'y'."
             " The workbench never downloads data while a job runs; use --dataset digits or"
             " synthetic-images, or place the file there (set WORKBENCH_DATA to change the folder).")
-    with np.load(path) as f:
+    return path
+
+
+def _from_disk(name: str) -> tuple[np.ndarray, np.ndarray, int]:
+    with np.load(_stored(name)) as f:
         x, y = f["x"], f["y"].astype(np.int64)   # x stays as stored (uint8 pixels)
     if x.ndim == 3:  # N×H×W -> N×1×H×W
         x = x[:, None]
