@@ -20,6 +20,7 @@ NOTEBOOKS := $(shell find notebooks -name '*.ipynb' -not -path '*/.ipynb_checkpo
 FIRST_NOTEBOOK := notebooks/00_welcome.ipynb
 LAB_PORT ?= 8888
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 3
 
 .PHONY: help setup sysdeps lab test demo lint doctor horovod
 
@@ -42,9 +43,13 @@ lab: setup  ## start JupyterLab on 127.0.0.1 (token authentication), opened on t
 
 # One pytest run over tests/ and the notebooks, so its closing line counts everything.
 # A failing test, or no test at all (pytest's exit code 5), makes the target fail.
+# Three workers, each taking whole files (--dist loadfile): a job test mostly waits for
+# processes to start, so three files at a time fit two cores; a file's tests stay together
+# because some share a fixture that must exist once (the local Slurm, the two hosts).
 # -rs lists every skipped test with its reason (e.g. the Slurm tests, without root).
 test: setup sysdeps  ## run tests/ and every notebook (nbmake), browser tests included
-	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbmake --nbmake-timeout=600 --durations=15 -rs \
+	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbmake --nbmake-timeout=600 --durations=15 \
+	  -n $(TEST_WORKERS) --dist loadfile -rs \
 	  $(PYTEST_ARGS)
 
 demo: setup  ## headless strong-scaling sweep, written to demo-report.html

@@ -288,7 +288,9 @@ def test_kernel_restart_leaves_no_rank_running(tmp_path):
         assert _wait(lambda: len(live_rank_pids(run_dir)) == 2, 90), "ranks did not start"
         km.restart_kernel(now=True)
         assert _wait(lambda: not live_rank_pids(run_dir), 15), "ranks outlived the kernel"
-        assert _wait(lambda: not pid_alive(info["launcher"]), 15), "horovodrun outlived it"
+        # horovodrun ends by itself once its ranks have failed; on a loaded machine its own
+        # tear-down (ending the other workers, then Python's exit) takes several seconds more.
+        assert _wait(lambda: not pid_alive(info["launcher"]), 30), "horovodrun outlived it"
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

@@ -108,6 +108,12 @@ class Job:
         # ---- the gate: take this job's cores from the host's allocation, or queue for them
         self._ticket = SlurmTicket() if self._slurm else \
             cores.Ticket(self.run_id, cores_needed(cfg), sharing)
+        if not self._slurm and cfg.oversubscribed():  # said at once, even while queued
+            self.warnings.append(
+                f"{cfg.world_size} ranks x {cfg.resolved_threads()} threads exceed the "
+                f"{cpu_budget().usable} cores this host gives us: ranks will share cores and "
+                "speedups will flatten")
+            warnings.warn(self.warnings[-1], stacklevel=3)
         if self._ticket.poll():
             try:
                 self._launch(module, args)
@@ -282,11 +288,6 @@ class Job:
             threading.Thread(target=self._watch, name=f"watch-{self.run_id}",
                              daemon=True).start()
             return
-        if cfg.oversubscribed():
-            self.warnings.append(
-                f"{cfg.world_size} ranks x {threads} threads exceed the {cpu_budget().usable}"
-                " cores this host gives us: ranks will share cores and speedups will flatten")
-            warnings.warn(self.warnings[-1], stacklevel=3)
         if self._ticket.warning:
             self.warnings.append(self._ticket.warning)
             warnings.warn(self.warnings[-1], stacklevel=3)

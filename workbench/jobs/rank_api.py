@@ -14,7 +14,7 @@
   process they start (horovodrun: `HOROVOD_RANK`, ...; torchrun: `RANK`, ...). So they work
   on every engine, before `hvd.init()` or `init_process_group()`, and outside a job they
   are 0, 1 and 0: the same function also runs unchanged in a notebook cell.
-- `report(**metrics)` appends one line to the run's `metrics.jsonl`, the file every panel and
+- `report(**metrics)` appends one line to the rank's `metrics/rank<k>.jsonl`, which every panel and
   `workbench show` read (see docs/ARCHITECTURE.md). Outside a job it does nothing.
 """
 
@@ -65,7 +65,7 @@ def report(**metrics: Any) -> None:
     `epoch` and no `step` writes an *epoch* line. Every value must be a number (a tensor
     with one element is fine: it is converted with `float()`). The charts know `loss`,
     `accuracy` and `samples` (samples this rank processed in this step, for samples/s);
-    other names are kept in metrics.jsonl. Missing ones are filled in so every line has the
+    other names are kept in the metrics line. Missing ones are filled in so every line has the
     fields of the record format: `step` counts up from 0, `epoch` stays at the last one
     reported, `step_time_s` is the time since this rank's previous report, in seconds (0 for
     its first report: when that step began is unknown, and the time since the start would

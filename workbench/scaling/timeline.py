@@ -228,12 +228,12 @@ def gantt_figure(tl: HorovodTimeline, title: str = "Where the time goes (Horovod
     return fig
 
 
-# --- compute vs synchronize from metrics.jsonl (any engine) -------------------------------
+# --- compute vs synchronize from the metrics files (any engine) -------------------------------
 
 def step_breakdown(metrics: Iterable[Mapping]) -> dict[str, list]:
     """Per-step compute and synchronize seconds, averaged over ranks.
 
-    Reads the ``"step"`` lines of metrics.jsonl (``compute_s``, ``sync_s``). Returns columns
+    Reads the ``"step"`` lines of the metrics files (``compute_s``, ``sync_s``). Returns columns
     ``step`` (a running index over epochs), ``compute_s``, ``sync_s`` and ``sync_share``.
     """
     by_step: dict[tuple[int, int], list[Mapping]] = {}
@@ -267,7 +267,7 @@ def rank_breakdown(metrics: Iterable[Mapping]) -> dict[str, dict[str, float]]:
 
 
 def breakdown_figures(metrics: Sequence[Mapping], title: str = "Compute vs synchronize"):
-    """Two Bokeh figures from metrics.jsonl lines (Horovod or DDP runs alike):
+    """Two Bokeh figures from metric lines (Horovod or DDP runs alike):
 
     1. per step, seconds computing and synchronizing (mean over ranks), as lines;
     2. per rank, total seconds of each, as stacked bars — a straggler shows up as a rank with

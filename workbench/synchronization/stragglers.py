@@ -9,7 +9,7 @@ allreduce, which the workbench records as ``sync_s``.
 :func:`run_stragglers` shows this with two real Horovod jobs, identical except that one
 rank sleeps ``delay`` seconds per step (``JobConfig.straggler_delay`` /
 ``straggler_rank``), and reads the per-rank ``compute_s``, ``sync_s`` and ``step_time_s`` of
-every step from ``metrics.jsonl``.
+every step from the run's metrics files (``metrics/rank<k>.jsonl``).
 
 **What backup workers would buy** (Chen, Pan, Monga, Bengio & Jozefowicz, "Revisiting
 Distributed Synchronous SGD", 2016, arXiv:1604.00981): run N + b workers and, at each step,

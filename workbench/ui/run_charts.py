@@ -1,7 +1,7 @@
 """Live charts of one training run: loss, accuracy, samples/s and compute-vs-sync share.
 
-:class:`RunCharts` turns metric lines (the dicts of ``metrics.jsonl``, see docs/ARCHITECTURE.md)
-into Bokeh data sources. It knows nothing about widgets or jobs, so it is easy to test: feed it
+:class:`RunCharts` turns metric lines (the dicts of ``metrics/rank<k>.jsonl``, see
+docs/ARCHITECTURE.md) into Bokeh data sources. It knows nothing about widgets or jobs, so it is easy to test: feed it
 rows with :meth:`RunCharts.add` and look at :attr:`RunCharts.sources`.
 
 What the charts show, and why
@@ -105,7 +105,7 @@ class RunCharts:
     # -- data --------------------------------------------------------------------------------
 
     def add(self, rows: Iterable[Mapping[str, Any]]) -> int:
-        """Add metric lines (dicts from metrics.jsonl) to the sources; return how many were used.
+        """Add metric lines (dicts of the metrics files) to the sources; return how many were used.
 
         Call this only on the kernel's event loop: it changes Bokeh models.
         """

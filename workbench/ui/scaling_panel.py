@@ -204,7 +204,7 @@ class ScalingPanel(widgets.VBox):
             self._queue.clear()
             self._say("Not started.", "error", detail=str(err))
             return False
-        self._reader, self._steps = MetricsReader(self.job.run_dir / "metrics.jsonl"), 0
+        self._reader, self._steps = MetricsReader(self.job.run_dir), 0
         return True
 
     async def _poll(self) -> None:

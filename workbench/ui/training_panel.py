@@ -16,7 +16,8 @@ It holds
 How it stays live without freezing the notebook: Start launches the job (which returns at once:
 the ranks are separate processes) and starts an asyncio task on the kernel's event loop. Every
 ``refresh_s`` seconds the task calls :meth:`TrainingPanel.refresh`, which reads the new lines of
-the run's ``metrics.jsonl`` and streams them into the charts. See :mod:`workbench.ui.live`.
+the run's metrics files (``metrics/rank<k>.jsonl``) and streams them into the charts.
+See :mod:`workbench.ui.live`.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class TrainingPanel(widgets.VBox):
 
     Args:
         refresh_s: seconds between two refreshes of the live view (0.25 s looks live and costs
-            little: each refresh reads only the new bytes of metrics.jsonl).
+            little: each refresh reads only the new bytes of the metrics files).
         **defaults: initial values of any :class:`~workbench.JobConfig` field, e.g.
             ``np=2, dataset="digits"``. Fields without a control (``max_steps``, ``samples``,
             ``runs_dir`` ...) are used as given for every job started from the panel.
@@ -237,7 +238,7 @@ class TrainingPanel(widgets.VBox):
     def _watch(self, run_dir: Path, cfg: JobConfig) -> None:
         """Point the charts, the progress bar and the logs at a new run folder."""
         self._run_dir = Path(run_dir)
-        self._reader = MetricsReader(self._run_dir / "metrics.jsonl")
+        self._reader = MetricsReader(self._run_dir)
         self._epochs, self._steps_total, self._ticks = cfg.epochs, 0, 0
         old = self._chart_widget
         self._charts = RunCharts(cfg.world_size)

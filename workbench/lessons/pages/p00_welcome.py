@@ -137,7 +137,7 @@ Each job writes a folder `runs/<run id>/` next to the notebook:
 | file | what it holds |
 | --- | --- |
 | `config.json` | the settings of the job |
-| `metrics.jsonl` | a line per step and per epoch of every rank: loss, accuracy, seconds |
+| `metrics/rank<k>.jsonl` | a line per step and per epoch of each rank: loss, accuracy, seconds |
 | `logs/rank0.log`, ... | what each rank printed |
 | `summary.json` | how the job ended, its throughput, its start-up and training times |
 | `model.pt` | the trained parameters |
