@@ -8,7 +8,8 @@ of a real job through :func:`workbench.jobs.start_module`, under any engine:
                        args=["--rate", "100", "--seconds", "10"])
 
 Why: to measure how quickly the live charts follow the run's metrics files
-(``metrics/rank<k>.jsonl``) at a known load (``benchmarks/ui_latency.py``), and to demonstrate the panels without spending CPU on a model.
+(``metrics/rank<k>.jsonl``) at a known load (``benchmarks/ui_latency.py``),
+and to demonstrate the panels without spending CPU on a model.
 Each step line also carries ``wall``, the wall-clock time (seconds since the epoch) at which
 it was written, so a reader can tell how long the line took to reach a chart.
 """

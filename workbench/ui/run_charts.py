@@ -1,8 +1,8 @@
 """Live charts of one training run: loss, accuracy, samples/s and compute-vs-sync share.
 
 :class:`RunCharts` turns metric lines (the dicts of ``metrics/rank<k>.jsonl``, see
-docs/ARCHITECTURE.md) into Bokeh data sources. It knows nothing about widgets or jobs, so it is easy to test: feed it
-rows with :meth:`RunCharts.add` and look at :attr:`RunCharts.sources`.
+docs/ARCHITECTURE.md) into Bokeh data sources. It knows nothing about widgets or jobs, so it
+is easy to test: feed it rows with :meth:`RunCharts.add` and look at :attr:`RunCharts.sources`.
 
 What the charts show, and why
 -----------------------------
