@@ -238,3 +238,36 @@ def test_stop_reaches_a_rank_through_the_owners_heartbeat(tmp_path, modules):
     assert job.status == "stopped"
     assert "rank exiting: the job was stopped" in job.record().log(0)
     assert job_processes(job.run_id, job.run_dir, None) == []
+
+
+# ----------------------------------------------------------------- the launcher's guard
+def test_the_guard_ends_a_launcher_that_outlives_its_owner():
+    """A launcher that would wait for ever (here `sleep`) ends within seconds of its owner."""
+    import psutil
+
+    from workbench.jobs.job import GUARD
+
+    script = textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        guard = subprocess.Popen([sys.executable, {str(GUARD)!r}, str(os.getpid()), "--",
+                                  "sleep", "600"])
+        print(guard.pid, flush=True)
+        time.sleep(600)
+    """)
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    guard = psutil.Process(int(owner.stdout.readline()))
+    until(lambda: guard.children(), what="the guard to start its launcher")
+    launcher = guard.children()[0]
+    owner.kill()
+    owner.wait()
+    gone, alive = psutil.wait_procs([launcher, guard], timeout=10)
+    assert not alive, f"still running 10 s after the owner died: {alive}"
+
+
+@pytest.mark.parametrize(("shell", "code"), [("exit 3", 3), ("kill -TERM $$", 128 + 15)])
+def test_the_guard_passes_on_the_launchers_exit_code(shell, code):
+    from workbench.jobs.job import GUARD
+
+    result = subprocess.run([sys.executable, str(GUARD), str(os.getpid()), "--",
+                             "sh", "-c", shell], timeout=30)
+    assert result.returncode == code

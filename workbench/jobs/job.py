@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import pickle
 import platform
 import re
+import shutil
 import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -77,6 +80,7 @@ QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come
 #: After the launcher has exited, a remote rank whose heartbeat has not changed for this
 #: long is judged gone (it beats every second while alive).
 REMOTE_GONE_S = 3.0
+GUARD = Path(__file__).with_name("guard.py")  # run beside every launcher (see guard.py)
 _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 
 
@@ -291,7 +295,13 @@ class Job:
         if self._ticket.warning:
             self.warnings.append(self._ticket.warning)
             warnings.warn(self.warnings[-1], stacklevel=3)
-        cmd = ENGINES[cfg.engine].command(cfg.world_size, module, args, cfg.hosts, self.run_id)
+        launcher = ENGINES[cfg.engine].command(cfg.world_size, module, args, cfg.hosts,
+                                               self.run_id)
+        if shutil.which(launcher[0]) is None:
+            raise ConfigError(f"cannot start the {cfg.engine} launcher {launcher[0]!r}: it is "
+                              "not an executable file; run `workbench doctor`")
+        # The guard ends the launcher if this process dies first (a restarted kernel).
+        cmd = [sys.executable, str(GUARD), str(os.getpid()), "--", *launcher]
         if self._ticket.cores:  # the launcher and every rank it starts inherit these cores
             cmd = ["taskset", "--cpu-list", ",".join(map(str, self._ticket.cores)), *cmd]
         self._started = time.time()

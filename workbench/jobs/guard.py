@@ -1,0 +1,74 @@
+"""The launcher's guard: end the launcher when the process that started the job dies.
+
+A job's launcher (`horovodrun`, `torchrun`) runs in a session of its own (job.py), so a
+notebook kernel that is restarted or killed leaves it behind. Its ranks notice that their
+owner is gone and leave (the watchdog in training/reporter.py), but nothing would end the
+launcher itself: `horovodrun` may then wait a long time on ranks it can no longer reach.
+So every launcher on the owner's host runs under this guard:
+
+    kernel (the owner) ── guard ── horovodrun ── ranks
+
+The guard starts the launcher as its child and watches its own parent. When a process dies,
+its children are adopted by init (or a subreaper), so `os.getppid()` changes: the guard then
+ends the launcher - SIGTERM, which horovodrun and torchrun pass on to their ranks, then
+SIGKILL after `GRACE_S` seconds - and exits. While the owner lives, the guard only waits and
+exits with the launcher's exit code (128 + N for a launcher killed by signal N, like a shell).
+
+It is run as a file (`python .../guard.py`), not as `python -m workbench.jobs.guard`, so it
+imports the standard library only: a few tens of milliseconds per job, not the package's.
+
+Usage: guard.py OWNER_PID -- LAUNCHER [ARGS...]
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+POLL_S = 0.5   # how often the guard looks at its parent, in seconds
+GRACE_S = 5.0  # how long the launcher gets to end its ranks before SIGKILL, in seconds
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or not argv[0].isdigit() or argv[1] != "--":
+        sys.stderr.write("usage: guard.py OWNER_PID -- LAUNCHER [ARGS...]\n")
+        return 2
+    owner, cmd = int(argv[0]), argv[2:]
+    try:
+        launcher = subprocess.Popen(cmd)
+    except OSError as err:
+        sys.stderr.write(f"workbench: cannot start {cmd[0]!r}: {err.strerror or err}\n")
+        return 127
+    # Job.stop() signals the whole process tree; the launcher gets its own SIGTERM, and the
+    # guard stays to pass on its exit code.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    while True:
+        try:
+            return exit_code(launcher.wait(timeout=POLL_S))
+        except subprocess.TimeoutExpired:
+            pass
+        if os.getppid() != owner:
+            sys.stderr.write(f"workbench: the process that started the job (pid {owner}) "
+                             "is gone: ending the launcher\n")
+            return exit_code(end(launcher))
+
+
+def end(launcher: subprocess.Popen[bytes]) -> int:
+    """SIGTERM the launcher, SIGKILL it after GRACE_S; return its exit code."""
+    launcher.terminate()
+    try:
+        return launcher.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        return launcher.wait()
+
+
+def exit_code(returncode: int) -> int:
+    """A launcher killed by signal N exits as 128 + N, as a shell reports it."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
