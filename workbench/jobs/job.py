@@ -127,6 +127,7 @@ class Job:
         else:
             self._status = "queued"
             owner_beat(self.run_dir)  # a queued run is looked after too: not "lost"
+            _LIVE_JOBS.add(self)      # and stopped when Python exits, before it launches
             threading.Thread(target=self._wait_for_cores, args=(module, args),
                              name=f"queue-{self.run_id}", daemon=True).start()
 
