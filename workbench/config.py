@@ -1,10 +1,9 @@
 """One validated job configuration, shared by the Python API, the CLI and the widgets.
 
-Every field of `JobConfig` is also a `workbench run` flag (underscores become dashes: see
-`add_job_flags`, the one definition of those flags), and
-every value is checked *before* anything is launched: a job that would fail in its first
-second on a typo should fail here instead, with one line that names the field, the value
-and what is allowed.
+Every field of `JobConfig` is also a `workbench run` flag (underscores become dashes; the
+flags are defined once, by `add_job_flags`), and every value is checked *before* anything is
+launched: a job that would fail in its first second on a typo should fail here instead,
+with one line that names the field, the value and what is allowed.
 """
 
 from __future__ import annotations
