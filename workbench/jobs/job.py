@@ -47,7 +47,7 @@ from workbench.config import ConfigError, JobConfig
 from workbench.hosts.cpu import cpu_budget
 from workbench.jobs import cores, slurm
 from workbench.jobs.devices import rank_environment, resolve_device
-from workbench.jobs.engines import ENGINES, TRAINING_MODULES
+from workbench.jobs.engines import ENGINES, training_engines
 from workbench.jobs.environment import allowed_environment
 from workbench.jobs.processes import job_processes, pid_alive, rank_hosts, terminate
 from workbench.records import (
@@ -269,16 +269,8 @@ class Job:
             ENV_OWNER: owner_id(), ENV_T0: repr(time.time()),
             "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
             **rank_environment(cfg),
+            **ENGINES[cfg.engine].environment(cfg, self.run_dir),  # e.g. Horovod's cycle time
         }
-        if cfg.timeline:
-            env["HOROVOD_TIMELINE"] = str(self.run_dir / "timeline.json")
-            # Without the response cache every step is negotiated in full, so the timeline
-            # shows each rank's wait for the others at every step, not only the first.
-            env["HOROVOD_CACHE_CAPACITY"] = "0"
-        if cfg.cycle_time_ms:
-            # How often Horovod's background thread looks for gradients ready to allreduce
-            # (default 1 ms). Other engines have no such thread and ignore it.
-            env["HOROVOD_CYCLE_TIME"] = repr(cfg.cycle_time_ms)
         if self._slurm:  # ---- Slurm hook: Slurm starts the ranks (see slurm.py) ----
             # The ranks run on compute nodes, where our pid means nothing: no owner pid
             # watchdog there (they still leave when the owner's heartbeat says "stop").
@@ -574,13 +566,14 @@ def start(cfg: JobConfig) -> Job:
     """
     cfg = apply_preset(apply_resume(cfg)).validate()
     _check_engine(cfg.engine)
-    if cfg.engine not in TRAINING_MODULES:
+    module = ENGINES[cfg.engine].rank_module
+    if module is None:
         raise ConfigError(f"--engine {cfg.engine} runs the labs' workers, not training: use "
-                          f"one of {', '.join(TRAINING_MODULES)}")
+                          f"one of {', '.join(training_engines())}")
     if cfg.launcher == "slurm":
         slurm.check(cfg)
     cfg, note = resolve_device(cfg)     # "auto" settles here; "cuda" is checked here
-    job = Job(cfg, TRAINING_MODULES[cfg.engine], [])
+    job = Job(cfg, module, [])
     _note(job, note)
     return job
 
