@@ -38,9 +38,10 @@ def typed(command: list[str]) -> list[str]:
             for word in command]
 
 
-def run_plainly(command: list[str], cwd: Path, timeout: float = 240.0) -> str:
+def run_plainly(command: list[str], cwd: Path, timeout: float = 240.0, rc: int = 0) -> str:
     """Run `command` in `cwd` as from a shell, without the workbench's launcher variables;
-    return its output. A command that overruns is ended with all its processes."""
+    check its exit code and return its output. A command that overruns is ended with all
+    its processes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKBENCH_")}
     env["PYTHONPATH"] = str(REPO)
     proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
@@ -52,7 +53,7 @@ def run_plainly(command: list[str], cwd: Path, timeout: float = 240.0) -> str:
         proc.communicate()
         raise
     text = out.decode(errors="replace")
-    assert proc.returncode == 0, text[-3000:]
+    assert proc.returncode == rc, text[-3000:]
     return text
 
 
@@ -78,6 +79,15 @@ def test_plain_command_trains_and_leaves_a_record_that_show_opens(engine, tmp_pa
     assert cli_main(["show", record.run_id, "--runs-dir", str(tmp_path / "runs"),
                      "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "succeeded"
+
+
+def test_a_rank_that_fails_by_hand_leaves_a_failed_summary_with_its_traceback(tmp_path):
+    command = typed(ENGINES["serial"].plain_command(1)) + TINY + ["--fail-at-step", "2"]
+    run_plainly(command, tmp_path, rc=1)
+    [record] = list_runs(tmp_path / "runs")
+    failure = record.summary["failure"]
+    assert record.summary["status"] == "failed" and failure["rank"] == 0
+    assert "InjectedFault" in failure["error"] and "maybe_fail" in failure["traceback"]
 
 
 @pytest.mark.parametrize("engine", training_engines())

@@ -38,6 +38,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -204,9 +205,10 @@ def launcher_name() -> str:
 def write_summary(ctx: RankContext, exc: BaseException | None) -> None:
     """Rank 0, as it ends: summary.json, as the workbench's launcher would write it."""
     cfg, run_dir = ctx.config, ctx.run_dir
+    status = ("succeeded" if exc is None else
+              "stopped" if isinstance(exc, KeyboardInterrupt) else "failed")  # Ctrl-C: stopped
     summary: dict[str, Any] = {
-        "run_id": run_dir.name, "run_dir": str(run_dir),
-        "status": "succeeded" if exc is None else "failed",
+        "run_id": run_dir.name, "run_dir": str(run_dir), "status": status,
         "engine": cfg.engine, "np": ctx.size, "launcher": launcher_name(),
         "ranks": _ranks(run_dir),
         "threads_per_rank": cfg.resolved_threads(),
@@ -217,7 +219,8 @@ def write_summary(ctx: RankContext, exc: BaseException | None) -> None:
         "versions": versions(),
     }
     if exc is not None:
-        summary["failure"] = {"rank": ctx.rank, "error": f"{type(exc).__name__}: {exc}"}
+        summary["failure"] = {"rank": ctx.rank, "error": f"{type(exc).__name__}: {exc}",
+                              "traceback": "".join(traceback.format_exception(exc))}
     write_json_atomic(run_dir / "summary.json", summary)
     print(f"{summary['status']}: {run_dir.name} (workbench show {run_dir.name} "
           f"--runs-dir {run_dir.parent})", flush=True)
