@@ -33,7 +33,6 @@ as long as this launch: rank 0 writes the folder's name there, the others wait f
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -44,6 +43,7 @@ from typing import Any
 
 import psutil
 
+from workbench.cli import Parser
 from workbench.config import ConfigError, JobConfig, add_job_flags, config_from_args
 from workbench.records import MetricsReader, new_run_dir, read_json, write_json_atomic
 from workbench.records.liveness import owner_beat, read_pid_file
@@ -102,7 +102,7 @@ def config_from_flags(engine: str, module: str, size: int,
                       argv: list[str] | None = None) -> JobConfig:
     """The job's configuration from `workbench run`'s flags (`argv`, else the command
     line); exits with code 2 and one line naming a bad flag."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(  # the `workbench` command's parser: an error is one line, exit code 2
         prog=f"python -m {module}",
         description="One rank of a training job, started without the workbench's launcher. "
                     "It takes the flags of `workbench run`.")
