@@ -320,3 +320,16 @@ def test_a_preset_never_overrides_a_field_set_explicitly_even_to_its_default():
     from workbench.cli import build_parser
     from workbench.jobs.commands import config_from_args
     assert config_from_args(build_parser().parse_args(args)).batch_size == default_batch
+
+
+def test_a_missing_horovod_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    """The check looks for Horovod's compiled extension without importing torch in the
+    owner; without it, one line says how to build it, and no run folder is made."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "horovod" else real(name, *a))
+    with pytest.raises(workbench.ConfigError, match="make horovod"):
+        workbench.start(JobConfig(engine="horovod", np=2, runs_dir=str(tmp_path / "runs")))
+    assert not (tmp_path / "runs").exists()

@@ -31,6 +31,7 @@ own `name` and `rank_module`) and one entry in `ENGINES`.
 
 from __future__ import annotations
 
+import importlib.util
 import shlex
 import shutil
 import sys
@@ -128,11 +129,16 @@ class HorovodEngine(Engine):
                 "--disable-cache"]
 
     def available(self) -> str | None:
-        try:
-            import horovod.torch  # noqa: F401
-        except ImportError as exc:
-            return (f"Horovod is not installed ({exc}). Build it with `make horovod` (see"
-                    " `workbench doctor` for what its build needs), or use --engine torch.")
+        # Look for Horovod's compiled PyTorch extension without importing it: importing
+        # horovod.torch imports torch, seconds of start-up for a process that trains nothing.
+        # A Horovod that is there but broken fails in the ranks, and the failure report
+        # shows its import error (`workbench doctor` imports it for real).
+        spec = importlib.util.find_spec("horovod")
+        folder = Path(spec.origin).parent / "torch" if spec and spec.origin else None
+        if folder is None or not any(folder.glob("mpi_lib_v2*")):
+            return ("Horovod is not installed (no horovod.torch extension). Build it with "
+                    "`make horovod` (see `workbench doctor` for what its build needs), or "
+                    "use --engine torch.")
         return None
 
 
