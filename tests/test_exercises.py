@@ -13,7 +13,6 @@ import torch
 from workbench.exercises import (
     Feedback,
     allreduce,
-    build_notebooks,
     laws,
     lr_scaling,
     parallelism,
@@ -24,6 +23,7 @@ from workbench.exercises import (
     staleness,
 )
 from workbench.exercises.feedback import call_student
+from workbench.notebooks import write_all
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
@@ -515,7 +515,7 @@ def test_feedback_renders_as_text_and_html():
 # --- the notebooks ----------------------------------------------------------------------------
 
 def test_notebooks_are_up_to_date_with_their_description():
-    assert build_notebooks.write_all(check=True) == []
+    assert write_all(check=True) == []
 
 
 def test_at_least_six_exercises_each_with_a_solution_of_the_same_name():

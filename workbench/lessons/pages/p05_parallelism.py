@@ -1,7 +1,6 @@
 """Notebook 05: types of parallelism: model and pipeline parallelism vs data parallelism."""
 
-from workbench.exercises.build_notebooks import code, md
-from workbench.lessons.pages import md_table
+from workbench.notebooks import code, md, md_table
 
 NAME = "05_types_of_parallelism.ipynb"
 
