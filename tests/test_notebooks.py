@@ -21,7 +21,7 @@ import torch
 from workbench import notebooks
 from workbench.lessons import sgd
 from workbench.lessons.show import module_source, table
-from workbench.notebooks import md_table
+from workbench.notebooks import function_task, md_table
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = [REPO / "notebooks" / name for name in notebooks.pages(notebooks.LESSON_PAGES)]
@@ -107,6 +107,19 @@ def test_the_builder_is_the_one_command_and_the_lessons_need_nothing_from_the_ex
         source = re.sub(r'""".*?"""|\'\'\'.*?\'\'\'', "", path.read_text(encoding="utf-8"),
                         flags=re.DOTALL)
         assert not imports.search(source), path
+
+
+def test_a_function_task_gives_the_exercise_its_solutions_signature_and_docstring():
+    double = function_task('''
+def double(x):
+    """Twice x."""
+    return 2 * x
+''', todo="Your code here:\nmultiply.")
+    assert double.exercise == ('def double(x):\n    """Twice x."""\n    # Your code here:\n'
+                               "    # multiply.\n    raise NotImplementedError")
+    undocumented = function_task("def f(a,\n      b):\n    return a\n")
+    assert undocumented.exercise == ("def f(a,\n      b):\n    # Your code here.\n"
+                                     "    raise NotImplementedError")
 
 
 # --- the lesson helpers ---------------------------------------------------------------------

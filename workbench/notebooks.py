@@ -21,6 +21,7 @@ that neither the lessons nor the exercises borrow it from the other.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import pkgutil
 import sys
@@ -47,6 +48,23 @@ class Task:
 
     exercise: str
     solution: str
+
+
+def function_task(solution: str, todo: str = "Your code here.") -> Task:
+    """A task to write one function, given its solution.
+
+    The exercise keeps the solution's signature and docstring (what the checker calls, and
+    what it must do), then `todo` as a comment and ``raise NotImplementedError``: so they
+    are written once and cannot drift apart. `todo` may span several lines.
+    """
+    lines = solution.strip().splitlines()
+    first = ast.parse(solution.strip()).body[0].body[0]  # the function's first statement
+    is_docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    header = lines[:first.end_lineno if is_docstring else first.lineno - 1]
+    indent = " " * first.col_offset
+    body = [*(f"# {line}" for line in todo.strip().splitlines()), "raise NotImplementedError"]
+    return Task(exercise="\n".join([*header, *(indent + line for line in body)]),
+                solution=solution)
 
 
 def md(text: str) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """Exercise 1: average the gradients with an allreduce."""
 
-from workbench.notebooks import Task, code, md
+from workbench.notebooks import code, function_task, md
 
 NAME = "01_average_gradients.ipynb"
 
@@ -44,20 +44,13 @@ Write `average_gradients(rank_grads)`. It returns a list with one tensor per ran
 gradient that rank uses for its update. Call `ex.allreduce_sum` once, and do not assume a
 fixed number of ranks (the checker tries 2, 3 and 4).
 """),
-    Task(
-        exercise=r'''
-def average_gradients(rank_grads):
-    """Return the averaged gradient held by each rank: a list with one tensor per rank."""
-    # Your code here: combine the ranks with ex.allreduce_sum, then divide.
-    raise NotImplementedError
-''',
-        solution=r'''
+    function_task(r'''
 def average_gradients(rank_grads):
     """Return the averaged gradient held by each rank: a list with one tensor per rank."""
     world_size = len(rank_grads)
     summed = ex.allreduce_sum(rank_grads)  # every rank now holds g_0 + ... + g_{p-1}
     return [total / world_size for total in summed]
-'''),
+''', todo="Your code here: combine the ranks with ex.allreduce_sum, then divide."),
     code("ex.check_average_gradients(average_gradients)"),
     md(r"""
 ## Summary

@@ -1,6 +1,6 @@
 """Exercise 3: speedup and efficiency from a timing table."""
 
-from workbench.notebooks import Task, code, md
+from workbench.notebooks import code, function_task, md
 
 NAME = "03_speedup_and_efficiency.ipynb"
 
@@ -36,14 +36,7 @@ print(ex.format_table(ex.TIMES_S))
 Write `scaling_table(times)`: given `{p: seconds}`, return `{p: (speedup, efficiency)}` for
 every row, including $p = 1$.
 """),
-    Task(
-        exercise=r'''
-def scaling_table(times):
-    """times: {workers: seconds}. Return {workers: (speedup, efficiency)}."""
-    # Your code here.
-    raise NotImplementedError
-''',
-        solution=r'''
+    function_task(r'''
 def scaling_table(times):
     """times: {workers: seconds}. Return {workers: (speedup, efficiency)}."""
     t1 = times[1]

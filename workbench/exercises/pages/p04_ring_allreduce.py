@@ -1,6 +1,6 @@
 """Exercise 4: finish a ring allreduce."""
 
-from workbench.notebooks import Task, code, md
+from workbench.notebooks import code, function_task, md
 
 NAME = "04_ring_allreduce.ipynb"
 
@@ -47,14 +47,7 @@ The allgather step is written above. Write `reduce_scatter_step(chunks, step)`, 
 changes `chunks` in place. Every send of a step happens at the same time, so read all the
 outgoing chunks before you change any (`.clone()` them).
 """),
-    Task(
-        exercise=r'''
-def reduce_scatter_step(chunks, step):
-    """One reduce-scatter step: rank r sends a chunk to rank (r + 1) % p, which adds it."""
-    # Your code here (p = len(chunks) is the number of ranks).
-    raise NotImplementedError
-''',
-        solution=r'''
+    function_task(r'''
 def reduce_scatter_step(chunks, step):
     """One reduce-scatter step: rank r sends a chunk to rank (r + 1) % p, which adds it."""
     p = len(chunks)
@@ -62,7 +55,7 @@ def reduce_scatter_step(chunks, step):
     for rank, data in enumerate(sent):
         index, receiver = (rank - step) % p, (rank + 1) % p
         chunks[receiver][index] = chunks[receiver][index] + data
-'''),
+''', todo="Your code here (p = len(chunks) is the number of ranks)."),
     code("ex.check_reduce_scatter_step(reduce_scatter_step)"),
     md("Watch every step of the whole ring with your step (three ranks):"),
     code("ex.show_ring(3, reduce_scatter_step=reduce_scatter_step)"),
@@ -71,14 +64,7 @@ def reduce_scatter_step(chunks, step):
 
 Without looking at `ex.allgather_step`, write your own and check it.
 """),
-    Task(
-        exercise=r'''
-def my_allgather_step(chunks, step):
-    """One allgather step: rank r passes a complete chunk to rank (r + 1) % p."""
-    # Your code here.
-    raise NotImplementedError
-''',
-        solution=r'''
+    function_task(r'''
 def my_allgather_step(chunks, step):
     """One allgather step: rank r passes a complete chunk to rank (r + 1) % p."""
     p = len(chunks)

@@ -1,6 +1,6 @@
 """Exercise 5: predict a pipeline bubble."""
 
-from workbench.notebooks import Task, code, md
+from workbench.notebooks import Task, code, function_task, md
 
 NAME = "05_pipeline_bubble.ipynb"
 
@@ -34,14 +34,7 @@ print(ex.show_schedule(stages=4, micro_batches=6))
 Count the slots in the schedule and write `bubble_fraction(stages, micro_batches)`: the
 share of the (stage, slot) cells that are idle.
 """),
-    Task(
-        exercise=r'''
-def bubble_fraction(stages, micro_batches):
-    """The idle share of a GPipe schedule with P stages and M micro-batches."""
-    # Your code here.
-    raise NotImplementedError
-''',
-        solution=r'''
+    function_task(r'''
 def bubble_fraction(stages, micro_batches):
     """The idle share of a GPipe schedule with P stages and M micro-batches."""
     slots = micro_batches + stages - 1  # the last micro-batch leaves the last stage here

@@ -1,6 +1,6 @@
 """Exercise 6: data or model parallelism?"""
 
-from workbench.notebooks import Task, code, md
+from workbench.notebooks import code, function_task, md
 
 NAME = "06_data_or_model_parallelism.ipynb"
 
@@ -43,14 +43,7 @@ Write `choose(s)` returning `"data"` or `"model"` for a scenario `s`. Its fields
 `s.params`, `s.state_bytes_per_param`, `s.activations_gb`, `s.device_memory_gb`,
 `s.workers`, `s.link_gbit_s`, `s.compute_s` and `s.cut_activations_mb`.
 """),
-    Task(
-        exercise=r'''
-def choose(s):
-    """Return "data" or "model" for scenario s, following the rule above."""
-    # Your code here.
-    raise NotImplementedError
-''',
-        solution=r'''
+    function_task(r'''
 def choose(s):
     """Return "data" or "model" for scenario s, following the rule above."""
     memory_gb = s.params * s.state_bytes_per_param / 1e9 + s.activations_gb

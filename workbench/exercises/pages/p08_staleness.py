@@ -1,6 +1,6 @@
 """Exercise 8: the staleness of asynchronous gradients."""
 
-from workbench.notebooks import Task, code, md
+from workbench.notebooks import code, function_task, md
 
 NAME = "08_staleness.ipynb"
 
@@ -38,14 +38,7 @@ print(ex.show_trace(ex.TRACE))
 Write `staleness_per_push(events)`: `events` is a list of `("pull", worker)` and
 `("push", worker)` in time order; return the staleness of every push, in order.
 """),
-    Task(
-        exercise=r'''
-def staleness_per_push(events):
-    """Return [staleness of each push], in the order of the pushes."""
-    # Your code here.
-    raise NotImplementedError
-''',
-        solution=r'''
+    function_task(r'''
 def staleness_per_push(events):
     """Return [staleness of each push], in the order of the pushes."""
     version, pulled, out = 0, {}, []
@@ -65,14 +58,7 @@ Zhang et al. (IJCAI 2016) divide the learning rate by the staleness, so an old g
 takes a smaller step; a fresh one ($\tau = 0$) keeps the base rate. Write
 `staleness_lr(staleness, base_lr)`.
 """),
-    Task(
-        exercise=r'''
-def staleness_lr(staleness, base_lr):
-    """The learning rate for a gradient of this staleness."""
-    # Your code here.
-    raise NotImplementedError
-''',
-        solution=r'''
+    function_task(r'''
 def staleness_lr(staleness, base_lr):
     """The learning rate for a gradient of this staleness."""
     return base_lr / max(1, staleness)  # a fresh gradient keeps the base rate

@@ -1,6 +1,6 @@
 """Exercise 9: the linear scaling rule, with a warm-up."""
 
-from workbench.notebooks import Task, code, md
+from workbench.notebooks import code, function_task, md
 
 NAME = "09_linear_scaling_rule.ipynb"
 
@@ -36,14 +36,7 @@ print(f"base rate {ex.BASE_LR} for a global batch of {ex.BASE_BATCH}, "
 Write `learning_rate(epoch, workers, batch_per_worker)`; `epoch` may be fractional
 (2.5 is half-way through the third epoch).
 """),
-    Task(
-        exercise=r'''
-def learning_rate(epoch, workers, batch_per_worker):
-    """The learning rate at this epoch, by the linear scaling rule with warm-up."""
-    # Your code here: use ex.BASE_LR, ex.BASE_BATCH and ex.WARMUP_EPOCHS.
-    raise NotImplementedError
-''',
-        solution=r'''
+    function_task(r'''
 def learning_rate(epoch, workers, batch_per_worker):
     """The learning rate at this epoch, by the linear scaling rule with warm-up."""
     k = workers * batch_per_worker / ex.BASE_BATCH  # the global batch, relative to B0
@@ -51,7 +44,7 @@ def learning_rate(epoch, workers, batch_per_worker):
     if epoch >= ex.WARMUP_EPOCHS:
         return target
     return ex.BASE_LR + (target - ex.BASE_LR) * epoch / ex.WARMUP_EPOCHS
-'''),
+''', todo="Your code here: use ex.BASE_LR, ex.BASE_BATCH and ex.WARMUP_EPOCHS."),
     code("ex.check_learning_rate(learning_rate)"),
     md(r"""
 ## Summary

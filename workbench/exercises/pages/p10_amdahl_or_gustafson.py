@@ -1,6 +1,6 @@
 """Exercise 10: Amdahl or Gustafson?"""
 
-from workbench.notebooks import Task, code, md
+from workbench.notebooks import code, function_task, md
 
 NAME = "10_amdahl_or_gustafson.ipynb"
 
@@ -39,14 +39,7 @@ for name, points, _ in ex.DATASETS:
 Write `serial_shares(p, speedup)`, returning `(s_amdahl, s_gustafson)`: solve each law for
 its own serial share.
 """),
-    Task(
-        exercise=r'''
-def serial_shares(p, speedup):
-    """Return (s_amdahl, s_gustafson) for one measured point."""
-    # Your code here.
-    raise NotImplementedError
-''',
-        solution=r'''
+    function_task(r'''
 def serial_shares(p, speedup):
     """Return (s_amdahl, s_gustafson) for one measured point."""
     s_amdahl = (p / speedup - 1) / (p - 1)  # of the one-worker time (= Karp-Flatt)
@@ -61,14 +54,7 @@ Write `which_law(points)` for a list of `(p, speedup)`: return `"amdahl"` or
 `"gustafson"`, whichever law's share varies less (relative to its size) across the points
 with $p > 1$, or `None` when there are fewer than two such points.
 """),
-    Task(
-        exercise=r'''
-def which_law(points):
-    """Return "amdahl", "gustafson", or None when the points cannot tell."""
-    # Your code here: use serial_shares from Task 1.
-    raise NotImplementedError
-''',
-        solution=r'''
+    function_task(r'''
 def which_law(points):
     """Return "amdahl", "gustafson", or None when the points cannot tell."""
     shares = [serial_shares(p, s) for p, s in points if p > 1]
@@ -81,7 +67,7 @@ def which_law(points):
     amdahl = spread([a for a, _ in shares])
     gustafson = spread([g for _, g in shares])
     return "amdahl" if amdahl < gustafson else "gustafson"
-'''),
+''', todo="Your code here: use serial_shares from Task 1."),
     code("ex.check_which_law(which_law)"),
     md(r"""
 ## Summary

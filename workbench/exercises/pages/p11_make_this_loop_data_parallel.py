@@ -1,6 +1,6 @@
 """Exercise 11: make this loop data-parallel, checked on 2 real ranks."""
 
-from workbench.notebooks import Task, code, md
+from workbench.notebooks import code, function_task, md
 
 NAME = "11_make_this_loop_data_parallel.ipynb"
 
@@ -51,14 +51,7 @@ optimizer in `hvd.DistributedOptimizer`, step over the data in global batches of
 samples, and save the checkpoint on rank 0 only. (Pinning: `launch` already gives each
 rank one core.)
 """),
-    Task(
-        exercise=r"""
-def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
-    # Your code: `import horovod.torch as hvd`, then the Horovod steps around the loop of
-    # `train`.
-    raise NotImplementedError
-""",
-        solution=r"""
+    function_task(r"""
 def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
     import horovod.torch as hvd
     hvd.init()                                                      # Horovod: join the job
@@ -79,6 +72,9 @@ def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs
     if hvd.rank() == 0:                                             # Horovod: one writer
         torch.save(model.state_dict(), checkpoint)
     return model.state_dict()
+""", todo="""
+Your code: `import horovod.torch as hvd`, then the Horovod steps around the loop of
+`train`.
 """),
     md(r"""
 Run it on 2 Horovod ranks and watch them: the thin lines are each rank's loss on its own
@@ -97,14 +93,7 @@ Now the same with `torch.distributed`: `dist.init_process_group("gloo")`, wrap t
 averages the gradients), shard as before with `dist.get_rank()` and `dist.get_world_size()`,
 and save `model.module.state_dict()` on rank 0 only.
 """),
-    Task(
-        exercise=r"""
-def train_ddp(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
-    # Your code: `import torch.distributed as dist`, `from torch.nn.parallel import
-    # DistributedDataParallel as DDP`, then the same steps in DDP's words.
-    raise NotImplementedError
-""",
-        solution=r"""
+    function_task(r"""
 def train_ddp(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -125,6 +114,9 @@ def train_ddp(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/mod
         torch.save(model.module.state_dict(), checkpoint)           # DDP: the inner model
     dist.destroy_process_group()
     return model.module.state_dict()
+""", todo="""
+Your code: `import torch.distributed as dist`, `from torch.nn.parallel import
+DistributedDataParallel as DDP`, then the same steps in DDP's words.
 """),
     code('ex.check_data_parallel(train_ddp, engine="torch")'),
     md(r"""
