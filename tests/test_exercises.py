@@ -401,6 +401,25 @@ def test_staleness_wrong_learning_rates():
     assert_rejected(staleness.check_staleness_lr(lambda tau, lr: lr), "does not depend")
 
 
+
+def test_checkers_read_numbers_as_the_quiz_does():
+    """One parser for every number a student gives: the quiz's `parse_number`."""
+    from fractions import Fraction
+
+    right = staleness.reference_staleness
+    assert staleness.check_staleness(lambda ev: [float(t) for t in right(ev)]).passed
+    assert staleness.check_staleness(lambda ev: [str(t) for t in right(ev)]).passed
+    assert_rejected(staleness.check_staleness(lambda ev: [t + 0.5 for t in right(ev)]),
+                    "whole numbers")
+    assert_rejected(staleness.check_staleness(lambda ev: None), "whole numbers")
+    assert staleness.check_staleness_lr(lambda tau, lr: Fraction(str(lr)) / max(1, tau)).passed
+    assert_rejected(staleness.check_staleness_lr(lambda tau, lr: "a tenth"), "not a number")
+    assert_rejected(staleness.check_staleness_lr(lambda tau, lr: float("nan")), "not a number")
+    assert pipeline.check_bubble_fraction(lambda p, m: f"{p - 1}/{m + p - 1}").passed
+    assert pipeline.check_micro_batches("27,0").passed  # a decimal comma, as in the quiz
+    assert_rejected(laws.check_serial_shares(lambda p, s: (0.1,)), "pair")
+    assert_rejected(laws.check_serial_shares(lambda p, s: "0.1, 0.2"), "pair")
+
 # --- 9. linear scaling rule -----------------------------------------------------------------------
 
 def test_linear_scaling_solution_passes_and_follows_goyal():

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 
-from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+from workbench.exercises.feedback import Feedback, call_student, correct, not_yet, whole_number
+from workbench.quiz.bank import parse_number
 
 #: (stages P, micro-batches M) pairs the checker tries.
 CASES = ((2, 1), (2, 4), (4, 4), (4, 8), (4, 16), (8, 32), (3, 5))
@@ -60,9 +61,8 @@ def check_bubble_fraction(fn) -> Feedback:
         out, crash = call_student(fn, p, m)
         if crash:
             return crash
-        try:
-            value = float(out)
-        except (TypeError, ValueError):
+        value = parse_number(out)
+        if value is None:
             return not_yet(f"for P = {p}, M = {m} your function returned {out!r}, not a number.",
                            "Return the idle fraction as a float between 0 and 1.")
         want = idle_fraction(p, m)
@@ -106,20 +106,6 @@ def smallest_micro_batches(stages: int, max_bubble: float) -> int:
     return m
 
 
-def _whole_number(answer: object) -> int | None:
-    """The answer as an int when it is one: 27, 27.0 and the text "27" all are."""
-    if isinstance(answer, bool):
-        return None
-    if isinstance(answer, str):
-        answer = answer.strip()
-        return int(answer) if answer.lstrip("+-").isdigit() else None
-    try:
-        m = int(answer)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return m if m == answer else None
-
-
 def check_micro_batches(answer: object, stages: int = 4, max_bubble: float = 0.10) -> Feedback:
     """Check the smallest number of micro-batches that keeps the bubble within `max_bubble`."""
     want = smallest_micro_batches(stages, max_bubble)
@@ -127,7 +113,7 @@ def check_micro_batches(answer: object, stages: int = 4, max_bubble: float = 0.1
         return not_yet("no answer yet.",
                        f"Set the variable to the smallest whole M for which "
                        f"(P − 1) / (M + P − 1) ≤ {max_bubble:g} with P = {stages}.")
-    m = _whole_number(answer)
+    m = whole_number(answer)
     if m is None:
         return not_yet(f"your answer {answer!r} is not a whole number of micro-batches.",
                        "Micro-batches come in whole numbers: answer with an int such as 12.")
