@@ -7,12 +7,14 @@
 The text and code of the notebooks live in *pages*, one Python module per notebook:
 ``workbench/lessons/pages/`` for the curriculum, ``workbench/exercises/pages/`` for the
 exercises. A page has ``NAME`` (its file name) and ``CELLS``, a list written with
-:func:`md`, :func:`code` and :class:`Task`; a *task* cell has an exercise version (with
-``raise NotImplementedError``) and a solution version, which is how one exercise page gives
-both ``notebooks/exercises/`` and ``notebooks/solutions/``. Edit the pages, not the
-``.ipynb`` files: this module turns them into notebooks saved without outputs, with the
-``python3`` kernelspec (so JupyterLab opens them without asking for a kernel) and stable
-cell ids (so regenerating gives identical files, and ``--check`` can compare them).
+:func:`md`, :func:`code`, :class:`Task` and :func:`function_task`; a *task* cell has an
+exercise version (with ``raise NotImplementedError``) and a solution version, which is how
+one exercise page gives both ``notebooks/exercises/`` and ``notebooks/solutions/``.
+
+Edit the pages, not the ``.ipynb`` files: this module turns them into notebooks saved
+without outputs, with the ``python3`` kernelspec (so JupyterLab opens them without asking
+for a kernel) and stable cell ids (so regenerating gives identical files, and ``--check``
+can compare them).
 
 This is machinery, not content: it lives beside the concept folders, not inside one, so
 that neither the lessons nor the exercises borrow it from the other.
@@ -32,7 +34,8 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
-#: What a lesson's ``language_info`` records: enough for JupyterLab's highlighting.
+#: What a lesson's ``language_info`` records: enough for JupyterLab's highlighting (the
+#: exercises, and the nbgrader course made from them, record only the language's name).
 LESSON_LANGUAGE = {"name": "python", "file_extension": ".py", "mimetype": "text/x-python",
                    "pygments_lexer": "ipython3", "codemirror_mode": {"name": "ipython",
                                                                      "version": 3}}
@@ -147,6 +150,7 @@ def write_all(root: Path = ROOT, check: bool = False) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: write the notebooks, or with `--check` exit 1 if one is stale."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="only report notebooks that differ from their page")
