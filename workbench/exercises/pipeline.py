@@ -15,8 +15,10 @@ exercise uses the idle share of the whole run. 1F1B with a flush (PipeDream-Flus
 Narayanan et al., ICML 2021) keeps the same bubble but holds only P micro-batches of
 activations instead of M; the original PipeDream (SOSP 2019) is asynchronous.
 
-The checker's reference counts idle slots in the simulated schedule, :func:`schedule`, rather
-than trusting the formula: the formula is what the student derives.
+The checker's reference counts idle slots in the simulated schedule,
+:func:`workbench.model_parallel.pipeline.schedule` (also ``ex.schedule`` and
+``ex.show_schedule`` in the notebook), rather than trusting the formula: the formula is what
+the student derives.
 """
 
 from __future__ import annotations
@@ -24,35 +26,15 @@ from __future__ import annotations
 import math
 
 from workbench.exercises.feedback import Feedback, call_student, correct, not_yet, whole_number
+from workbench.model_parallel.pipeline import (  # noqa: F401 - the notebook prints ex.show_schedule
+    idle_fraction,
+    schedule,
+    show_schedule,
+)
 from workbench.quiz.bank import parse_number
 
 #: (stages P, micro-batches M) pairs the checker tries.
 CASES = ((2, 1), (2, 4), (4, 4), (4, 8), (4, 16), (8, 32), (3, 5))
-
-
-def schedule(stages: int, micro_batches: int) -> list[list[int | None]]:
-    """The forward schedule: rows are stages, columns are time slots, cells the micro-batch.
-
-    Stage s handles micro-batch m in slot s + m; None marks an idle slot (the bubble).
-    """
-    slots = micro_batches + stages - 1
-    return [[t - s if 0 <= t - s < micro_batches else None for t in range(slots)]
-            for s in range(stages)]
-
-
-def show_schedule(stages: int, micro_batches: int) -> str:
-    """The schedule as text: one row per stage, '.' for idle slots."""
-    grid = schedule(stages, micro_batches)
-    width = len(str(micro_batches - 1))
-    rows = [f"stage {s}: " + " ".join("." * width if m is None else f"{m:>{width}}"
-                                       for m in row) for s, row in enumerate(grid)]
-    return "\n".join(rows)
-
-
-def idle_fraction(stages: int, micro_batches: int) -> float:
-    """Share of (stage, slot) cells in the schedule that are idle: the measured bubble."""
-    cells = [m for row in schedule(stages, micro_batches) for m in row]
-    return sum(m is None for m in cells) / len(cells)
 
 
 def check_bubble_fraction(fn) -> Feedback:
