@@ -1,6 +1,6 @@
 """Notebook 02: data parallelism with Horovod."""
 
-from workbench.exercises.build_notebooks import code, md
+from workbench.notebooks import code, md
 
 NAME = "02_data_parallelism_horovod.ipynb"
 
