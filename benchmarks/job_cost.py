@@ -101,7 +101,8 @@ def main() -> None:
     rss = {k: statistics.median(r for _, r, _ in v) for k, v in results.items()}
     print(f"medians of {args.rounds} interleaved rounds, load average {load:.1f} on "
           f"{os.cpu_count()} cores:")
-    paired = [w / h for (w, _, _), (h, _, _) in zip(results["workbench"], results["by hand"])]
+    paired = [w / h for (w, _, _), (h, _, _) in zip(results["workbench"], results["by hand"],
+                                                    strict=True)]
     print(f"  wall time: workbench {wall['workbench']:.2f} s, by hand {wall['by hand']:.2f} s"
           f": ratio {wall['workbench'] / wall['by hand']:.3f}  [target <= 1.10]")
     # The two commands of one round run back to back, under about the same load; the median
