@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -171,8 +172,10 @@ def submission(release: Path, answers: dict[int, str]) -> nbformat.NotebookNode:
 
 def nbgrader(course_dir: Path, *args: str) -> None:
     start = time.monotonic()
+    # nbgrader runs `alembic` from PATH: the environment's bin folder comes first.
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     proc = subprocess.run([str(BIN / "nbgrader"), *args], cwd=course_dir, capture_output=True,
-                          text=True, timeout=900)
+                          text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     print(f"nbgrader {args[0]}: {time.monotonic() - start:.0f} s")
 
