@@ -218,6 +218,8 @@ def test_run_record_holds_config_metrics_logs_summary_and_model(tmp_path):
     assert all(s["compute_s"] >= 0 and s["sync_s"] >= 0 for s in steps)
     assert {"loss", "accuracy", "samples", "time", "epoch", "step"} <= set(steps[0])
     assert (d / "logs" / "rank0.log").exists() and (d / "logs" / "rank1.log").exists()
+    for r in (0, 1):  # step() ran in skip_synchronize(): Horovod did not allreduce twice
+        assert "skip_synchronize" not in (d / "logs" / f"rank{r}.log").read_text()
     summary = job.summary
     assert summary["status"] == "succeeded" and summary["samples_per_s"] > 0
     assert summary["versions"]["torch"] and summary["versions"]["horovod"]
