@@ -11,6 +11,8 @@ failure detection) is written once in `job.py`.
   hosts (`hosts="a:2,b:2"`), one torchrun per host, started over ssh by
   `workbench.jobs.torch_hosts` as horovodrun starts remote ranks, meeting in a c10d
   rendezvous on the first host.
+- `naive`: torchrun too, for ranks that average each gradient with the workbench's own
+  ring allreduce after the backward pass (training/naive_rank.py).
 - `serial`: the module in one plain process: the sequential baseline.
 - `fork`: the labs' engine. One Python process imports the code once and forks the ranks
   from itself (one host; see workers.py for why the labs do not use torchrun).
@@ -27,6 +29,7 @@ from pathlib import Path
 TRAINING_MODULES = {
     "horovod": "workbench.training.horovod_rank",
     "torch": "workbench.training.ddp_rank",
+    "naive": "workbench.training.naive_rank",
     "serial": "workbench.training.serial_rank",
 }
 
@@ -90,6 +93,7 @@ def horovodrun() -> str:
 ENGINES: dict[str, Engine] = {
     "horovod": HorovodEngine("horovod"),
     "torch": TorchEngine("torch"),
+    "naive": TorchEngine("naive"),
     "serial": Engine("serial"),
     "fork": ForkEngine("fork"),
 }

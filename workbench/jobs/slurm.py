@@ -128,7 +128,7 @@ def rank_command(cfg: JobConfig, module: str, args: list[str], run_dir: Path) ->
                 "print_hosts()')\n"
                 f"{shlex.quote(horovodrun())} -np {cfg.world_size} --gloo -H \"$HOSTS\" "
                 f"--gloo-timeout-seconds 60 --disable-cache {rank}")
-    if cfg.engine == "torch":
+    if cfg.engine in ("torch", "naive"):  # both started by torch.distributed
         return ("# torch.distributed meets at MASTER_ADDR:MASTER_PORT, on the first node.\n"
                 "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" "
                 "| head -n 1)\n"
