@@ -213,6 +213,16 @@ def test_the_loop_waits_once_per_step_and_never_for_the_whole_device(tmp_path,
     assert ready["timing"] == "counting wall clock"
 
 
+def test_the_naive_engine_stays_on_the_cpu(monkeypatch) -> None:
+    monkeypatch.setattr(devices, "gpu_count", lambda: 8)     # GPUs enough for the others
+    cfg, note = devices.resolve_device(JobConfig(engine="naive", np=2, device="auto"))
+    assert cfg.device == "cpu" and "naive engine runs on CPUs" in note
+    with pytest.raises(ConfigError, match="naive engine runs on CPUs"):
+        devices.resolve_device(JobConfig(engine="naive", np=2, device="cuda"))
+    assert devices.resolve_device(JobConfig(engine="torch", np=2, device="auto"))[0].device \
+        == "cuda"
+
+
 def test_cuda_through_slurm_is_refused_until_slurm_jobs_request_gpus(monkeypatch) -> None:
     monkeypatch.setattr(devices, "gpu_count", lambda: 8)     # a login node with GPUs
     with pytest.raises(ConfigError, match="requests no GPUs"):

@@ -21,7 +21,8 @@ Why it is slower than DDP and Horovod, which average the very same gradients:
   Python, where gloo's own allreduce runs its ring in C++.
 
 The result is exact all the same: N ranks with batch b follow one process with batch N·b.
-The steps of `main()` are those of the DDP rank, with our synchronizer in place of DDP.
+The steps of `main()` are those of the DDP rank, with our synchronizer in place of DDP. It
+runs on CPUs only, over gloo (workbench/jobs/devices.py says why not on GPUs).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import torch.distributed as dist
 from workbench.models import make_optimizer
 from workbench.synchronization.ring_allreduce import dist_ring_allreduce
 from workbench.training.checkpoint import restore
-from workbench.training.loop import Synchronizer, build, finish, pick_device, pin_cpu, train
+from workbench.training.loop import Synchronizer, build, finish, pin_cpu, train
 from workbench.training.reporter import RankContext
 
 
@@ -70,19 +71,14 @@ def main() -> None:
     with RankContext.from_env() as ctx:
         cfg = ctx.config
 
-        # Step 1: take this rank's device and join the process group (gloo on CPUs, whose
-        # isend lets every rank send before it receives, as the ring needs; NCCL on GPUs).
-        device = pick_device(cfg.device, ctx.local_rank)
-        timeout = datetime.timedelta(seconds=cfg.stall_timeout)
-        if device.type == "cuda":
-            dist.init_process_group("nccl", device_id=device, timeout=timeout)
-        else:
-            dist.init_process_group("gloo", timeout=timeout)
+        # Step 1: join the process group. gloo's isend returns at once, so every rank can
+        # send before it receives, as the ring needs.
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.stall_timeout))
         ctx.metric("event", message="init")  # joined the job: every rank can now talk
 
         # Step 2: pin this rank to its share of the CPU cores.
         pin_cpu(cfg, ctx.local_rank)
-        setup = build(cfg, device)
+        setup = build(cfg, torch.device("cpu"))
 
         # Step 3: every replica starts from rank 0's parameters.
         broadcast_parameters(setup.model)
