@@ -24,7 +24,7 @@ from dataclasses import dataclass
 #: The allreduce algorithms the simulator knows.
 ALGORITHMS = ("ring", "rabenseifner", "recursive-doubling", "ps")
 #: Former names, still accepted: "tree" was this model's first name for Rabenseifner's
-#: halving and doubling, which is not the binary tree NCCL calls "tree".
+#: halving and doubling, which is not NCCL's "tree" (a double binary tree).
 ALIASES = {"tree": "rabenseifner"}
 #: What ``--algorithm`` accepts.
 ALGORITHM_NAMES = ALGORITHMS + tuple(ALIASES)
