@@ -16,7 +16,7 @@ import nbformat
 import pytest
 
 from workbench.classroom import nbgrader as course
-from workbench.exercises.build_notebooks import Task
+from workbench.notebooks import Task
 
 BIN = Path(sys.executable).parent
 

@@ -109,3 +109,25 @@ def test_a_wrong_ddp_conversion_is_rejected_for_its_reason(tmp_path):
                                    runs_dir=str(tmp_path))
     assert not feedback.passed
     assert "every rank trained on the whole data set" in str(feedback), str(feedback)
+
+
+def test_the_blank_is_answered_at_once_and_a_raising_function_after_its_run(tmp_path):
+    """The exercise's blank gets "not written yet" without ranks; a written function that
+    raises NotImplementedError on the ranks gets the same answer from its run's record."""
+    def blank(data, batch_size, lr, epochs, seed, checkpoint):
+        # Your code here.
+        raise NotImplementedError
+
+    def half_written(data, batch_size, lr, epochs, seed, checkpoint):
+        model = make_model(seed)
+        if model is not None:
+            raise NotImplementedError
+        return model.state_dict()
+
+    runs = tmp_path / "runs"
+    feedback = check_data_parallel(blank, engine="torch", runs_dir=str(runs))
+    assert not feedback.passed and "not written yet" in str(feedback)
+    assert not runs.exists()                                   # nothing was launched
+    feedback = check_data_parallel(half_written, engine="torch", runs_dir=str(runs))
+    assert not feedback.passed and "not written yet" in str(feedback)
+    assert len(list(runs.iterdir())) == 1                      # this one ran

@@ -18,7 +18,7 @@ import torch
 import workbench
 from workbench.cli import main as cli_main
 from workbench.config import JobConfig
-from workbench.jobs.engines import ENGINES, TRAINING_MODULES
+from workbench.jobs.engines import ENGINES
 from workbench.jobs.processes import job_processes, rank_pids
 from workbench.lessons.runs import step_split
 from workbench.records import MetricsReader, events, load_run, of_kind
@@ -206,7 +206,7 @@ def test_cpu_bind_none_leaves_every_rank_all_cores(tmp_path):
 
 
 def test_naive_engine_is_started_by_torchrun():
-    command = ENGINES["naive"].command(2, TRAINING_MODULES["naive"], [], None, "run-id")
+    command = ENGINES["naive"].command(2, ENGINES["naive"].rank_module, [], None, "run-id")
     assert command[1:4] == ["-m", "torch.distributed.run", "--standalone"]
     assert command[-2:] == ["-m", "workbench.training.naive_rank"]
 
@@ -359,3 +359,16 @@ def test_a_preset_never_overrides_a_field_set_explicitly_even_to_its_default():
     from workbench.cli import build_parser
     from workbench.jobs.commands import config_from_args
     assert config_from_args(build_parser().parse_args(args)).batch_size == default_batch
+
+
+def test_a_missing_horovod_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    """The check looks for Horovod's compiled extension without importing torch in the
+    owner; without it, one line says how to build it, and no run folder is made."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "horovod" else real(name, *a))
+    with pytest.raises(workbench.ConfigError, match="make horovod"):
+        workbench.start(JobConfig(engine="horovod", np=2, runs_dir=str(tmp_path / "runs")))
+    assert not (tmp_path / "runs").exists()

@@ -13,7 +13,6 @@ import torch
 from workbench.exercises import (
     Feedback,
     allreduce,
-    build_notebooks,
     laws,
     lr_scaling,
     parallelism,
@@ -24,6 +23,7 @@ from workbench.exercises import (
     staleness,
 )
 from workbench.exercises.feedback import call_student
+from workbench.notebooks import write_all
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
@@ -401,6 +401,25 @@ def test_staleness_wrong_learning_rates():
     assert_rejected(staleness.check_staleness_lr(lambda tau, lr: lr), "does not depend")
 
 
+
+def test_checkers_read_numbers_as_the_quiz_does():
+    """One parser for every number a student gives: the quiz's `parse_number`."""
+    from fractions import Fraction
+
+    right = staleness.reference_staleness
+    assert staleness.check_staleness(lambda ev: [float(t) for t in right(ev)]).passed
+    assert staleness.check_staleness(lambda ev: [str(t) for t in right(ev)]).passed
+    assert_rejected(staleness.check_staleness(lambda ev: [t + 0.5 for t in right(ev)]),
+                    "whole numbers")
+    assert_rejected(staleness.check_staleness(lambda ev: None), "whole numbers")
+    assert staleness.check_staleness_lr(lambda tau, lr: Fraction(str(lr)) / max(1, tau)).passed
+    assert_rejected(staleness.check_staleness_lr(lambda tau, lr: "a tenth"), "not a number")
+    assert_rejected(staleness.check_staleness_lr(lambda tau, lr: float("nan")), "not a number")
+    assert pipeline.check_bubble_fraction(lambda p, m: f"{p - 1}/{m + p - 1}").passed
+    assert pipeline.check_micro_batches("27,0").passed  # a decimal comma, as in the quiz
+    assert_rejected(laws.check_serial_shares(lambda p, s: (0.1,)), "pair")
+    assert_rejected(laws.check_serial_shares(lambda p, s: "0.1, 0.2"), "pair")
+
 # --- 9. linear scaling rule -----------------------------------------------------------------------
 
 def test_linear_scaling_solution_passes_and_follows_goyal():
@@ -515,7 +534,7 @@ def test_feedback_renders_as_text_and_html():
 # --- the notebooks ----------------------------------------------------------------------------
 
 def test_notebooks_are_up_to_date_with_their_description():
-    assert build_notebooks.write_all(check=True) == []
+    assert write_all(check=True) == []
 
 
 def test_at_least_six_exercises_each_with_a_solution_of_the_same_name():

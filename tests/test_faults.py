@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,17 @@ def test_the_failure_report_says_how_to_resume(tmp_path, capsys):
     assert code == 1
     run_id = list_runs(tmp_path)[-1].run_id
     assert f"workbench run --resume {run_id} --runs-dir {Path(tmp_path).resolve()}" in out
+
+
+def test_resume_keeps_every_field_the_caller_passed_even_at_its_default(tmp_path):
+    """Inherited from the resumed run: only what the caller left out (JobConfig.given)."""
+    from workbench.training.checkpoint import CHECKPOINT, apply_resume
+
+    run = tmp_path / "20200101-000000-old-np2-abcd"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"epochs": 5, "lr": 0.5, "fail_at_step": 3,
+                                                 "engine": "torch"}))
+    (run / CHECKPOINT).write_bytes(b"")
+    cfg = apply_resume(JobConfig(resume=run.name, runs_dir=str(tmp_path), epochs=3))
+    assert (cfg.epochs, cfg.lr, cfg.engine, cfg.fail_at_step) == (3, 0.5, "torch", 0)
+    assert cfg.resume == str(run)

@@ -18,17 +18,18 @@ import nbformat
 import pytest
 import torch
 
-from workbench.lessons import build_notebooks, sgd
-from workbench.lessons.pages import md_table
+from workbench import notebooks
+from workbench.lessons import sgd
 from workbench.lessons.show import module_source, table
+from workbench.notebooks import function_task, md_table
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = [REPO / "notebooks" / name for name in build_notebooks.NOTEBOOKS]
+NOTEBOOKS = [REPO / "notebooks" / name for name in notebooks.pages(notebooks.LESSON_PAGES)]
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
 
 def test_notebooks_are_up_to_date_with_their_description():
-    assert build_notebooks.write_all(check=True) == []
+    assert notebooks.write_all(check=True) == []
 
 
 def test_eight_notebooks_numbered_00_to_07():
@@ -82,13 +83,43 @@ def test_each_lab_has_a_visible_size_knob(path):
 
 
 def test_check_mode_reports_a_stale_notebook(tmp_path):
-    (tmp_path / "notebooks").mkdir()
-    assert len(build_notebooks.write_all(tmp_path, check=True)) == len(NOTEBOOKS)
-    build_notebooks.write_all(tmp_path)
-    assert build_notebooks.write_all(tmp_path, check=True) == []
-    victim = tmp_path / "notebooks" / NOTEBOOKS[3].name
-    victim.write_text(victim.read_text().replace("Goals", "Aims"))
-    assert build_notebooks.write_all(tmp_path, check=True) == [victim]
+    exercises = notebooks.pages(notebooks.EXERCISE_PAGES)
+    everything = len(NOTEBOOKS) + 2 * len(exercises)  # an exercise and its solution each
+    assert len(notebooks.write_all(tmp_path, check=True)) == everything
+    assert len(notebooks.write_all(tmp_path)) == everything
+    assert notebooks.write_all(tmp_path, check=True) == []
+    victims = [tmp_path / "notebooks" / NOTEBOOKS[3].name,
+               tmp_path / "notebooks" / "solutions" / next(iter(exercises))]
+    for victim in victims:
+        victim.write_text(victim.read_text().replace("Goals", "Aims"))
+    assert notebooks.write_all(tmp_path, check=True) == victims
+
+
+def test_the_builder_is_the_one_command_and_the_lessons_need_nothing_from_the_exercises():
+    """`python -m workbench.notebooks --check` runs (as __main__, a second copy of the module)."""
+    run = subprocess.run([sys.executable, "-m", "workbench.notebooks", "--check"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lessons = REPO / "workbench" / "lessons"
+    imports = re.compile(r"^\s*(from|import) workbench\.exercises", re.MULTILINE)
+    # Only the lessons' own Python counts; the code of a notebook cell is the student's.
+    for path in lessons.rglob("*.py"):
+        source = re.sub(r'""".*?"""|\'\'\'.*?\'\'\'', "", path.read_text(encoding="utf-8"),
+                        flags=re.DOTALL)
+        assert not imports.search(source), path
+
+
+def test_a_function_task_gives_the_exercise_its_solutions_signature_and_docstring():
+    double = function_task('''
+def double(x):
+    """Twice x."""
+    return 2 * x
+''', todo="Your code here:\nmultiply.")
+    assert double.exercise == ('def double(x):\n    """Twice x."""\n    # Your code here:\n'
+                               "    # multiply.\n    raise NotImplementedError")
+    undocumented = function_task("def f(a,\n      b):\n    return a\n")
+    assert undocumented.exercise == ("def f(a,\n      b):\n    # Your code here.\n"
+                                     "    raise NotImplementedError")
 
 
 # --- the lesson helpers ---------------------------------------------------------------------

@@ -214,9 +214,11 @@ def test_training_panel_stop_and_close_leave_no_rank(tmp_path):
         assert _wait(lambda: len(panel.sources["rank0"].data["loss"]) > 0, 120,
                      tick=panel.refresh), _text(panel.status)
         run_dir = panel.job.run_dir
+        assert panel.start_button.disabled and not panel.stop_button.disabled
         panel.stop_button.click()
         assert panel.job.status == "stopped"
         assert "stopped" in _text(panel.status)
+        assert not panel.start_button.disabled and panel.stop_button.disabled
         assert not live_rank_pids(run_dir)
         panel.stop_button.click()
         assert "No job is running" in _text(panel.status)

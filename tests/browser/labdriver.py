@@ -18,7 +18,16 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 CHROMIUM = "/usr/bin/chromium"
+#: Every browser test module sets `pytestmark = NEEDS_BROWSER`: marked, and skipped, with
+#: the reason printed, where Debian's Chromium is missing.
+NEEDS_BROWSER = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs {CHROMIUM}: "
+                       "apt-get install -y chromium"),
+]
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 REPO = Path(__file__).resolve().parents[2]

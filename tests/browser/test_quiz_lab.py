@@ -9,19 +9,20 @@ Needs Debian's Chromium (``apt-get install -y chromium``); skipped without it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from labdriver import ARTIFACTS, CHROMIUM, chromium_page, jupyter_lab, open_and_run, write_notebook
+from labdriver import (
+    ARTIFACTS,
+    NEEDS_BROWSER,
+    chromium_page,
+    jupyter_lab,
+    open_and_run,
+    write_notebook,
+)
 
 from workbench.quiz import load_bank
 from workbench.quiz.bank import shuffled
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs {CHROMIUM}: "
-                       "apt-get install -y chromium"),
-]
+pytestmark = NEEDS_BROWSER
 
 WIDGET_CELL = """\
 from workbench.quiz import Quiz

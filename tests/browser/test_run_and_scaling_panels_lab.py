@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from labdriver import (
     ARTIFACTS,
-    CHROMIUM,
+    NEEDS_BROWSER,
     SOURCE_LENGTH_JS,
     chromium_page,
     jupyter_lab,
@@ -27,11 +27,7 @@ from labdriver import (
 
 from workbench.jobs.processes import live_rank_pids
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs {CHROMIUM}: "
-                       "apt-get install -y chromium"),
-]
+pytestmark = NEEDS_BROWSER
 
 STEPS = 30
 

@@ -5,7 +5,7 @@
 writes `OUT_DIR/nbgrader_config.py` and, for each exercise with a checker,
 `OUT_DIR/source/<assignment>/<assignment>.ipynb`: the instructor's version, from which
 nbgrader's `generate_assignment` makes the students' release. The notebooks come from the
-same description as `notebooks/exercises` (`workbench/exercises/build_notebooks.py`), so
+same pages as `notebooks/exercises` (`workbench/exercises/pages/`), so
 the two never drift apart. Each cell gets nbgrader's metadata:
 
 - a *task* cell (the code the student writes) becomes a **solution** cell: the solution
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import nbformat
 
-from workbench.exercises.build_notebooks import KERNELSPEC, NOTEBOOKS, Task
+from workbench.notebooks import EXERCISE_PAGES, Task, new_cell, new_notebook, pages
 
 #: Points of each autograded test cell (one per checked task).
 POINTS = 1
@@ -54,7 +54,7 @@ c.Execute.timeout = 120
 
 def assignments() -> dict[str, list]:
     """{assignment name: cells} for every exercise notebook that has a checker."""
-    return {Path(name).stem: cells for name, cells in NOTEBOOKS.items()
+    return {Path(name).stem: cells for name, cells in pages(EXERCISE_PAGES).items()
             if any(_is_check(item) for item in cells)}
 
 
@@ -77,8 +77,7 @@ def test_source(check: str) -> str:
 
 def course_notebook(cells: list) -> nbformat.NotebookNode:
     """The instructor's version of one exercise notebook, with nbgrader's cell metadata."""
-    nb = nbformat.v4.new_notebook()
-    nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
+    nb = new_notebook()
     tasks = checks = 0
     for i, item in enumerate(cells):
         if isinstance(item, Task):
@@ -91,9 +90,7 @@ def course_notebook(cells: list) -> nbformat.NotebookNode:
             cell.metadata["nbgrader"] = _meta(f"check-{checks}", grade=True, locked=True,
                                               points=POINTS)
         else:
-            kind, text = item
-            new = nbformat.v4.new_markdown_cell if kind == "markdown" else nbformat.v4.new_code_cell
-            cell = new(text)
+            cell = new_cell(item, solution=True)
             cell.metadata["nbgrader"] = _meta(f"cell-{i:02d}", locked=True)
         cell.id = f"cell-{i:02d}"
         nb.cells.append(cell)

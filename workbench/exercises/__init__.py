@@ -8,6 +8,9 @@ function, then calls a checker from here. Every checker has the same shape::
 and never raises on a wrong answer, so the notebook runs from top to bottom even when the
 answer is not finished. Wrong answers get hints that name the likely mistake.
 
+The notebooks' text is in :mod:`.pages`, one module per notebook, which
+:mod:`workbench.notebooks` writes out as the exercise and its worked solution.
+
 | exercise | module | checker |
 | --- | --- | --- |
 | average gradients with an allreduce | :mod:`.allreduce` | ``check_average_gradients`` |

@@ -88,7 +88,15 @@ def check_data_parallel(fn: Callable[..., Any], engine: str = "horovod", *, np: 
     if not callable(fn):
         return not_yet(f"expected a function, got {type(fn).__name__}.",
                        "Pass the function itself: check_data_parallel(train_horovod).")
-    folder = Path(tempfile.mkdtemp(prefix="dp-check-"))
+    if _still_blank(fn):  # said at once, without starting ranks that would only raise it
+        return _not_written()
+    with tempfile.TemporaryDirectory(prefix="dp-check-") as folder:  # for the checkpoint
+        return _run_and_judge(fn, engine, np, runs_dir, timeout_s, Path(folder))
+
+
+def _run_and_judge(fn: Callable[..., Any], engine: str, np: int, runs_dir: str,
+                   timeout_s: float, folder: Path) -> Feedback:
+    """Launch `fn` on `np` ranks (its checkpoint goes into `folder`) and judge the outcome."""
     kwargs = dict(data=make_data(), batch_size=BATCH, lr=LR, epochs=EPOCHS, seed=SEED,
                   checkpoint=str(folder / "model.pt"))
     try:
@@ -108,14 +116,25 @@ def check_data_parallel(fn: Callable[..., Any], engine: str = "horovod", *, np: 
     if job.status != "succeeded":
         failure = (job.summary or {}).get("failure") or {}
         if str(failure.get("error", "")).startswith("NotImplementedError"):
-            return not_yet("your function is not written yet (it raises NotImplementedError).",
-                           "Replace the line `raise NotImplementedError` with your code, then "
-                           "run the check again.")
+            return _not_written()
         return not_yet(f"the job {job.status}: rank {failure.get('rank')} "
                        f"{failure.get('error')}",
                        "Read the traceback above (or `workbench show " + job.run_id + "`); "
                        "run the function once in the notebook to find the line.")
     return judge(job.results(), kwargs, np)
+
+
+def _not_written() -> Feedback:
+    return not_yet("your function is not written yet (it raises NotImplementedError).",
+                   "Replace the line `raise NotImplementedError` with your code, then run the "
+                   "check again.")
+
+
+def _still_blank(fn: Callable[..., Any]) -> bool:
+    """True for the exercise's blank: a function whose only global name is
+    NotImplementedError (its body is `raise NotImplementedError` and comments)."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and set(code.co_names) == {"NotImplementedError"}
 
 
 def run_on_rank(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:

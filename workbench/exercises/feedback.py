@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import html
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from workbench.quiz.bank import parse_number
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,29 @@ def not_yet(message: str, *hints: str) -> Feedback:
     if not hints:
         hints = ("Read the exercise's description again and compare it with your code.",)
     return Feedback(False, message, list(hints))
+
+
+def whole_number(answer: Any) -> int | None:
+    """The answer as an int when it is a whole number: 27, 27.0 and the text " 27 " all are.
+
+    Every number a student gives is read by the quiz's parser, `parse_number`, so an
+    exercise and the review quiz accept the same answers ("0.25", "1/4", "25%").
+    """
+    value = parse_number(answer)
+    return int(value) if value is not None and value.is_integer() else None
+
+
+def numbers(answer: Any, count: int | None = None) -> list[float] | None:
+    """The answer as a list of numbers (of `count` of them, if given), or None if it is not.
+
+    A tuple, list or other collection of numbers is; a text or a lone number is not.
+    """
+    if isinstance(answer, str | bytes) or not isinstance(answer, Iterable):
+        return None
+    values = [parse_number(item) for item in answer]
+    if None in values or (count is not None and len(values) != count):
+        return None
+    return values
 
 
 def call_student(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, Feedback | None]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+from workbench.exercises.feedback import Feedback, call_student, correct, not_yet, numbers
 from workbench.scaling.metrics import amdahl, gustafson
 
 #: (workers, speedup) points the serial-share checker tries.
@@ -79,11 +79,11 @@ def check_serial_shares(fn) -> Feedback:
         out, crash = call_student(fn, p, s)
         if crash:
             return crash
-        try:
-            a, g = (float(x) for x in out)
-        except (TypeError, ValueError):
+        pair = numbers(out, count=2)
+        if pair is None:
             return not_yet(f"for p = {p}, S = {s:g} you returned {out!r}.",
                            "Return a pair (s_amdahl, s_gustafson) of numbers.")
+        a, g = pair
         want_a, want_g = serial_shares(p, s)
         if not (math.isclose(a, want_a, abs_tol=1e-9) and math.isclose(g, want_g, abs_tol=1e-9)):
             return _shares_hint(p, s, a, g, want_a, want_g)

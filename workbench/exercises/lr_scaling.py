@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+from workbench.quiz.bank import parse_number
 
 #: The rate that was tuned, and the global batch it was tuned for (Goyal et al.: 0.1 at 256).
 BASE_LR, BASE_BATCH, WARMUP_EPOCHS = 0.1, 256, 5
@@ -42,9 +43,8 @@ def check_learning_rate(fn) -> Feedback:
         out, crash = call_student(fn, epoch, p, b)
         if crash:
             return crash
-        try:
-            value = float(out)
-        except (TypeError, ValueError):
+        value = parse_number(out)
+        if value is None:
             return not_yet(f"for epoch {epoch:g}, {p} workers, batch {b} you returned {out!r}.",
                            "Return the learning rate as a float.")
         want = reference_lr(epoch, p, b)

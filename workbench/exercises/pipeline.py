@@ -15,43 +15,26 @@ exercise uses the idle share of the whole run. 1F1B with a flush (PipeDream-Flus
 Narayanan et al., ICML 2021) keeps the same bubble but holds only P micro-batches of
 activations instead of M; the original PipeDream (SOSP 2019) is asynchronous.
 
-The checker's reference counts idle slots in the simulated schedule, :func:`schedule`, rather
-than trusting the formula: the formula is what the student derives.
+The checker's reference counts idle slots in the simulated schedule,
+:func:`workbench.model_parallel.pipeline.schedule` (also ``ex.schedule`` and
+``ex.show_schedule`` in the notebook), rather than trusting the formula: the formula is what
+the student derives.
 """
 
 from __future__ import annotations
 
 import math
 
-from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+from workbench.exercises.feedback import Feedback, call_student, correct, not_yet, whole_number
+from workbench.model_parallel.pipeline import (  # noqa: F401 - the notebook prints ex.show_schedule
+    idle_fraction,
+    schedule,
+    show_schedule,
+)
+from workbench.quiz.bank import parse_number
 
 #: (stages P, micro-batches M) pairs the checker tries.
 CASES = ((2, 1), (2, 4), (4, 4), (4, 8), (4, 16), (8, 32), (3, 5))
-
-
-def schedule(stages: int, micro_batches: int) -> list[list[int | None]]:
-    """The forward schedule: rows are stages, columns are time slots, cells the micro-batch.
-
-    Stage s handles micro-batch m in slot s + m; None marks an idle slot (the bubble).
-    """
-    slots = micro_batches + stages - 1
-    return [[t - s if 0 <= t - s < micro_batches else None for t in range(slots)]
-            for s in range(stages)]
-
-
-def show_schedule(stages: int, micro_batches: int) -> str:
-    """The schedule as text: one row per stage, '.' for idle slots."""
-    grid = schedule(stages, micro_batches)
-    width = len(str(micro_batches - 1))
-    rows = [f"stage {s}: " + " ".join("." * width if m is None else f"{m:>{width}}"
-                                       for m in row) for s, row in enumerate(grid)]
-    return "\n".join(rows)
-
-
-def idle_fraction(stages: int, micro_batches: int) -> float:
-    """Share of (stage, slot) cells in the schedule that are idle: the measured bubble."""
-    cells = [m for row in schedule(stages, micro_batches) for m in row]
-    return sum(m is None for m in cells) / len(cells)
 
 
 def check_bubble_fraction(fn) -> Feedback:
@@ -60,9 +43,8 @@ def check_bubble_fraction(fn) -> Feedback:
         out, crash = call_student(fn, p, m)
         if crash:
             return crash
-        try:
-            value = float(out)
-        except (TypeError, ValueError):
+        value = parse_number(out)
+        if value is None:
             return not_yet(f"for P = {p}, M = {m} your function returned {out!r}, not a number.",
                            "Return the idle fraction as a float between 0 and 1.")
         want = idle_fraction(p, m)
@@ -106,20 +88,6 @@ def smallest_micro_batches(stages: int, max_bubble: float) -> int:
     return m
 
 
-def _whole_number(answer: object) -> int | None:
-    """The answer as an int when it is one: 27, 27.0 and the text "27" all are."""
-    if isinstance(answer, bool):
-        return None
-    if isinstance(answer, str):
-        answer = answer.strip()
-        return int(answer) if answer.lstrip("+-").isdigit() else None
-    try:
-        m = int(answer)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return m if m == answer else None
-
-
 def check_micro_batches(answer: object, stages: int = 4, max_bubble: float = 0.10) -> Feedback:
     """Check the smallest number of micro-batches that keeps the bubble within `max_bubble`."""
     want = smallest_micro_batches(stages, max_bubble)
@@ -127,7 +95,7 @@ def check_micro_batches(answer: object, stages: int = 4, max_bubble: float = 0.1
         return not_yet("no answer yet.",
                        f"Set the variable to the smallest whole M for which "
                        f"(P − 1) / (M + P − 1) ≤ {max_bubble:g} with P = {stages}.")
-    m = _whole_number(answer)
+    m = whole_number(answer)
     if m is None:
         return not_yet(f"your answer {answer!r} is not a whole number of micro-batches.",
                        "Micro-batches come in whole numbers: answer with an int such as 12.")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+from workbench.exercises.feedback import Feedback, call_student, correct, not_yet, numbers
 from workbench.scaling.metrics import efficiency, karp_flatt, speedup
 
 #: Seconds per epoch measured with 1, 2, 4 and 8 workers (the table in the notebook).
@@ -78,17 +78,12 @@ def _shape_problem(out: object, times: Mapping[int, float]) -> Feedback | None:
             "Make one entry for every row of the timing table, including p = 1.",
         )
     for p in times:
-        row = out[p]
-        try:
-            s, e = (float(x) for x in row)
-        except (TypeError, ValueError):
+        if numbers(out[p], count=2) is None:
             return not_yet(
-                f"the entry for p = {p} is {row!r}, not a pair of numbers.",
-                "Each entry is a tuple (speedup, efficiency), for example (1.85, 0.92).",
+                f"the entry for p = {p} is {out[p]!r}, not a pair of numbers.",
+                "Each entry is a tuple (speedup, efficiency) of finite numbers, for example "
+                "(1.85, 0.92): divide times, never by zero.",
             )
-        if not (math.isfinite(s) and math.isfinite(e)):
-            return not_yet(f"the entry for p = {p} is not a finite number.",
-                           "Divide times, never by zero: every time in the table is > 0.")
     return None
 
 
@@ -112,7 +107,7 @@ def _value_problem(out: Mapping, times: Mapping[int, float]) -> Feedback | None:
     t1 = times[1]
     ps = sorted(times)
     for prev, p in zip([None, *ps], ps, strict=False):
-        s, e = (float(x) for x in out[p])
+        s, e = numbers(out[p], count=2)
         s_ref, e_ref = ref[p]
         tp = times[p]
         if not _close(s, s_ref):

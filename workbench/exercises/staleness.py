@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+from workbench.exercises.feedback import Feedback, call_student, correct, not_yet, numbers
+from workbench.quiz.bank import parse_number
 
 Event = tuple[str, int]
 
@@ -71,11 +72,11 @@ def check_staleness(fn) -> Feedback:
         if crash:
             return crash
         want = reference_staleness(events)
-        try:
-            got = [int(x) for x in out]
-        except (TypeError, ValueError):
+        got = numbers(out)
+        if got is None or not all(value.is_integer() for value in got):
             return not_yet(f"expected a list of whole numbers, got {out!r}.",
                            "Return one staleness per push, in the order of the pushes.")
+        got = [int(value) for value in got]
         if got != want:
             return _staleness_hint(events, got, want)
     return correct(
@@ -131,9 +132,8 @@ def check_staleness_lr(fn) -> Feedback:
                 return not_yet(crash.message, "A fresh gradient has staleness 0: it keeps the "
                                "base rate. Divide by max(1, staleness).")
             return crash
-        try:
-            value = float(out)
-        except (TypeError, ValueError):
+        value = parse_number(out)
+        if value is None:
             return not_yet(f"for staleness {tau} you returned {out!r}, not a number.",
                            "Return the learning rate as a float.")
         want = reference_lr(tau, lr)

@@ -1,63 +1,24 @@
 """`workbench run`, `workbench runs` and `workbench show`.
 
 Every `JobConfig` field is a flag of `workbench run` (underscores become dashes). Flags that
-are not given keep the configuration's defaults (or the `--preset`'s values).
+are not given keep the configuration's defaults (or the `--preset`'s values). The flags are
+defined once, in config.py, and shared with `scale` and with the rank modules started by
+plain torchrun or horovodrun (training/standalone.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.config import ConfigError, JobConfig
+from workbench.config import ConfigError, add_job_flags, config_from_args
 from workbench.jobs import slurm
 from workbench.jobs.job import FINAL_STATES, Job, start
 from workbench.records import MetricsReader, list_runs, load_run, of_kind
 from workbench.training.checkpoint import CHECKPOINT
-
-_SKIP = {"extra"}
-
-
-def add_job_flags(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per JobConfig field (used by `run`, and by `scale` for its run flags)."""
-    for f in dataclasses.fields(JobConfig):
-        if f.name in _SKIP:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if str(f.type).startswith("list"):  # `env`: repeat the flag, one item each time
-            parser.add_argument(flag, dest=f.name, action="append", default=None,
-                                metavar="KEY[=VALUE]", help="(repeatable)")
-            continue
-        if f.type in ("bool", bool):
-            parser.add_argument(flag, dest=f.name, action="store_true", default=None,
-                                help=f"(default {f.default})")
-            continue
-        kind = {"int": int, "float": float}.get(str(f.type), str)
-        parser.add_argument(flag, dest=f.name, type=_typed(f.name, kind), default=None,
-                            metavar=f.name.upper(), help=f"(default {f.default!r})")
-
-
-def config_from_args(args: argparse.Namespace, **overrides: Any) -> JobConfig:
-    """The JobConfig that the given flags describe (unset flags keep their defaults)."""
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JobConfig)
-             if f.name not in _SKIP and getattr(args, f.name, None) is not None}
-    given.update(overrides)
-    return JobConfig(**given)
-
-
-def _typed(name: str, kind: type):
-    """An argparse type that names the flag and the expected kind in its one-line error."""
-    def convert(text: str):
-        try:
-            return kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
-    return convert
 
 
 # ---------------------------------------------------------------------- run

@@ -1,7 +1,17 @@
-"""The engines: how each one turns "run this module on N ranks" into a command line.
+"""The engines: how each one starts its ranks, what they run, and what they are told.
 
-All three share one interface, `Engine.command(...)`, so the job logic (records, reaping,
-failure detection) is written once in `job.py`.
+Each engine is one small class that answers the same questions, so the job logic (records,
+reaping, failure detection) is written once, in job.py:
+
+- `rank_module`: the module its ranks run for a training job;
+- `command(...)`: the launcher's command line for `np` ranks of a module;
+- `plain_command(np)`: the same ranks started by hand, without the workbench (each rank
+  module's docstring opens with it, and the tests run it);
+- `environment(cfg, run_dir)`: the settings only this engine's ranks read;
+- `slurm_lines(...)`: how the ranks start inside a Slurm allocation (slurm.py);
+- `available()`: what is missing to run here, if anything.
+
+The engines:
 
 - `horovod`: Horovod's own launcher, `horovodrun --gloo`, which starts the ranks (locally
   or over ssh on `-H host:slots,...`) and gives them a gloo rendezvous.
@@ -16,58 +26,130 @@ failure detection) is written once in `job.py`.
 - `serial`: the module in one plain process: the sequential baseline.
 - `fork`: the labs' engine. One Python process imports the code once and forks the ranks
   from itself (one host; see workers.py for why the labs do not use torchrun).
+
+Adding an engine is one subclass (often of `TorchEngine`, whose launcher it reuses, with its
+own `name` and `rank_module`) and one entry in `ENGINES`.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import shlex
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-#: The rank module each engine runs for a training job.
-TRAINING_MODULES = {
-    "horovod": "workbench.training.horovod_rank",
-    "torch": "workbench.training.ddp_rank",
-    "naive": "workbench.training.naive_rank",
-    "serial": "workbench.training.serial_rank",
-}
+if TYPE_CHECKING:
+    from workbench.config import JobConfig
 
 
-@dataclass
 class Engine:
-    """Base class: build the launch command for `np` ranks of `module`."""
+    """What every engine answers; subclasses set `name` and `rank_module`."""
 
-    name: str = "serial"
+    name: str = ""
+    #: The module the ranks run for a training job; None: no training (the labs' engine).
+    rank_module: str | None = None
 
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 run_id: str) -> list[str]:
-        return [sys.executable, "-u", "-m", module, *args]
+        """The launcher's command line that runs `module` on `np` ranks."""
+        raise NotImplementedError
+
+    def plain_command(self, np: int) -> list[str]:
+        """The command that trains on `np` ranks without the workbench's launcher."""
+        raise NotImplementedError(f"the {self.name} engine has no plain command")
+
+    def environment(self, cfg: JobConfig, run_dir: Path) -> dict[str, str]:
+        """Variables only this engine's ranks read, on top of the common ones (none)."""
+        return {}
+
+    def slurm_lines(self, np: int, srun: str, rank: str, python: str) -> str:
+        """The batch script's lines that start the ranks in a Slurm allocation: by default
+        `srun`, one task per rank (`rank` is the command one rank runs)."""
+        return f"{srun} {rank}"
 
     def available(self) -> str | None:
         """None when this engine can run here, else what is missing and how to fix it."""
         return None
 
 
-class HorovodEngine(Engine):
+class SerialEngine(Engine):
+    """One plain process, no launcher: the sequential baseline (np is always 1)."""
+
+    name = "serial"
+    rank_module = "workbench.training.serial_rank"
+
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 run_id: str) -> list[str]:
-        # --disable-cache: horovodrun otherwise remembers for an hour which network
-        # interface the hosts share, and fails with a KeyError once that interface is gone.
-        return [horovodrun(), "-np", str(np), "--gloo", "-H", hosts or f"localhost:{np}",
-                "--gloo-timeout-seconds", "60", "--disable-cache",
+        return [sys.executable, "-u", "-m", module, *args]
+
+    def plain_command(self, np: int) -> list[str]:
+        return ["python", "-m", str(self.rank_module)]
+
+
+class HorovodEngine(Engine):
+    """`horovodrun --gloo`: Horovod's launcher and its gloo rendezvous."""
+
+    name = "horovod"
+    rank_module = "workbench.training.horovod_rank"
+
+    def command(self, np: int, module: str, args: list[str], hosts: str | None,
+                run_id: str) -> list[str]:
+        return [horovodrun(), *self._launcher_flags(np, hosts or f"localhost:{np}"),
                 sys.executable, "-u", "-m", module, *args]
 
+    def plain_command(self, np: int) -> list[str]:
+        return ["horovodrun", "-np", str(np), "--gloo", "-H", f"localhost:{np}",
+                "python", "-m", str(self.rank_module)]
+
+    def environment(self, cfg: JobConfig, run_dir: Path) -> dict[str, str]:
+        env = {}
+        if cfg.timeline:
+            env["HOROVOD_TIMELINE"] = str(run_dir / "timeline.json")
+            # Without the response cache every step is negotiated in full, so the timeline
+            # shows each rank's wait for the others at every step, not only the first.
+            env["HOROVOD_CACHE_CAPACITY"] = "0"
+        if cfg.cycle_time_ms:
+            # How often Horovod's background thread looks for gradients ready to allreduce
+            # (default 1 ms).
+            env["HOROVOD_CYCLE_TIME"] = repr(cfg.cycle_time_ms)
+        return env
+
+    def slurm_lines(self, np: int, srun: str, rank: str, python: str) -> str:
+        # horovodrun starts the ranks over ssh on the allocation's hosts, as outside Slurm.
+        hosts = (f"HOSTS=$({python} -c 'from workbench.jobs.slurm import print_hosts; "
+                 "print_hosts()')")
+        flags = " ".join(self._launcher_flags(np, '"$HOSTS"'))
+        return f"{hosts}\n{shlex.quote(horovodrun())} {flags} {rank}"
+
+    @staticmethod
+    def _launcher_flags(np: int, hosts: str) -> list[str]:
+        # --disable-cache: horovodrun otherwise remembers for an hour which network
+        # interface the hosts share, and fails with a KeyError once that interface is gone.
+        return ["-np", str(np), "--gloo", "-H", hosts, "--gloo-timeout-seconds", "60",
+                "--disable-cache"]
+
     def available(self) -> str | None:
-        try:
-            import horovod.torch  # noqa: F401
-        except ImportError as exc:
-            return (f"Horovod is not installed ({exc}). Build it with `make horovod` (see"
-                    " `workbench doctor` for what its build needs), or use --engine torch.")
+        # Look for Horovod's compiled PyTorch extension without importing it: importing
+        # horovod.torch imports torch, seconds of start-up for a process that trains nothing.
+        # A Horovod that is there but broken fails in the ranks, and the failure report
+        # shows its import error (`workbench doctor` imports it for real).
+        spec = importlib.util.find_spec("horovod")
+        folder = Path(spec.origin).parent / "torch" if spec and spec.origin else None
+        if folder is None or not any(folder.glob("mpi_lib_v2*")):
+            return ("Horovod is not installed (no horovod.torch extension). Build it with "
+                    "`make horovod` (see `workbench doctor` for what its build needs), or "
+                    "use --engine torch.")
         return None
 
 
 class TorchEngine(Engine):
+    """`torchrun`: PyTorch's launcher, for DistributedDataParallel."""
+
+    name = "torch"
+    rank_module = "workbench.training.ddp_rank"
+
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 run_id: str) -> list[str]:
         if hosts is None:
@@ -76,8 +158,31 @@ class TorchEngine(Engine):
         return [sys.executable, "-u", "-m", "workbench.jobs.torch_hosts", "--hosts", hosts,
                 "--np", str(np), "--rdzv-id", run_id, "--", "-m", module, *args]
 
+    def plain_command(self, np: int) -> list[str]:
+        return ["torchrun", "--standalone", "--nproc-per-node", str(np),
+                "-m", str(self.rank_module)]
+
+    def slurm_lines(self, np: int, srun: str, rank: str, python: str) -> str:
+        return ("# torch.distributed meets at MASTER_ADDR:MASTER_PORT, on the first node.\n"
+                "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" "
+                "| head -n 1)\n"
+                f"export MASTER_PORT=$({python} -c 'import socket; s = socket.socket(); "
+                "s.bind((\"\", 0)); print(s.getsockname()[1])')\n"
+                f"{srun} {rank}")
+
+
+class NaiveEngine(TorchEngine):
+    """`torchrun`, for ranks that average each gradient with our own ring allreduce."""
+
+    name = "naive"
+    rank_module = "workbench.training.naive_rank"
+
 
 class ForkEngine(Engine):
+    """The labs' workers: one process imports their code once and forks them."""
+
+    name = "fork"
+
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 run_id: str) -> list[str]:
         # The module is its own launcher: it forks `np` ranks (only workers.py does this).
@@ -91,9 +196,11 @@ def horovodrun() -> str:
 
 
 ENGINES: dict[str, Engine] = {
-    "horovod": HorovodEngine("horovod"),
-    "torch": TorchEngine("torch"),
-    "naive": TorchEngine("naive"),
-    "serial": Engine("serial"),
-    "fork": ForkEngine("fork"),
+    engine.name: engine
+    for engine in (HorovodEngine(), TorchEngine(), NaiveEngine(), SerialEngine(), ForkEngine())
 }
+
+
+def training_engines() -> list[str]:
+    """The engines that run the training loop (not the labs' workers)."""
+    return [name for name, engine in ENGINES.items() if engine.rank_module]

@@ -31,7 +31,6 @@ import atexit
 import contextlib
 import os
 import pickle
-import platform
 import re
 import shutil
 import subprocess
@@ -48,19 +47,15 @@ from workbench.config import ConfigError, JobConfig
 from workbench.hosts.cpu import cpu_budget
 from workbench.jobs import cores, slurm
 from workbench.jobs.devices import rank_environment, resolve_device
-from workbench.jobs.engines import ENGINES, TRAINING_MODULES
+from workbench.jobs.engines import ENGINES, training_engines
 from workbench.jobs.environment import allowed_environment
 from workbench.jobs.processes import job_processes, pid_alive, rank_hosts, terminate
 from workbench.records import (
     CorruptRecord,
     MetricsReader,
     RunRecord,
-    events,
     new_run_dir,
-    of_kind,
     read_json,
-    step_start,
-    throughput,
     write_json_atomic,
 )
 from workbench.records.liveness import (
@@ -71,6 +66,7 @@ from workbench.records.liveness import (
     owner_beat,
     this_host,
 )
+from workbench.records.summary import training_figures, versions
 from workbench.training.checkpoint import apply_resume
 from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0, owner_id
 
@@ -273,16 +269,8 @@ class Job:
             ENV_OWNER: owner_id(), ENV_T0: repr(time.time()),
             "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
             **rank_environment(cfg),
+            **ENGINES[cfg.engine].environment(cfg, self.run_dir),  # e.g. Horovod's cycle time
         }
-        if cfg.timeline:
-            env["HOROVOD_TIMELINE"] = str(self.run_dir / "timeline.json")
-            # Without the response cache every step is negotiated in full, so the timeline
-            # shows each rank's wait for the others at every step, not only the first.
-            env["HOROVOD_CACHE_CAPACITY"] = "0"
-        if cfg.cycle_time_ms:
-            # How often Horovod's background thread looks for gradients ready to allreduce
-            # (default 1 ms). Other engines have no such thread and ignore it.
-            env["HOROVOD_CYCLE_TIME"] = repr(cfg.cycle_time_ms)
         if self._slurm:  # ---- Slurm hook: Slurm starts the ranks (see slurm.py) ----
             # The ranks run on compute nodes, where our pid means nothing: no owner pid
             # watchdog there (they still leave when the owner's heartbeat says "stop").
@@ -525,17 +513,12 @@ class Job:
                 "log": "launcher.log"}
 
     def _summary(self, status: str, failure: dict[str, Any] | None) -> dict[str, Any]:
-        cfg, records = self.config, self._reader.all()
-        steps = [s for s in of_kind(records, "step") if isinstance(s.get("time"), (int, float))]
-        epochs = of_kind(records, "epoch")
-        starts = events(records, "start")
-        result = self.result() or {}
-        last = max((e.get("epoch", -1) for e in epochs), default=-1)
-        last_epoch = [e for e in epochs if e.get("epoch") == last]
+        """summary.json: how the job ran here (ranks, cores, times), then what its metrics
+        add up to (records/summary.py, shared with runs started by plain launchers)."""
+        cfg = self.config
         summary: dict[str, Any] = {
             "run_id": self.run_id, "run_dir": str(self.run_dir), "status": status,
             "engine": cfg.engine, "np": self.world_size, "launcher": cfg.launcher,
-            "hosts": sorted({r["host"] for r in starts if r.get("host")}),
             "ranks": {str(rank): {"pid": pid, "host": host}
                       for rank, (pid, host) in sorted(rank_hosts(self.run_dir).items())},
             "launcher_process": {"pid": self.launcher_pid, "host": this_host()},
@@ -544,18 +527,9 @@ class Job:
             "queued_s": (self._started if self._proc else time.time()) - self._asked,
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self._started)),
             "duration_s": time.time() - self._started,
-            "startup_s": min((step_start(s) for s in steps), default=None),
-            "epochs_completed": len({e.get("epoch") for e in epochs if e.get("rank") == 0}),
-            "steps_completed": len({s.get("step") for s in steps}),
-            "samples_per_s": throughput(steps),
-            "train_time_s": (max(s["time"] for s in steps) - min(
-                step_start(s) for s in steps)) if steps else None,
-            "final_loss": result.get("final_loss"),
-            "final_accuracy": result.get("final_accuracy"),
-            "last_epoch_loss": _mean(e.get("loss") for e in last_epoch),
-            "last_epoch_accuracy": _mean(e.get("accuracy") for e in last_epoch),
+            **training_figures(self._reader.all(), self.result()),
             "warnings": self.warnings,
-            "versions": _versions(),
+            "versions": versions(),
         }
         if self._reader.bad_lines:
             summary["warnings"] = [*self.warnings, f"{self._reader.bad_lines} metrics line(s) "
@@ -592,13 +566,14 @@ def start(cfg: JobConfig) -> Job:
     """
     cfg = apply_preset(apply_resume(cfg)).validate()
     _check_engine(cfg.engine)
-    if cfg.engine not in TRAINING_MODULES:
+    module = ENGINES[cfg.engine].rank_module
+    if module is None:
         raise ConfigError(f"--engine {cfg.engine} runs the labs' workers, not training: use "
-                          f"one of {', '.join(TRAINING_MODULES)}")
+                          f"one of {', '.join(training_engines())}")
     if cfg.launcher == "slurm":
         slurm.check(cfg)
     cfg, note = resolve_device(cfg)     # "auto" settles here; "cuda" is checked here
-    job = Job(cfg, TRAINING_MODULES[cfg.engine], [])
+    job = Job(cfg, module, [])
     _note(job, note)
     return job
 
@@ -724,20 +699,3 @@ def _one_line(exc: BaseException) -> str:
 def _errors(exits: dict[int, dict[str, Any]], but: int | None = None) -> dict[int, str]:
     """{rank: error} of the ranks that reported one (often a consequence of the first)."""
     return {r: rec.get("error") for r, rec in exits.items() if not rec.get("ok") and r != but}
-
-
-def _mean(values) -> float | None:
-    values = [v for v in values if isinstance(v, (int, float))]
-    return sum(values) / len(values) if values else None
-
-
-def _versions() -> dict[str, str | None]:
-    from importlib import metadata  # here, not at the top: it costs start-up time
-
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for pkg in ("torch", "horovod", "workbench"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = None
-    return out

@@ -8,7 +8,8 @@ the run folder and submits it:
     sbatch --parsable runs/<run_id>/slurm/job.sbatch      -> Slurm's job id, at once
 
 Inside the allocation the script starts the ranks the way each engine is started on a
-cluster (you can read, and resubmit, the script that ran):
+cluster (each engine's `slurm_lines`, in engines.py; you can read, and resubmit, the script
+that ran):
 
 - `torch`: `srun` starts one task per rank. Slurm numbers them (SLURM_PROCID over the job,
   SLURM_LOCALID on each node, SLURM_NTASKS in all) and `slurm/task.sh` hands these numbers
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig, sbatch_args
-from workbench.jobs.engines import horovodrun
+from workbench.jobs.engines import ENGINES
 from workbench.jobs.processes import rank_pids
 from workbench.records import read_json, write_json_atomic
 
@@ -117,25 +118,13 @@ def sbatch_options(cfg: JobConfig, run_id: str, run_dir: Path) -> list[str]:
 
 
 def rank_command(cfg: JobConfig, module: str, args: list[str], run_dir: Path) -> str:
-    """The line of the batch script that starts the ranks, for each engine."""
+    """The lines of the batch script that start the ranks: each engine says how."""
     python = shlex.quote(sys.executable)  # the shared .venv's: same path on every node
     task = f"bash {shlex.quote(str(run_dir / 'slurm' / 'task.sh'))}"
     rank = f"{task} {python} -u -m {module} {shlex.join(args)}".rstrip()
     srun = (f"srun --kill-on-bad-exit=1 --ntasks={cfg.world_size} "
             f"--cpus-per-task={cfg.resolved_threads()}")
-    if cfg.engine == "horovod":
-        return (f"HOSTS=$({python} -c 'from workbench.jobs.slurm import print_hosts; "
-                "print_hosts()')\n"
-                f"{shlex.quote(horovodrun())} -np {cfg.world_size} --gloo -H \"$HOSTS\" "
-                f"--gloo-timeout-seconds 60 --disable-cache {rank}")
-    if cfg.engine in ("torch", "naive"):  # both started by torch.distributed
-        return ("# torch.distributed meets at MASTER_ADDR:MASTER_PORT, on the first node.\n"
-                "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" "
-                "| head -n 1)\n"
-                f"export MASTER_PORT=$({python} -c 'import socket; s = socket.socket(); "
-                "s.bind((\"\", 0)); print(s.getsockname()[1])')\n"
-                f"{srun} {rank}")
-    return f"{srun} {rank}"
+    return ENGINES[cfg.engine].slurm_lines(cfg.world_size, srun, rank, python)
 
 
 BATCH_TEMPLATE = """\

@@ -9,5 +9,6 @@ live here:
 * :mod:`.sgd`           one-process mini-batch SGD on the digits, gradient noise and the
   "average of shard gradients = gradient of the global batch" check (notebooks 01 and 02);
 * :mod:`.runs`          reading two runs back to compare them (notebook 02's invariant);
-* :mod:`.build_notebooks` writes the notebooks from their description in :mod:`.pages`.
+* :mod:`.pages`           the text and code of each notebook, which :mod:`workbench.notebooks`
+  turns into ``notebooks/0*.ipynb``.
 """

@@ -99,8 +99,9 @@ def maybe_fail(cfg: JobConfig, rank: int, step: int) -> None:
 def apply_resume(cfg: JobConfig) -> JobConfig:
     """The configuration of a run that continues `cfg.resume` (a run id or run folder).
 
-    Fields left at their defaults take the values of the run being resumed (like a preset),
-    but for `NOT_INHERITED`; `resume` becomes that run's folder, so ranks can find its
+    Fields the caller did not pass (`cfg.given`) take the values of the run being resumed
+    (like a preset), but for `NOT_INHERITED`: `--resume R --epochs 3` runs 3 epochs in all
+    even when 3 is also the default; `resume` becomes that run's folder, so ranks can find its
     checkpoint. Raises `ConfigError` if there is no such run or it saved no checkpoint.
     """
     if not cfg.resume:
@@ -114,10 +115,9 @@ def apply_resume(cfg: JobConfig) -> JobConfig:
                           "checkpoint (run it with --checkpoint-every N to save one every N "
                           "epochs)")
     old: dict[str, Any] = read_json(record.run_dir / "config.json") or {}
-    defaults = {f.name: f.default for f in dataclasses.fields(JobConfig)
-                if f.default is not dataclasses.MISSING}
-    inherited = {k: v for k, v in old.items() if k in defaults and k not in NOT_INHERITED
-                 and getattr(cfg, k) == defaults[k]}
+    fields = {f.name for f in dataclasses.fields(JobConfig)}
+    inherited = {k: v for k, v in old.items()
+                 if k in fields and k not in NOT_INHERITED and k not in cfg.given}
     return dataclasses.replace(cfg, **inherited, resume=str(record.run_dir))
 
 

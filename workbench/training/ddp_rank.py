@@ -1,4 +1,9 @@
-"""One rank of a PyTorch DistributedDataParallel job (launched by `torchrun`).
+"""torchrun --standalone --nproc-per-node 2 -m workbench.training.ddp_rank
+
+One rank of a PyTorch DistributedDataParallel job, started by `torchrun`: by the workbench
+(`workbench run --engine torch`), or by hand as above, with any flag of `workbench run`
+(`--epochs 1 --batch-size 16`); then the ranks keep their record in ./runs themselves
+(training/standalone.py), and `workbench show RUN` opens it.
 
 The same steps as the Horovod rank, in PyTorch's words (Li et al., VLDB 2020,
 arXiv:2006.15704):

@@ -1,4 +1,9 @@
-"""One rank of a Horovod data-parallel job (launched by `horovodrun`).
+"""horovodrun -np 2 --gloo -H localhost:2 python -m workbench.training.horovod_rank
+
+One rank of a Horovod data-parallel job, started by `horovodrun`: by the workbench
+(`workbench run --engine horovod`), or by hand as above, with any flag of `workbench run`
+(`--epochs 1 --batch-size 16`); then the ranks keep their record in ./runs themselves
+(training/standalone.py), and `workbench show RUN` opens it.
 
 The five Horovod steps appear in order in `main()`, as in Horovod's own
 examples/pytorch/pytorch_mnist.py (Sergeev & Del Balso 2018, arXiv:1802.05799):

@@ -1,4 +1,8 @@
-"""One rank of a naive data-parallel job (`engine="naive"`, launched by `torchrun`).
+"""torchrun --standalone --nproc-per-node 2 -m workbench.training.naive_rank
+
+One rank of a naive data-parallel job, started by `torchrun`: by the workbench
+(`workbench run --engine naive`), or by hand as above, with any flag of `workbench run`;
+then the ranks keep their record in ./runs themselves (training/standalone.py).
 
 Data parallelism built from the ring allreduce of notebook 04 (`ring_allreduce.py`), and
 nothing else. Once `backward()` has returned, every gradient is summed around the ring

@@ -6,7 +6,9 @@ host, say) stops at once with one line naming the file, rather than train with d
 that differ from its peers'. On entry the context writes the rank's pid and host (so the
 launcher can reap it even though `horovodrun` puts ranks in sessions of their own), sends
 stdout/stderr to `logs/rank<k>.log`, and starts a watchdog thread (see `_watchdog`). On
-exit it writes `exit/rank<k>.json`: success, or the error and its traceback.
+exit it writes `exit/rank<k>.json`: success, or the error and its traceback. A training
+rank started without the workbench's launcher makes its own run folder instead, and skips
+the log redirection and the watchdog (training/standalone.py).
 
 `ctx.metric(...)` appends one JSON line to this rank's own file, `metrics/rank<k>.jsonl`:
 one writer per file, so no two hosts ever append to the same file (not atomic on NFS), and
@@ -58,21 +60,30 @@ def _env_int(*names: str, default: int = 0) -> int:
 class RankContext:
     """One rank's view of its job: identity, run folder, configuration and reporting."""
 
-    def __init__(self, run_dir: Path, rank: int, size: int, local_rank: int) -> None:
+    def __init__(self, run_dir: Path, rank: int, size: int, local_rank: int,
+                 t0: float | None = None) -> None:
         self.run_dir = run_dir
         self.rank, self.size, self.local_rank = rank, size, local_rank
-        self.t0 = float(os.environ.get(ENV_T0, time.time()))
+        self.t0 = t0 if t0 is not None else float(os.environ.get(ENV_T0, time.time()))
         self.config = self._load_config()
         self._metrics_fd = -1
 
     @classmethod
     def from_env(cls) -> RankContext:
-        """Build the context from the variables set by the launcher and by horovodrun/torchrun."""
-        run_dir = Path(os.environ[ENV_RUN_DIR])
+        """Build the context from the variables set by the launcher and by horovodrun/torchrun.
+
+        Without the workbench's launcher (no WORKBENCH_RUN_DIR: a training rank module run
+        by plain torchrun, horovodrun or python), the ranks make their own run folder from
+        their command-line flags: see training/standalone.py.
+        """
         rank = _env_int("HOROVOD_RANK", "RANK", "OMPI_COMM_WORLD_RANK")
         size = _env_int("HOROVOD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", default=1)
         local = _env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
-        return cls(run_dir, rank, size, local)
+        if ENV_RUN_DIR not in os.environ:
+            from workbench.training.standalone import standalone_context
+
+            return standalone_context(rank, size, local)
+        return cls(Path(os.environ[ENV_RUN_DIR]), rank, size, local)
 
     def _load_config(self) -> JobConfig:
         """This job's configuration, or exit at once with one line naming the file.
@@ -104,10 +115,9 @@ class RankContext:
         for sub in ("logs", "pids", "exit", "metrics", "heartbeat"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         write_pid_file(self.run_dir / "pids" / f"rank{self.rank}.pid")
-        self._redirect_output()
+        self._supervise()
         self._metrics_fd = os.open(metrics_path(self.run_dir, self.rank),
                                    os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        threading.Thread(target=self._watchdog, name="workbench-watchdog", daemon=True).start()
         self.metric("event", message="start", host=socket.gethostname(), pid=os.getpid())
         return self
 
@@ -124,6 +134,11 @@ class RankContext:
         sys.stderr.flush()
         write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json", record)
         return False
+
+    def _supervise(self) -> None:
+        """Put this rank in its launcher's care: output to its log, and the owner watchdog."""
+        self._redirect_output()
+        threading.Thread(target=self._watchdog, name="workbench-watchdog", daemon=True).start()
 
     def _redirect_output(self) -> None:
         """Send this process's stdout and stderr (fd 1 and 2) to its log file."""

@@ -1,7 +1,10 @@
-"""The sequential baseline: the same loop as the distributed engines, in one process.
+"""python -m workbench.training.serial_rank
 
-Run by the launcher as `python -m workbench.training.serial_rank`. With `--batch-size N·b`
-it follows exactly the trajectory of N data-parallel ranks with batch b.
+The sequential baseline: the same loop as the distributed engines, in one process. The
+workbench runs it with this command (`workbench run --engine serial`); by hand it takes any
+flag of `workbench run` and keeps its record in ./runs itself (training/standalone.py).
+With `--batch-size N·b` it follows exactly the trajectory of N data-parallel ranks with
+batch b.
 """
 
 from __future__ import annotations

@@ -136,6 +136,7 @@ class TrainingPanel(widgets.VBox):
                                           tooltip="End every rank of the job")
         self.start_button.on_click(self._on_start)
         self.stop_button.on_click(self._on_stop)
+        self._show_running(False)
         self.status = widgets.HTML()
         self.alert = widgets.HTML()
         self.progress = widgets.IntProgress(value=0, min=0, max=1, description="progress",
@@ -221,6 +222,7 @@ class TrainingPanel(widgets.VBox):
         self._set_controls(job.config)
         self._watch(job.run_dir, job.config)
         self._finished = False
+        self._show_running(True)
         self._say(f"Started run {job.run_id}: launching {job.config.world_size} rank(s) ...",
                   detail="\n".join(f"Note: {w}" for w in job.warnings))
         self._task = live.start_task(self._poll)
@@ -233,6 +235,11 @@ class TrainingPanel(widgets.VBox):
             return
         self._say(f"Stopping run {self.job.run_id} ...", "warn")
         live.stop_in_background(self.job, self.refresh)
+
+    def _show_running(self, running: bool) -> None:
+        """Only the button that can do something is enabled: Start while no job runs, Stop
+        while one does."""
+        self.start_button.disabled, self.stop_button.disabled = running, not running
 
     # ------------------------------------------------------------------ live view
     def _watch(self, run_dir: Path, cfg: JobConfig) -> None:
@@ -311,6 +318,7 @@ class TrainingPanel(widgets.VBox):
     def _on_finished(self, state: str) -> None:
         """Show how the job ended; on failure, which rank failed and the end of its log."""
         self._finished = True
+        self._show_running(False)
         self._show_summary(self.job.run_id, state, self.job.summary or {})
         self.refresh_runs()
 

@@ -1,6 +1,6 @@
 """Notebook 00: welcome, the set-up check, and how to use the panels."""
 
-from workbench.exercises.build_notebooks import code, md
+from workbench.notebooks import code, md
 
 NAME = "00_welcome.ipynb"
 

@@ -1,6 +1,6 @@
 """Notebook 01: stochastic gradient descent from scratch, on one worker."""
 
-from workbench.exercises.build_notebooks import code, md
+from workbench.notebooks import code, md
 
 NAME = "01_sgd_from_scratch.ipynb"
 

@@ -1,6 +1,6 @@
 """Notebook 02: data parallelism with Horovod."""
 
-from workbench.exercises.build_notebooks import code, md
+from workbench.notebooks import code, md
 
 NAME = "02_data_parallelism_horovod.ipynb"
 
@@ -279,9 +279,19 @@ Horovod's documentation (`docs/pytorch.rst` and the README) lists six steps:
 **Sharding the data is your job**, not Horovod's: a `DistributedSampler` or your own code
 (section 3) gives each rank its slice of every global batch.
 
-The ranks are separate processes started by Horovod's launcher, here
-`horovodrun -np 2 --gloo python -m workbench.training.horovod_rank`; on several machines,
-`-H host1:4,host2:4` places 4 ranks on each.
+The ranks are separate processes started by Horovod's launcher, `horovodrun`. The
+workbench starts them for you, but each engine's rank module runs under the plain launcher
+too, from a terminal in the project's folder, with the flags of `workbench run`, and keeps
+the same record in `./runs` (`workbench show RUN` opens it). These are the commands:
+"""),
+    code(r"""
+from workbench.jobs import ENGINES
+
+for engine, ranks in [("horovod", 2), ("torch", 2), ("naive", 2), ("serial", 1)]:
+    print(" ".join(ENGINES[engine].plain_command(ranks)), "--epochs 1")
+"""),
+    md(r"""
+On several machines, `horovodrun -H host1:4,host2:4` places 4 ranks on each.
 
 **PyTorch DDP** does the same with other names (Li et al., "PyTorch Distributed: Experiences
 on Accelerating Data Parallel Training", VLDB 2020, arXiv:2006.15704):

@@ -1,7 +1,6 @@
 """Notebook 03: synchronous vs asynchronous SGD, staleness, stragglers, faults and resuming."""
 
-from workbench.exercises.build_notebooks import code, md
-from workbench.lessons.pages import md_table
+from workbench.notebooks import code, md, md_table
 
 NAME = "03_synchronization.ipynb"
 

@@ -1,8 +1,7 @@
 """Notebook 04: collectives: parameter servers (one, sharded), the ring allreduce, halving and
 doubling, and where each wins."""
 
-from workbench.exercises.build_notebooks import code, md
-from workbench.lessons.pages import md_table
+from workbench.notebooks import code, md, md_table
 
 NAME = "04_collectives.ipynb"
 

@@ -1,7 +1,6 @@
 """Notebook 05: types of parallelism: model and pipeline parallelism vs data parallelism."""
 
-from workbench.exercises.build_notebooks import code, md
-from workbench.lessons.pages import md_table
+from workbench.notebooks import code, md, md_table
 
 NAME = "05_types_of_parallelism.ipynb"
 
@@ -63,8 +62,8 @@ Below, a GPipe forward pass with 4 stages and 6 micro-batches: each row is a sta
 column a time slot, each number the micro-batch in work, `.` an idle slot.
 """),
     code(r"""
-from workbench.exercises.pipeline import show_schedule
 from workbench.lessons.show import curves, figure_widget, table
+from workbench.model_parallel.pipeline import show_schedule
 from workbench.ui import charts
 
 charts.load_bokehjs()

@@ -1,6 +1,6 @@
 """Notebook 06: speedup, efficiency and scalability, measured, explained and extrapolated."""
 
-from workbench.exercises.build_notebooks import code, md
+from workbench.notebooks import code, md
 
 NAME = "06_speedup_efficiency_scalability.ipynb"
 

@@ -1,6 +1,6 @@
 """Notebook 07: review of the course, with the question bank as an interactive quiz."""
 
-from workbench.exercises.build_notebooks import code, md
+from workbench.notebooks import code, md
 
 NAME = "07_review.ipynb"
 

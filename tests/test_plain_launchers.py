@@ -1,0 +1,125 @@
+"""The rank modules under the plain launchers, as a student would type them (no mocks).
+
+Each command is the one its engine gives (`Engine.plain_command`), which is also the first
+line of the rank module's docstring and what notebook 02 prints. It must train and leave a
+record that `workbench show` opens.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.cli import main as cli_main
+from workbench.config import ENGINES as CONFIG_ENGINES
+from workbench.config import JobConfig
+from workbench.jobs.engines import ENGINES, training_engines
+from workbench.records import list_runs, of_kind
+from workbench.training.standalone import config_from_flags
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent          # torchrun and horovodrun live beside python
+STEPS = 3
+TINY = ["--epochs", "1", "--max-steps", str(STEPS), "--width", "16", "--dataset", "digits",
+        "--threads-per-rank", "1", "--batch-size", "16"]
+
+
+def typed(command: list[str]) -> list[str]:
+    """The command with its programs taken from this environment (python, torchrun, ...)."""
+    return [sys.executable if word == "python" else
+            str(BIN / word) if word in ("torchrun", "horovodrun") else word
+            for word in command]
+
+
+def run_plainly(command: list[str], cwd: Path, timeout: float = 240.0, rc: int = 0) -> str:
+    """Run `command` in `cwd` as from a shell, without the workbench's launcher variables;
+    check its exit code and return its output. A command that overruns is ended with all
+    its processes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKBENCH_")}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    text = out.decode(errors="replace")
+    assert proc.returncode == rc, text[-3000:]
+    return text
+
+
+@pytest.mark.parametrize("engine", ["torch", "horovod", "naive", "serial"])
+def test_plain_command_trains_and_leaves_a_record_that_show_opens(engine, tmp_path, capsys):
+    ranks = 1 if engine == "serial" else 2
+    command = ENGINES[engine].plain_command(ranks)
+    run_plainly(typed(command) + TINY, tmp_path)
+
+    [record] = list_runs(tmp_path / "runs")          # one folder for all ranks of the launch
+    summary = record.summary
+    assert summary["status"] == "succeeded", summary
+    assert summary["engine"] == engine and summary["np"] == ranks
+    assert summary["steps_completed"] == STEPS and summary["samples_per_s"] > 0
+    assert record.config["engine"] == engine and record.config["max_steps"] == STEPS
+    steps = of_kind(record.metrics(), "step")
+    assert sorted({s["rank"] for s in steps}) == list(range(ranks))
+    assert (record.run_dir / "model.pt").exists()
+    assert sorted(p.name for p in (record.run_dir / "exit").iterdir()) == [
+        f"rank{r}.json" for r in range(ranks)]
+
+    capsys.readouterr()
+    assert cli_main(["show", record.run_id, "--runs-dir", str(tmp_path / "runs"),
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "succeeded"
+
+
+def test_a_rank_that_fails_by_hand_leaves_a_failed_summary_with_its_traceback(tmp_path):
+    command = typed(ENGINES["serial"].plain_command(1)) + TINY + ["--fail-at-step", "2"]
+    run_plainly(command, tmp_path, rc=1)
+    [record] = list_runs(tmp_path / "runs")
+    failure = record.summary["failure"]
+    assert record.summary["status"] == "failed" and failure["rank"] == 0
+    assert "InjectedFault" in failure["error"] and "maybe_fail" in failure["traceback"]
+
+
+@pytest.mark.parametrize("engine", training_engines())
+def test_each_rank_module_docstring_opens_with_its_plain_command(engine):
+    module = importlib.util.find_spec(ENGINES[engine].rank_module)
+    first = Path(module.origin).read_text().splitlines()[0].strip('"')
+    ranks = 1 if engine == "serial" else 2
+    assert first == " ".join(ENGINES[engine].plain_command(ranks))
+
+
+def test_plain_flags_are_workbench_runs_flags_and_the_launcher_decides_np():
+    cfg = config_from_flags("torch", "workbench.training.ddp_rank", 2,
+                            ["--epochs", "2", "--lr", "0.05", "--runs-dir", "elsewhere"])
+    assert (cfg.engine, cfg.np, cfg.epochs, cfg.lr, cfg.runs_dir) == (
+        "torch", 2, 2, 0.05, "elsewhere")
+    for bad in (["--np", "3"], ["--engine", "horovod"], ["--model", "resnet"],
+                ["--epochs", "many"]):
+        with pytest.raises(SystemExit) as stop:
+            config_from_flags("torch", "workbench.training.ddp_rank", 2, bad)
+        assert stop.value.code == 2, bad
+
+
+# ----------------------------------------------------------------- the engines' own knowledge
+def test_every_training_engine_is_a_configuration_choice_and_has_a_rank_module():
+    assert set(training_engines()) == set(CONFIG_ENGINES)
+    assert ENGINES["fork"].rank_module is None  # the labs' engine trains nothing
+
+
+def test_horovod_settings_reach_only_horovod_ranks(tmp_path):
+    cfg = JobConfig(engine="horovod", timeline=True, cycle_time_ms=2.5)
+    env = ENGINES["horovod"].environment(cfg, tmp_path)
+    assert env == {"HOROVOD_TIMELINE": str(tmp_path / "timeline.json"),
+                   "HOROVOD_CACHE_CAPACITY": "0", "HOROVOD_CYCLE_TIME": "2.5"}
+    torch_cfg = JobConfig(engine="torch", cycle_time_ms=2.5)
+    assert ENGINES["torch"].environment(torch_cfg, tmp_path) == {}

@@ -1,0 +1,53 @@
+"""Exercise 7: the review questions, as a quiz."""
+
+from workbench.notebooks import Task, code, md
+
+NAME = "07_review_questions.ipynb"
+
+CELLS = [
+    md(r"""
+# Review questions
+
+**Goals.** Check your understanding of the whole course: speedup and efficiency, data and
+model parallelism, synchronous and asynchronous SGD, communication costs, and the cost
+models of allreduce, parameter servers and pipelines.
+
+**Time:** about 30 minutes (you can do one topic at a time).
+"""),
+    md(r"""
+Choose an answer and press **Check**: the question is marked and explained, right or
+wrong, and **Try again** clears it. For the three written questions, compare your text with
+the model answer and tick the rubric points you made. To practise one topic, use for example
+`Quiz(topic="pipeline")`; the topics are listed below.
+"""),
+    code(r"""
+from workbench.quiz import TOPICS, Quiz
+
+print(", ".join(TOPICS))
+quiz = Quiz()
+"""),
+    Task(exercise="quiz", solution="quiz.reveal()\nquiz"),
+    md(r"""
+The same questions also work without a running kernel (for example in a page rendered from
+this notebook): checks run in the browser and answers hide under *Show the answer*.
+"""),
+    code(r"""
+from IPython.display import HTML
+
+from workbench.quiz import quiz_html
+
+HTML(quiz_html(topic="metrics"))
+"""),
+    md(r"""
+## Summary
+
+- Speedup $T_1/T_p$, efficiency $S/p$, scalability $E(p)$ as $p$ grows; accuracy does not
+  depend on the platform, speed does (as long as the training recipe is the same:
+  asynchronous SGD and very large batches change what is learned).
+- Data parallelism replicates the model and exchanges gradients; model parallelism splits
+  the model and exchanges activations.
+- Synchronous SGD waits for everyone; asynchronous SGD never waits but uses stale gradients.
+- Cost models tell you what to expect before you measure: the ring allreduce, the parameter
+  server, Amdahl, Gustafson, Karp–Flatt and the pipeline bubble.
+"""),
+]

@@ -1,0 +1,64 @@
+"""What a run's metrics add up to: the figures of its `summary.json`.
+
+Two writers share this arithmetic, so a summary means the same whoever wrote it: the
+workbench's launcher when a job ends (jobs/job.py), and rank 0 of a job started by plain
+`torchrun` or `horovodrun` (training/standalone.py).
+
+Times are in seconds since the job was launched (the `time` of every metrics line),
+throughput in samples per second of the whole job (all ranks together).
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+from workbench.records.metrics import events, of_kind, step_start, throughput
+
+
+def training_figures(records: list[dict[str, Any]],
+                     result: dict[str, Any] | None) -> dict[str, Any]:
+    """The summary's figures from a run's metrics lines and rank 0's `result.json`.
+
+    - `startup_s`: launch to the start of the first step (processes, imports, data, joining);
+    - `train_time_s`: the first step's start to the last step's end;
+    - `samples_per_s`: samples trained in that time, all ranks together (see `throughput`);
+    - `final_*`: on the held-out samples (result.json); `last_epoch_*`: the mean of the
+      ranks' training loss and accuracy in the last epoch.
+    """
+    steps = [s for s in of_kind(records, "step") if isinstance(s.get("time"), (int, float))]
+    epochs = of_kind(records, "epoch")
+    last = max((e.get("epoch", -1) for e in epochs), default=-1)
+    last_epoch = [e for e in epochs if e.get("epoch") == last]
+    result = result or {}
+    return {
+        "hosts": sorted({r["host"] for r in events(records, "start") if r.get("host")}),
+        "startup_s": min((step_start(s) for s in steps), default=None),
+        "epochs_completed": len({e.get("epoch") for e in epochs if e.get("rank") == 0}),
+        "steps_completed": len({s.get("step") for s in steps}),
+        "samples_per_s": throughput(steps),
+        "train_time_s": (max(s["time"] for s in steps) - min(
+            step_start(s) for s in steps)) if steps else None,
+        "final_loss": result.get("final_loss"),
+        "final_accuracy": result.get("final_accuracy"),
+        "last_epoch_loss": _mean(e.get("loss") for e in last_epoch),
+        "last_epoch_accuracy": _mean(e.get("accuracy") for e in last_epoch),
+    }
+
+
+def versions() -> dict[str, str | None]:
+    """The versions that produced a run: Python, torch, Horovod and the workbench."""
+    from importlib import metadata  # here, not at the top: it costs start-up time
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for pkg in ("torch", "horovod", "workbench"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if isinstance(v, (int, float))]
+    return sum(values) / len(values) if values else None
