@@ -208,9 +208,19 @@ def test_the_loop_waits_once_per_step_and_never_for_the_whole_device(tmp_path,
     train(ctx, setup, optimizer, Synchronizer())
     steps = [line for line in ctx.lines if line["kind"] == "step"]
     assert len(steps) == cfg.max_steps and clock.settled == len(steps)
-    assert clock.marks == 3 * len(steps)
+    assert clock.marks == 4 * len(steps)  # StepTimer: start, computed, averaged, stepped
     ready = next(line for line in ctx.lines if line.get("message") == "ready")
     assert ready["timing"] == "counting wall clock"
+
+
+def test_the_naive_engine_stays_on_the_cpu(monkeypatch) -> None:
+    monkeypatch.setattr(devices, "gpu_count", lambda: 8)     # GPUs enough for the others
+    cfg, note = devices.resolve_device(JobConfig(engine="naive", np=2, device="auto"))
+    assert cfg.device == "cpu" and "naive engine runs on CPUs" in note
+    with pytest.raises(ConfigError, match="naive engine runs on CPUs"):
+        devices.resolve_device(JobConfig(engine="naive", np=2, device="cuda"))
+    assert devices.resolve_device(JobConfig(engine="torch", np=2, device="auto"))[0].device \
+        == "cuda"
 
 
 def test_cuda_through_slurm_is_refused_until_slurm_jobs_request_gpus(monkeypatch) -> None:

@@ -168,6 +168,15 @@ def test_module_source_reads_without_importing():
         module_source("workbench.no_such_module")
 
 
+def test_the_loop_shown_in_notebook_02_reads_as_the_sgd_step():
+    loop = module_source("workbench.training.loop", "def train(", "def steps_to_run")
+    assert loop.startswith("def train(") and "def steps_to_run" not in loop
+    step = ["optimizer.zero_grad()", "out = model(x)", "loss = loss_fn(out, y)",
+            "loss.backward()", "sync.wait_for_gradients(optimizer)", "optimizer.step()"]
+    where = [loop.index(line) for line in step]
+    assert where == sorted(where), "the step's lines are out of order"
+
+
 def test_table_formats_and_escapes():
     html = table([{"a": 0.123456, "b": "<x>", "c": None}],
                  [("a", "A", ".2f"), ("b", "B", "s"), ("c", "C", "d")]).data

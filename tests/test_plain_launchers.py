@@ -57,7 +57,7 @@ def run_plainly(command: list[str], cwd: Path, timeout: float = 240.0, rc: int =
     return text
 
 
-@pytest.mark.parametrize("engine", ["torch", "horovod", "serial"])
+@pytest.mark.parametrize("engine", ["torch", "horovod", "naive", "serial"])
 def test_plain_command_trains_and_leaves_a_record_that_show_opens(engine, tmp_path, capsys):
     ranks = 1 if engine == "serial" else 2
     command = ENGINES[engine].plain_command(ranks)

@@ -5,12 +5,14 @@ These tests need no processes and run in well under a second.
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
 
 import pytest
 
+from workbench.cli import main as cli_main
 from workbench.scaling import costmodel, metrics, simulate, units
 
 # --- metrics ------------------------------------------------------------------------------
@@ -137,7 +139,7 @@ def test_ring_formula_and_bandwidth_optimality():
     assert big == pytest.approx(2 * n * beta, rel=1e-3)
 
 
-def test_tree_beats_ring_on_latency_and_ps_grows_linearly():
+def test_rabenseifner_beats_ring_on_latency_and_ps_grows_linearly():
     alpha, beta = 5e-6, 1e-9
     small = 4096
     assert (costmodel.rabenseifner_allreduce_time(small, 512, alpha, beta)
@@ -147,6 +149,25 @@ def test_tree_beats_ring_on_latency_and_ps_grows_linearly():
     assert ps16 - 2 * alpha == pytest.approx(2 * (ps8 - 2 * alpha))
 
 
+def test_tree_is_still_accepted_as_the_name_of_rabenseifner(capsys):
+    n, p, alpha, beta = 1 << 20, 64, 5e-6, 1e-9
+    rabenseifner = costmodel.allreduce_time("rabenseifner", n, p, alpha, beta)
+    assert costmodel.allreduce_time("tree", n, p, alpha, beta) == rabenseifner
+    assert rabenseifner != costmodel.allreduce_time("ring", n, p, alpha, beta)
+    assert costmodel.coefficients("tree", p) == costmodel.coefficients("rabenseifner", p)
+    with pytest.raises(ValueError, match="rabenseifner"):
+        costmodel.allreduce_time("binary-tree", n, p, alpha, beta)
+
+    def cli_rows(algorithm: str) -> dict:
+        assert cli_main(["simulate", "--preset", "inception3-25gbe", "--algorithm", algorithm,
+                         "--workers", "8,64", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    old, new = cli_rows("tree"), cli_rows("rabenseifner")
+    assert old["rows"] == new["rows"] and old["setup"]["algorithm"] == "rabenseifner"
+    assert old["rows"] != cli_rows("ring")["rows"]
+
+
 def test_busbw_follows_nccl_tests():
     # 64 MB in 10 ms over 4 ranks: algbw 6.7 GB/s, busbw × 2·3/4 = 1.5
     algbw = costmodel.algbw(64e6, 0.01)
@@ -154,7 +175,7 @@ def test_busbw_follows_nccl_tests():
     assert costmodel.busbw(64e6, 0.01, 4) == pytest.approx(6.4e9 * 1.5)
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "ps"])
+@pytest.mark.parametrize("algorithm", ["ring", "rabenseifner", "ps"])
 def test_alpha_beta_fit_recovers_known_parameters(algorithm):
     alpha, beta, p = 40e-6, 1 / 2.5e9, 2
     sizes = [4096, 65536, 1 << 20, 16 << 20, 64 << 20]
@@ -181,12 +202,12 @@ def _eff(workers, **kw):
     return [r["efficiency"] for r in simulate.simulate(workers, **args)]
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "ps"])
+@pytest.mark.parametrize("algorithm", ["ring", "rabenseifner", "ps"])
 def test_one_worker_is_perfectly_efficient(algorithm):
     assert _eff([1], algorithm=algorithm) == [1.0]
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "tree", "ps"])
+@pytest.mark.parametrize("algorithm", ["ring", "rabenseifner", "ps"])
 def test_efficiency_falls_as_workers_grow(algorithm):
     effs = _eff([1, 2, 8, 64, 512], algorithm=algorithm)
     assert all(a > b for a, b in zip(effs, effs[1:], strict=False)), effs

@@ -131,6 +131,10 @@ def test_batch_script_asks_slurm_for_one_task_per_rank(tmp_path: Path) -> None:
     hvd = slurm.write_scripts(JobConfig(engine="horovod", launcher="slurm").validate(), "r",
                               tmp_path, "m", []).read_text()
     assert "--gloo -H \"$HOSTS\"" in hvd and "srun" not in hvd
+    naive = slurm.write_scripts(JobConfig(engine="naive", np=2, launcher="slurm").validate(),
+                                "n", tmp_path, "workbench.training.naive_rank", []).read_text()
+    assert "MASTER_ADDR=$(scontrol show hostnames" in naive  # meets as the torch engine does
+    assert "-m workbench.training.naive_rank" in naive
 
 
 @pytest.mark.parametrize("fields, message", [

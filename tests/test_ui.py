@@ -99,6 +99,19 @@ def test_training_panel_refuses_bad_values(tmp_path):
         TrainingPanel(runs_dir=str(tmp_path), nprocs=2)
 
 
+def test_both_panels_offer_the_naive_engine(tmp_path):
+    panels = [TrainingPanel(runs_dir=str(tmp_path), **{**SMALL, "engine": "naive"}),
+              ScalingPanel(runs_dir=str(tmp_path), engine="naive")]
+    try:
+        for panel in panels:
+            assert panel.controls["engine"].value == "naive"
+            assert {"naive", "torch", "horovod"} <= set(panel.controls["engine"].options)
+        assert panels[0].config().engine == "naive"
+    finally:
+        for panel in panels:
+            panel.close()
+
+
 def test_scaling_panel_refuses_bad_worker_counts(tmp_path):
     panel = ScalingPanel(runs_dir=str(tmp_path))
     try:

@@ -16,7 +16,8 @@ from typing import Any
 
 from workbench.hosts.cpu import cpu_budget
 
-ENGINES = ("horovod", "torch", "serial")
+#: "naive" averages each gradient with the workbench's own ring after backward (naive_rank.py).
+ENGINES = ("horovod", "torch", "naive", "serial")
 #: Engines that run something other than the training loop, so the panels do not offer them:
 #: "fork" starts the labs' workers (workbench/jobs/workers.py).
 LAB_ENGINES = ("fork",)

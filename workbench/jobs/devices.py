@@ -60,6 +60,10 @@ def horovod_has_nccl() -> bool:
 
 def cuda_problem(cfg: JobConfig) -> tuple[str, str] | None:
     """Why `cfg` cannot run on GPUs here and how to fix it (one line each), else None."""
+    if cfg.engine == "naive":
+        return ("the naive engine runs on CPUs: its ring relies on gloo's isend returning at "
+                "once, and NCCL orders a pair's sends and receives on one GPU stream, where "
+                "every rank sending first could deadlock", "use --device cpu, or --engine torch")
     gpus = gpu_count()
     if gpus == 0:
         return ("no CUDA GPU is visible here (a CPU build of PyTorch, no NVIDIA driver, or "

@@ -21,6 +21,8 @@ The engines:
   hosts (`hosts="a:2,b:2"`), one torchrun per host, started over ssh by
   `workbench.jobs.torch_hosts` as horovodrun starts remote ranks, meeting in a c10d
   rendezvous on the first host.
+- `naive`: torchrun too, for ranks that average each gradient with the workbench's own
+  ring allreduce after the backward pass (training/naive_rank.py).
 - `serial`: the module in one plain process: the sequential baseline.
 - `fork`: the labs' engine. One Python process imports the code once and forks the ranks
   from itself (one host; see workers.py for why the labs do not use torchrun).
@@ -169,6 +171,13 @@ class TorchEngine(Engine):
                 f"{srun} {rank}")
 
 
+class NaiveEngine(TorchEngine):
+    """`torchrun`, for ranks that average each gradient with our own ring allreduce."""
+
+    name = "naive"
+    rank_module = "workbench.training.naive_rank"
+
+
 class ForkEngine(Engine):
     """The labs' workers: one process imports their code once and forks them."""
 
@@ -188,7 +197,7 @@ def horovodrun() -> str:
 
 ENGINES: dict[str, Engine] = {
     engine.name: engine
-    for engine in (HorovodEngine(), TorchEngine(), SerialEngine(), ForkEngine())
+    for engine in (HorovodEngine(), TorchEngine(), NaiveEngine(), SerialEngine(), ForkEngine())
 }
 
 

@@ -82,8 +82,10 @@ def curves(title: str, x_label: str, y_label: str,
     return charts.to_widget(fig)
 
 
-def module_source(module: str, start: str = "") -> str:
-    """The source text of ``module``, from the first line that starts with ``start`` on.
+def module_source(module: str, start: str = "", end: str | None = None) -> str:
+    """The source text of ``module``, from the first line that starts with ``start`` on,
+    up to (not including) the next line after it that starts with ``end`` (None: the end
+    of the file).
 
     The file is read, not imported: showing ``workbench.training.horovod_rank`` must not load
     Horovod into the notebook's kernel (only the ranks need it).
@@ -94,7 +96,9 @@ def module_source(module: str, start: str = "") -> str:
     with open(spec.origin, encoding="utf-8") as f:
         lines = f.read().splitlines()
     first = next((i for i, line in enumerate(lines) if line.startswith(start)), 0)
-    return "\n".join(lines[first:])
+    last = next((i for i in range(first + 1, len(lines))
+                 if end is not None and lines[i].startswith(end)), len(lines))
+    return "\n".join(lines[first:last]).rstrip()
 
 
 def figure_widget(fig):

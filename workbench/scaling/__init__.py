@@ -5,7 +5,7 @@ exercise checkers can use them cheaply:
 
 * :mod:`workbench.scaling.metrics`   speedup, efficiency, Karp–Flatt, Amdahl and Gustafson;
 * :mod:`workbench.scaling.units`     "25Gbit/s", "5us", "4KB" and friends;
-* :mod:`workbench.scaling.costmodel` the α–β cost of ring, tree and parameter-server
+* :mod:`workbench.scaling.costmodel` the α–β cost of ring, Rabenseifner and parameter-server
   allreduce, and the fit of α and β to measured timings;
 * :mod:`workbench.scaling.simulate`  predicted step time and efficiency for many workers,
   with presets for published setups.

@@ -24,7 +24,7 @@ from workbench.config import DEVICES
 from workbench.hosts.cpu import cpu_budget
 from workbench.scaling import simulate as sim
 from workbench.scaling import units
-from workbench.scaling.costmodel import ServerLayout
+from workbench.scaling.costmodel import ALGORITHM_NAMES, ServerLayout, algorithm_named
 
 
 class UsageError(ValueError):
@@ -155,7 +155,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                       network and network.bandwidth, "--bandwidth")
     latency = _pick(args.latency, units.parse_duration, network and network.latency_s,
                     "--latency")
-    algorithm = args.algorithm or (preset.algorithm if preset else "ring")
+    algorithm = algorithm_named(args.algorithm or (preset.algorithm if preset else "ring"))
     overlap = args.overlap if args.overlap is not None else (preset.overlap if preset else 0.0)
     bpp = args.bytes_per_param or (workload.bytes_per_param if workload else 4)
     workers = units.parse_workers(args.workers) if args.workers else (
@@ -351,8 +351,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     simulate.add_argument("--compute-time", help="compute time per step on one worker, e.g. 0.62s")
     simulate.add_argument("--bandwidth", help="per-worker link bandwidth, e.g. 25Gbit/s")
     simulate.add_argument("--latency", help="latency per message α, e.g. 5us")
-    simulate.add_argument("--algorithm", choices=sim.ALGORITHMS, default=None,
-                          help="ring (Patarasuk & Yuan), tree (Rabenseifner), "
+    simulate.add_argument("--algorithm", choices=ALGORITHM_NAMES, default=None,
+                          help="ring (Patarasuk & Yuan), rabenseifner (halving and "
+                               "doubling; also accepted as tree), "
                                "recursive-doubling, ps (parameter servers; see --servers)")
     simulate.add_argument("--servers", type=_positive_int, default=None, metavar="K",
                           help="--algorithm ps: parameter servers the model is sharded over "

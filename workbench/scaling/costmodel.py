@@ -21,8 +21,21 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: The allreduce algorithms the simulator knows, and what ``--algorithm`` accepts.
-ALGORITHMS = ("ring", "tree", "recursive-doubling", "ps")
+#: The allreduce algorithms the simulator knows.
+ALGORITHMS = ("ring", "rabenseifner", "recursive-doubling", "ps")
+#: Former names, still accepted: "tree" was this model's first name for Rabenseifner's
+#: halving and doubling, which is not NCCL's "tree" (a double binary tree).
+ALIASES = {"tree": "rabenseifner"}
+#: What ``--algorithm`` accepts.
+ALGORITHM_NAMES = ALGORITHMS + tuple(ALIASES)
+
+
+def algorithm_named(name: str) -> str:
+    """The algorithm ``name`` stands for (an alias resolved); ValueError for an unknown one."""
+    name = ALIASES.get(name, name)
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r}: choose one of {', '.join(ALGORITHMS)}")
+    return name
 
 
 def ring_allreduce_time(n_bytes: float, p: int, alpha: float, beta: float,
@@ -44,7 +57,7 @@ def ring_allreduce_time(n_bytes: float, p: int, alpha: float, beta: float,
 
 def rabenseifner_allreduce_time(n_bytes: float, p: int, alpha: float, beta: float,
                                 gamma: float = 0.0) -> float:
-    """Seconds for Rabenseifner's tree allreduce: 2·log₂p·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ.
+    """Seconds for Rabenseifner's allreduce: 2·log₂p·α + 2·(p−1)/p·n·β + (p−1)/p·n·γ.
 
     A reduce-scatter by recursive halving, then an allgather by recursive doubling: the same
     bandwidth term as the ring, but only 2·log₂p message rounds, so it wins at large p and
@@ -123,7 +136,7 @@ def parameter_server_time(n_bytes: float, p: int, alpha: float, beta: float,
 
 _TIME_FUNCTIONS = {
     "ring": ring_allreduce_time,
-    "tree": rabenseifner_allreduce_time,
+    "rabenseifner": rabenseifner_allreduce_time,
     "recursive-doubling": recursive_doubling_allreduce_time,
     "ps": parameter_server_time,
 }
@@ -150,11 +163,8 @@ def allreduce_time(algorithm: str, n_bytes: float, p: int, alpha: float, beta: f
 
     ``layout`` places the parameter servers of ``"ps"`` (default: one dedicated server).
     """
-    try:
-        fn = _TIME_FUNCTIONS[algorithm]
-    except KeyError:
-        raise ValueError(f"unknown algorithm {algorithm!r}: choose one of "
-                         f"{', '.join(ALGORITHMS)}") from None
+    algorithm = algorithm_named(algorithm)
+    fn = _TIME_FUNCTIONS[algorithm]
     if algorithm == "ps" and layout is not None:
         return parameter_server_time(n_bytes, p, alpha, beta, gamma, layout.servers,
                                      layout.colocated, layout.pipelined, layout.busiest_share)
@@ -172,13 +182,11 @@ def coefficients(algorithm: str, p: int) -> tuple[float, float]:
     rounds = math.ceil(math.log2(p))
     table = {
         "ring": (2 * (p - 1), 2 * share),
-        "tree": (2 * rounds, 2 * share),
+        "rabenseifner": (2 * rounds, 2 * share),
         "recursive-doubling": (rounds, rounds),
         "ps": (2, 2 * p),
     }
-    if algorithm not in table:
-        raise ValueError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
-    return table[algorithm]
+    return table[algorithm_named(algorithm)]
 
 
 # --- nccl-tests bandwidth figures ---------------------------------------------------------

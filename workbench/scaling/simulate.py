@@ -8,8 +8,9 @@ One synchronous data-parallel step (Horovod or DDP) is
 
 * compute time  forward + backward + optimizer for one worker's batch, in seconds;
 * communication the allreduce of the gradients, n = parameters × bytes per parameter, with
-  the α–β cost of :mod:`workbench.scaling.costmodel` (ring, tree, or parameter servers:
-  one, or k shards, on their own machines or co-located with the workers);
+  the α–β cost of :mod:`workbench.scaling.costmodel` (ring, Rabenseifner's halving and
+  doubling, or parameter servers: one, or k shards, on their own machines or co-located
+  with the workers);
 * overlap F     the fraction of communication that runs while backward is still computing.
   Horovod and DDP start allreducing a layer's gradient as soon as backward has produced it
   (Sergeev & Del Balso 2018; Li et al., VLDB 2020). The hidden part can never exceed the
@@ -36,7 +37,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from workbench.scaling.costmodel import ALGORITHMS, ServerLayout, allreduce_time
+from workbench.scaling.costmodel import ServerLayout, algorithm_named, allreduce_time
 
 #: Share of a step's compute time spent in the backward pass (backward ≈ 2 × forward).
 BACKWARD_SHARE = 2.0 / 3.0
@@ -98,8 +99,7 @@ def predict_step(workers: int, params: float, compute_time_s: float, bandwidth: 
     """
     if workers < 1:
         raise ValueError(f"workers must be ≥ 1, got {workers}")
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
+    algorithm = algorithm_named(algorithm)   # "tree" is still accepted for "rabenseifner"
     beta = 0.0 if bandwidth == float("inf") else 1.0 / bandwidth
     n_bytes = params * bytes_per_param
     compute = compute_time_per_rank(compute_time_s, workers, mode, cores)

@@ -59,10 +59,6 @@ class DDPSync(Synchronizer):
         self.launched: list[Any] = []
         self.completed: list[Any] = []
 
-    def begin_step(self) -> None:
-        self.launched.clear()
-        self.completed.clear()
-
     def hook(self, _state, bucket):  # no annotations: DDP checks them, and ours are strings
         """Average one bucket (a dist.GradBucket) of gradients, as DDP does, noting when."""
         self.launched.append(self.clock.mark())
@@ -83,11 +79,14 @@ class DDPSync(Synchronizer):
         """Time from the last bucket's launch (compute done) to the last allreduce's end.
 
         DDP launches the buckets in order, so the last mark of each list is the latest.
+        The marks are cleared once read, so each step's wait is its own.
         """
-        if not self.launched or not self.completed:
+        launched, completed = self.launched, self.completed
+        self.launched, self.completed = [], []
+        if not launched or not completed:
             return 0.0
-        self.clock.settle(self.completed[-1])
-        return max(0.0, self.clock.seconds(self.launched[-1], self.completed[-1]))
+        self.clock.settle(completed[-1])
+        return max(0.0, self.clock.seconds(launched[-1], completed[-1]))
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ examples/pytorch/pytorch_mnist.py (Sergeev & Del Balso 2018, arXiv:1802.05799):
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager
 from typing import Any
 
 import horovod.torch as hvd
@@ -29,42 +30,25 @@ import torch
 
 from workbench.models import make_optimizer
 from workbench.training.checkpoint import restore
-from workbench.training.loop import (
-    CudaClock,
-    Synchronizer,
-    WallClock,
-    build,
-    finish,
-    pick_device,
-    pin_cpu,
-    train,
-)
+from workbench.training.loop import Synchronizer, build, finish, pick_device, pin_cpu, train
 from workbench.training.reporter import RankContext
 
 
 class HorovodSync(Synchronizer):
-    """Wait for Horovod's in-flight allreduces, then apply the averaged gradients.
+    """Horovod's wrapped optimizer averages the gradients; this says when to wait for them.
 
-    The wait is bracketed by two clock marks. On a GPU they are CUDA events: the first
-    marks when the GPU finished the backward pass; the second is queued only once
-    `synchronize()` has returned on the host, that is once Horovod's NCCL allreduces are
-    done, so the span between them is the wait the backward pass did not hide.
+    `hvd.DistributedOptimizer` starts an allreduce for each gradient as soon as `backward()`
+    produces it. `synchronize()` waits until all of them are done; `step()` would call it
+    again, and after an explicit `synchronize()` Horovod warns and allreduces a second
+    time, so the step runs inside `skip_synchronize()`. The loop times the wait, so on a GPU
+    it ends once `synchronize()` has returned, that is once the NCCL allreduces are done.
     """
 
-    def __init__(self, optimizer: hvd.DistributedOptimizer,
-                 clock: WallClock | CudaClock) -> None:
-        self.optimizer, self.clock = optimizer, clock
-        self.waited: tuple[Any, Any] | None = None
+    def wait_for_gradients(self, optimizer: hvd.DistributedOptimizer) -> None:
+        optimizer.synchronize()  # blocks until every gradient's allreduce is done
 
-    def finish_step(self, optimizer: torch.optim.Optimizer) -> None:
-        start = self.clock.mark()
-        self.optimizer.synchronize()  # blocks until every gradient's allreduce is done
-        self.waited = (start, self.clock.mark())
-        with self.optimizer.skip_synchronize():
-            self.optimizer.step()
-
-    def update_wait_s(self) -> float:
-        return self.clock.seconds(*self.waited) if self.waited else 0.0
+    def stepping(self, optimizer: hvd.DistributedOptimizer) -> AbstractContextManager[Any]:
+        return optimizer.skip_synchronize()
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         return hvd.allreduce(values, op=hvd.Sum, name="evaluation")
@@ -109,7 +93,7 @@ def main() -> None:
             hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
         # Step 5: train, each rank on its own shard of every global batch (see sharding.py).
-        sync = HorovodSync(optimizer, setup.clock)
+        sync = HorovodSync()
         held_out = train(ctx, setup, optimizer, sync)
         finish(ctx, setup, sync, held_out)
         hvd.shutdown()

@@ -1,9 +1,15 @@
 """The training loop every rank runs, whatever the engine.
 
 The engines differ only in how gradients are synchronized, so that part is one small
-object with two methods (`begin_step`, `finish_step`); the loop itself is plain SGD:
+object (a `Synchronizer`) given the optimizer; the step itself is plain SGD, in `train`:
 
-    for each step: take my shard -> forward -> loss -> backward -> synchronize -> update
+    zero_grad -> forward -> loss -> backward -> wait for the averaged gradients -> step
+
+Where the averaging happens is the engine's business: DDP averages bucket by bucket *during*
+`backward()`, Horovod's wrapped optimizer starts an allreduce per gradient during
+`backward()` and `synchronize()` waits for them, the naive engine averages one gradient
+after another only once `backward()` has returned. A `StepTimer` marks the clock between
+these lines; the metrics are written after the step.
 
 Each step records how long it spent *computing* (forward + backward) and how long it
 then waited for gradient *synchronization* that was not hidden behind the backward pass.
@@ -22,6 +28,8 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,32 +98,61 @@ def clock_for(device: torch.device) -> WallClock | CudaClock:
 
 
 class Synchronizer:
-    """No synchronization: the serial engine. Engines override `finish_step` and the waits.
+    """No synchronization: the serial engine. Each engine overrides what it needs.
 
-    The waits are read after the loop has settled the step's clock, because on a GPU they
-    are CUDA events that complete only when the GPU gets there.
+    Every method is given the optimizer the loop steps with, so a synchronizer holds no
+    optimizer of its own.
     """
 
-    clock: WallClock | CudaClock = WallClock()
+    def wait_for_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Return once every gradient of `optimizer`'s parameters is averaged over the ranks
+        (nothing to do here: one rank's gradients are already the average)."""
 
-    def begin_step(self) -> None:
-        """Called before the forward pass."""
-
-    def finish_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Wait for the averaged gradients (engines), then apply the update."""
-        optimizer.step()
-
-    def update_wait_s(self) -> float:
-        """Seconds `finish_step` waited for gradients before updating (0 here)."""
-        return 0.0
+    def stepping(self, optimizer: torch.optim.Optimizer) -> AbstractContextManager[Any]:
+        """The context `optimizer.step()` runs in (Horovod: skip a second allreduce)."""
+        return nullcontext()
 
     def backward_wait_s(self) -> float:
-        """Seconds the backward pass itself was blocked on communication (DDP), else 0."""
+        """Seconds the last backward pass itself was blocked on communication (DDP), else 0.
+
+        Read after the loop has settled the step's clock, because on a GPU the marks are
+        CUDA events that complete only when the GPU gets there.
+        """
         return 0.0
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         """`values` summed over every rank (one rank: itself). Every rank must call it."""
         return values
+
+
+class StepTimer:
+    """Four clock marks per step: start, backward done, gradients averaged, step done.
+
+    Kept out of the step's lines so the step reads as SGD. `split()` turns the marks into
+    the step's metrics, in seconds: `step_time_s`, `compute_s` (forward + backward, less
+    any time the backward pass was blocked on communication) and `sync_s` (time blocked on
+    gradients: inside the backward pass, and waiting for them after it).
+    """
+
+    def __init__(self, clock: WallClock | CudaClock) -> None:
+        self.clock = clock
+        self.marks: list[Any] = []
+
+    def start(self) -> None:
+        self.marks = [self.clock.mark()]
+
+    def mark(self) -> None:
+        self.marks.append(self.clock.mark())
+
+    def split(self, backward_wait_s: Callable[[], float]) -> dict[str, float]:
+        """The step's times; `backward_wait_s` is read only once the clock has settled."""
+        start, computed, averaged, stepped = self.marks
+        self.clock.settle(stepped)  # on a GPU: wait for this step's last kernel (once a step)
+        busy_s = self.clock.seconds(start, computed)
+        in_backward = min(backward_wait_s(), busy_s)
+        return {"step_time_s": self.clock.seconds(start, stepped),
+                "compute_s": busy_s - in_backward,
+                "sync_s": in_backward + self.clock.seconds(computed, averaged)}
 
 
 @dataclass
@@ -255,64 +292,92 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
 
     Returns the held-out metrics of the last epoch if that epoch was evaluated, else None.
     """
-    cfg, data, model, device, clock = (ctx.config, setup.data, setup.model, setup.device,
-                                       setup.clock)
-    batches = Batches(data, device)
-    n_train = len(setup.train_idx)
-    steps = steps_per_epoch(n_train, ctx.size, cfg.batch_size)
-    if steps == 0:
-        raise ValueError(f"{n_train} training samples are fewer than one global batch of "
-                         f"{ctx.size} ranks x {cfg.batch_size}: lower --batch-size or --np")
-    if cfg.max_steps:
-        steps = min(steps, cfg.max_steps)
+    cfg, model = ctx.config, setup.model
+    batches, n_train = Batches(setup.data, setup.device), len(setup.train_idx)
+    steps = steps_to_run(ctx, n_train)
     loss_fn = nn.CrossEntropyLoss()  # mean over the batch: the invariant needs the mean
-    ctx.metric("event", message="ready", steps_per_epoch=steps, epochs=cfg.epochs,
-               device=str(device), timing=clock.what, threads=torch.get_num_threads(),
-               cores=allowed_cores(), train_samples=n_train, val_samples=len(setup.val_idx),
-               cuda_initialized=torch.cuda.is_initialized(),
-               cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
-    held_out = None
+    announce_ready(ctx, setup, steps)
+    timer, held_out = StepTimer(setup.clock), None
     for epoch in range(setup.first_epoch, cfg.epochs):
         order = setup.train_idx[epoch_order(n_train, cfg.seed, epoch)]
         epoch_start, loss_sum, correct = time.perf_counter(), 0.0, 0
         for step in range(steps):
-            maybe_fail(cfg, ctx.rank, epoch * steps + step)
-            idx = shard(order, step, ctx.rank, ctx.size, cfg.batch_size)
-            x, y = batches(idx)
+            global_step = epoch * steps + step
+            maybe_fail(cfg, ctx.rank, global_step)
+            x, y = batches(shard(order, step, ctx.rank, ctx.size, cfg.batch_size))
             if cfg.warmup_epochs:
-                set_lr(optimizer, warmup_lr(cfg.lr, epoch * steps + step,
-                                            cfg.warmup_epochs * steps))
-            t0 = clock.mark()
-            sync.begin_step()
+                set_lr(optimizer, warmup_lr(cfg.lr, global_step, cfg.warmup_epochs * steps))
+
+            timer.start()
             optimizer.zero_grad()
-            out = model(x)
+            out = model(x)                       # forward
             loss = loss_fn(out, y)
-            loss.backward()
-            if cfg.straggler_delay and ctx.rank == cfg.straggler_rank:
-                time.sleep(cfg.straggler_delay)  # a slow worker: every other rank waits for it
-            t1 = clock.mark()
-            sync.finish_step(optimizer)
-            t2 = clock.mark()
-            clock.settle(t2)  # on a GPU: wait for this step's last kernel (once per step)
-            busy_s, step_s = clock.seconds(t0, t1), clock.seconds(t0, t2)
-            backward_wait = min(sync.backward_wait_s(), busy_s)
-            update_wait = sync.update_wait_s()
-            hits = int((out.argmax(1) == y).sum())
-            loss_sum, correct = loss_sum + loss.item(), correct + hits
-            ctx.metric("step", epoch=epoch, step=epoch * steps + step, loss=loss.item(),
-                       accuracy=hits / len(y), samples=len(y), step_time_s=step_s,
-                       compute_s=busy_s - backward_wait, sync_s=backward_wait + update_wait)
+            loss.backward()                      # DDP averages gradients during this call
+            straggle(cfg, ctx.rank)
+            timer.mark()
+            sync.wait_for_gradients(optimizer)   # Horovod, naive: the averages arrive here
+            timer.mark()
+            with sync.stepping(optimizer):
+                optimizer.step()                 # the same update on every rank
+            timer.mark()
+
+            hits, step_loss = int((out.argmax(1) == y).sum()), loss.item()
+            loss_sum, correct = loss_sum + step_loss, correct + hits
+            ctx.metric("step", epoch=epoch, step=global_step, loss=step_loss,
+                       accuracy=hits / len(y), samples=len(y),
+                       **timer.split(sync.backward_wait_s))
         elapsed = time.perf_counter() - epoch_start  # training only: evaluation comes after
-        held_out = None
-        if cfg.eval_every and (epoch + 1) % cfg.eval_every == 0:
-            held_out = evaluate(ctx, setup, sync)
-        ctx.metric("epoch", epoch=epoch, loss=loss_sum / steps,
-                   accuracy=correct / (steps * cfg.batch_size), samples=steps * cfg.batch_size,
-                   epoch_time_s=elapsed, samples_per_s=steps * cfg.batch_size / elapsed,
-                   **(held_out or {}))
-        if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
-            save(ctx, setup.module, optimizer, epoch + 1, (epoch + 1) * steps)
+        held_out = end_epoch(ctx, setup, sync, optimizer, epoch, steps,
+                             {"loss": loss_sum / steps, "correct": correct, "seconds": elapsed})
     return held_out
+
+
+def steps_to_run(ctx: RankContext, n_train: int) -> int:
+    """Steps per epoch: every rank takes the same number (see sharding.py), at most
+    `max_steps`."""
+    cfg = ctx.config
+    steps = steps_per_epoch(n_train, ctx.size, cfg.batch_size)
+    if steps == 0:
+        raise ValueError(f"{n_train} training samples are fewer than one global batch of "
+                         f"{ctx.size} ranks x {cfg.batch_size}: lower --batch-size or --np")
+    return min(steps, cfg.max_steps) if cfg.max_steps else steps
+
+
+def announce_ready(ctx: RankContext, setup: Setup, steps: int) -> None:
+    """The "ready" event: training starts, and what it runs on (see ARCHITECTURE.md)."""
+    ctx.metric("event", message="ready", steps_per_epoch=steps, epochs=ctx.config.epochs,
+               device=str(setup.device), timing=setup.clock.what,
+               threads=torch.get_num_threads(), cores=allowed_cores(),
+               train_samples=len(setup.train_idx), val_samples=len(setup.val_idx),
+               cuda_initialized=torch.cuda.is_initialized(),
+               cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def end_epoch(ctx: RankContext, setup: Setup, sync: Synchronizer,
+              optimizer: torch.optim.Optimizer, epoch: int, steps: int,
+              trained: dict[str, float]) -> dict[str, float] | None:
+    """Evaluate when due, write the "epoch" line and checkpoint when due.
+
+    `trained` holds the epoch's mean training `loss`, its `correct` count and its
+    training time in `seconds`. Returns the held-out metrics if this epoch was evaluated.
+    """
+    cfg, samples = ctx.config, steps * ctx.config.batch_size
+    held_out = None
+    if cfg.eval_every and (epoch + 1) % cfg.eval_every == 0:
+        held_out = evaluate(ctx, setup, sync)
+    ctx.metric("epoch", epoch=epoch, loss=trained["loss"],
+               accuracy=trained["correct"] / samples, samples=samples,
+               epoch_time_s=trained["seconds"], samples_per_s=samples / trained["seconds"],
+               **(held_out or {}))
+    if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
+        save(ctx, setup.module, optimizer, epoch + 1, (epoch + 1) * steps)
+    return held_out
+
+
+def straggle(cfg: JobConfig, rank: int) -> None:
+    """Make this rank a slow worker when the job asks for one: every other rank waits."""
+    if cfg.straggler_delay and rank == cfg.straggler_rank:
+        time.sleep(cfg.straggler_delay)
 
 
 def warmup_lr(lr: float, step: int, warmup_steps: float) -> float:

@@ -4,10 +4,57 @@ from workbench.notebooks import code, md
 
 NAME = "02_data_parallelism_horovod.ipynb"
 
-#: Section 7: the student writes the Horovod steps in a cell and runs them on real ranks.
+#: Section 7: the same job on the naive engine, DDP and Horovod.
+ENGINES_COMPARED = [
+    md(r"""
+## 7. What buckets and overlap buy: naive, DDP and Horovod
+
+All three engines compute the same average; they differ in *when* and *how* it travels.
+The naive engine (`engine="naive"`) is the ring allreduce of notebook 04 put to work: once
+`backward()` has returned, it sums each gradient around the ring and divides by the number
+of ranks, one tensor after another. No buckets, no overlap:
+"""),
+    code(r"""
+print(module_source("workbench.training.naive_rank", "class NaiveSync", "def broadcast"))
+"""),
+    md(r"""
+DDP packs the gradients into buckets and allreduces each bucket while `backward()` is still
+running; Horovod does the same with Tensor Fusion and its background thread. Here is one
+small job, 2 ranks for 30 steps, on each engine in turn. The table splits each step into
+computing (forward and backward) and time blocked on gradients; samples/s is the global
+batch divided by the step time.
+"""),
+    code(r"""
+from workbench.lessons.runs import step_split
+
+SAME_JOB = dict(np=2, model="mlp", width=256, dataset="digits", epochs=1, max_steps=30,
+                batch_size=32, lr=0.1, threads_per_rank=1)
+rows = []
+for engine in ("naive", "torch", "horovod"):   # one after another: they would share cores
+    job = workbench.start(workbench.JobConfig(engine=engine, **SAME_JOB))
+    assert job.wait(timeout=180) == "succeeded", job.summary
+    rows.append(step_split(job))
+table(rows, [("engine", "engine", "s"), ("step_ms", "step (ms)", ".2f"),
+             ("compute_ms", "computing (ms)", ".2f"), ("sync_ms", "blocked on gradients (ms)",
+                                                       ".2f"),
+             ("samples_per_s", "samples/s", ".0f")],
+      caption="The same job on three engines, 2 ranks (torch = DDP)")
+"""),
+    md(r"""
+Expect the naive engine's step to be the longest, most of it blocked on gradients: it
+starts communicating only after the backward pass, runs one ring per tensor, each paying
+its 2(p−1) message latencies, and drives every message from Python. DDP and Horovod hide
+part of their communication behind the backward pass and send fewer, larger messages. All
+three compute the same update (the invariant of section 6 holds for each; the workbench's
+tests check it), so the difference is speed alone. On a shared machine the numbers move
+from run to run: rerun the cell, or try `width=1024`, to see which differences stay.
+"""),
+]
+
+#: Section 8: the student writes the Horovod steps in a cell and runs them on real ranks.
 YOUR_OWN_RANKS = [
     md(r"""
-## 7. Your turn: the Horovod steps in your own code
+## 8. Your turn: the Horovod steps in your own code
 
 So far the ranks ran the workbench's loop. Now write the steps yourself. Here is a plain
 one-process training function (a small MLP, batch 8, two epochs):
@@ -193,6 +240,18 @@ MXNet. This is the program each rank of a workbench job runs:
 print(module_source("workbench.training.horovod_rank", "def main"))
 """),
     md(r"""
+`main()` ends in `train(...)`, the loop every engine shares. Its step is plain SGD; only
+`sync`, the engine's *synchronizer*, differs. Horovod's is printed below the loop: its
+`wait_for_gradients` is the wrapped optimizer's `synchronize()`, which waits for the
+allreduces that `backward()` started, and `optimizer.step()` then runs inside
+`skip_synchronize()`, because a plain `step()` would allreduce once more.
+"""),
+    code(r"""
+print(module_source("workbench.training.loop", "def train(", "def steps_to_run"))
+print()
+print(module_source("workbench.training.horovod_rank", "class HorovodSync", "def main"))
+"""),
+    md(r"""
 Horovod's documentation (`docs/pytorch.rst` and the README) lists six steps:
 
 1. **`hvd.init()`**: the process joins the job and learns its `rank` (0 … N−1), the `size`
@@ -228,7 +287,7 @@ the same record in `./runs` (`workbench show RUN` opens it). These are the comma
     code(r"""
 from workbench.jobs import ENGINES
 
-for engine, ranks in [("horovod", 2), ("torch", 2), ("serial", 1)]:
+for engine, ranks in [("horovod", 2), ("torch", 2), ("naive", 2), ("serial", 1)]:
     print(" ".join(ENGINES[engine].plain_command(ranks)), "--epochs 1")
 """),
     md(r"""
@@ -295,6 +354,7 @@ step is spent *synchronizing*: there is little computation to hide the communica
 And the status line shows that starting the processes took longer than training. Both
 effects shrink as models grow (notebook 06 measures them).
 """),
+    *ENGINES_COMPARED,
     *YOUR_OWN_RANKS,
     md(r"""
 ## Summary
@@ -309,6 +369,8 @@ effects shrink as models grow (notebook 06 measures them).
   optimizer (allreduce overlapped with backward, negotiated every cycle, Tensor Fusion),
   broadcast the initial state, checkpoint on rank 0 only. Sharding the data is yours to do.
   DDP does the same with buckets.
+- Averaging each gradient with a ring after `backward()` (the naive engine) gives the same
+  update, later: buckets and overlap with the backward pass are what DDP and Horovod add.
 - The global batch grows with the number of workers, so the learning rate must grow too
   (Goyal et al. 2017).
 

@@ -145,7 +145,7 @@ ALPHA = 5e-6                      # 5 µs per message
 workers = [2 ** k for k in range(1, 11)]
 curves("Allreduce time of 100 MB on 10 Gbit/s links", "workers p (log)", "seconds (log)",
        {alg: (workers, [costmodel.allreduce_time(alg, MB, p, ALPHA, 1 / GBIT) for p in workers])
-        for alg in ("ring", "tree", "recursive-doubling", "ps")}, log_x=True, log_y=True,
+        for alg in ("ring", "rabenseifner", "recursive-doubling", "ps")}, log_x=True, log_y=True,
        markers=True)
 """),
     md(r"""
@@ -156,7 +156,7 @@ vector $\lceil \log_2 p \rceil$ times, suits only short messages.
 ## 3. Halving and doubling: fewer rounds
 
 The ring needs $2(p-1)$ rounds of messages; at 1,024 workers and 5 µs each that is 10 ms
-before a single byte moves. **Recursive halving and doubling** (Rabenseifner; `"tree"` in
+before a single byte moves. **Recursive halving and doubling** (Rabenseifner; `"rabenseifner"` in
 the cost model) does the reduce-scatter by *halving*: in round $i$ each worker swaps half of
 what it still holds with a partner $2^i$ away, and the allgather by *doubling*, in reverse.
 The same $2\frac{p-1}{p}n$ bytes as the ring, in only $2\log_2 p$ rounds:
@@ -171,7 +171,7 @@ SMALL_BYTES = 64e3                # a 64 KB message: a small layer's gradient
 curves("Allreduce time of 64 KB on 10 Gbit/s links", "workers p (log)", "seconds (log)",
        {alg: (workers, [costmodel.allreduce_time(alg, SMALL_BYTES, p, ALPHA, 1 / GBIT)
                         for p in workers])
-        for alg in ("ring", "tree", "recursive-doubling")}, log_x=True, log_y=True,
+        for alg in ("ring", "rabenseifner", "recursive-doubling")}, log_x=True, log_y=True,
        markers=True)
 """),
     md(r"""

@@ -1,0 +1,102 @@
+"""torchrun --standalone --nproc-per-node 2 -m workbench.training.naive_rank
+
+One rank of a naive data-parallel job, started by `torchrun`: by the workbench
+(`workbench run --engine naive`), or by hand as above, with any flag of `workbench run`;
+then the ranks keep their record in ./runs themselves (training/standalone.py).
+
+Data parallelism built from the ring allreduce of notebook 04 (`ring_allreduce.py`), and
+nothing else. Once `backward()` has returned, every gradient is summed around the ring
+and divided by the number of ranks, one tensor after another. Like picotron's
+`DataParallelNaive` beside `DataParallelBucket`, it is not used in practice: it is the
+starting point that shows what DDP and Horovod add.
+
+Why it is slower than DDP and Horovod, which average the very same gradients:
+
+- **No overlap.** Communication starts only when the whole backward pass is done, so every
+  second of it adds to the step. DDP and Horovod send a gradient as soon as `backward()`
+  has produced it, while the layers below are still being differentiated.
+- **No buckets.** One ring allreduce per parameter tensor. Each costs 2(p−1) messages
+  (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
+  workstations", J. Parallel Distrib. Comput. 69(2), 2009), so the latency term
+  2(p−1)·α is paid once per tensor: twice per layer (weight and bias). DDP packs
+  gradients into 25 MB buckets and Horovod fuses them (Tensor Fusion), paying it once
+  per bucket.
+- **Python, one message at a time.** Each ring step is an `isend` and a `recv` from
+  Python, where gloo's own allreduce runs its ring in C++.
+
+The result is exact all the same: N ranks with batch b follow one process with batch N·b.
+The steps of `main()` are those of the DDP rank, with our synchronizer in place of DDP. It
+runs on CPUs only, over gloo (workbench/jobs/devices.py says why not on GPUs).
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import torch
+import torch.distributed as dist
+
+from workbench.models import make_optimizer
+from workbench.synchronization.ring_allreduce import dist_ring_allreduce
+from workbench.training.checkpoint import restore
+from workbench.training.loop import Synchronizer, build, finish, pin_cpu, train
+from workbench.training.reporter import RankContext
+
+
+class NaiveSync(Synchronizer):
+    """Average every gradient of the optimizer's parameters with our own ring allreduce,
+    one tensor at a time, after the backward pass.
+
+    Every rank walks the parameters in the same order (the optimizer's groups, built the
+    same way on every rank), so the k-th ring of one rank meets the k-th ring of the others.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def wait_for_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                if param.grad is not None:
+                    dist_ring_allreduce(param.grad)  # the sum over the ranks, in place
+                    param.grad.div_(self.size)       # ... and the mean
+
+    def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
+        return dist_ring_allreduce(values)
+
+
+def broadcast_parameters(model: torch.nn.Module) -> None:
+    """Start every replica from rank 0's parameters and buffers, as DDP's constructor does."""
+    for tensor in model.state_dict().values():
+        dist.broadcast(tensor, src=0)
+
+
+def main() -> None:
+    with RankContext.from_env() as ctx:
+        cfg = ctx.config
+
+        # Step 1: join the process group. gloo's isend returns at once, so every rank can
+        # send before it receives, as the ring needs.
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.stall_timeout))
+        ctx.metric("event", message="init")  # joined the job: every rank can now talk
+
+        # Step 2: pin this rank to its share of the CPU cores.
+        pin_cpu(cfg, ctx.local_rank)
+        setup = build(cfg, torch.device("cpu"))
+
+        # Step 3: every replica starts from rank 0's parameters.
+        broadcast_parameters(setup.model)
+        optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
+                                   cfg.momentum, cfg.weight_decay)
+        setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
+
+        # Step 4: train on this rank's shards; after each backward pass, NaiveSync averages
+        # the gradients before the optimizer steps.
+        sync = NaiveSync(ctx.size)
+        held_out = train(ctx, setup, optimizer, sync)
+        finish(ctx, setup, sync, held_out)
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
