@@ -317,9 +317,10 @@ panel
 """),
     md(r"""
 Press **Start**, or run the next cell, which presses it for you. The cell also starts the
-serial baseline with the panel's settings and a batch of ranks × batch per rank. The two
-jobs share the cores, which does not matter here: we compare what they learn, not their
-speed.
+serial baseline with the panel's settings and a batch of ranks × batch per rank. Each job
+gets cores of its own; where there are not enough for both (2 ranks + 1 process on a 2-core
+machine), the second waits in the machine's queue, and the panel says so. Only what they
+learn is compared here, not their speed.
 """),
     code(r"""
 cfg = panel.config()  # the settings in the panel, checked
