@@ -48,7 +48,7 @@ lab: setup  ## start JupyterLab on 127.0.0.1 (token authentication), opened on t
 # because some share a fixture that must exist once (the local Slurm, the two hosts).
 # -rs lists every skipped test with its reason (e.g. the Slurm tests, without root).
 test: setup sysdeps  ## run tests/ and every notebook (nbmake), browser tests included
-	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbmake --nbmake-timeout=600 --durations=15 \
+	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbmake --nbmake-timeout=600 --durations=30 \
 	  -n $(TEST_WORKERS) --dist loadfile -rs \
 	  $(PYTEST_ARGS)
 
