@@ -46,9 +46,12 @@ lab: setup  ## start JupyterLab on 127.0.0.1 (token authentication), opened on t
 # Three workers, each taking whole files (--dist loadfile): a job test mostly waits for
 # processes to start, so three files at a time fit two cores; a file's tests stay together
 # because some share a fixture that must exist once (the local Slurm, the two hosts).
+# The longest files come first (nbgrader's round trip, then the notebooks): started last,
+# they would leave one worker running them alone at the end. (pytest collects a file named
+# twice only once.)
 # -rs lists every skipped test with its reason (e.g. the Slurm tests, without root).
 test: setup sysdeps  ## run tests/ and every notebook (nbmake), browser tests included
-	$(BIN)/python -m pytest tests $(NOTEBOOKS) --nbmake --nbmake-timeout=600 --durations=30 \
+	$(BIN)/python -m pytest tests/test_classroom_nbgrader.py $(NOTEBOOKS) tests --nbmake --nbmake-timeout=600 --durations=30 \
 	  -n $(TEST_WORKERS) --dist loadfile -rs \
 	  $(PYTEST_ARGS)
 

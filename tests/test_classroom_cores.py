@@ -203,6 +203,8 @@ def test_a_queued_job_can_be_stopped_and_leaves_the_queue(tmp_path, two_cores):
     assert waiting.status == "queued"
     waiting.stop()
     assert waiting.status == "stopped" and waiting.summary["status"] == "stopped"
+    on_record = {r.run_id: r.status for r in workbench.list_runs(str(tmp_path / "runs"))}
+    assert on_record[waiting.run_id] == "stopped"                 # a run on record, too
     assert [e["run_id"] for e in cores.snapshot()["waiting"]] == []
     assert big.wait(120) == "succeeded"
     assert cores.snapshot() == {"held": [], "waiting": []}

@@ -88,6 +88,8 @@ class Job:
         self.config = cfg
         sharing = cores.settings()  # a bad setting fails here, before anything is written
         self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, _label(cfg))
+        # Written first, so that even a run stopped while it queues is a run on record.
+        write_json_atomic(self.run_dir / "config.json", cfg.to_dict())
         for name, data in (files or {}).items():  # inputs the ranks read as they start
             (self.run_dir / name).parent.mkdir(parents=True, exist_ok=True)  # e.g. user/
             (self.run_dir / name).write_bytes(data)
@@ -260,7 +262,6 @@ class Job:
 
     def _launch(self, module: str, args: list[str]) -> None:
         cfg = self.config
-        write_json_atomic(self.run_dir / "config.json", cfg.to_dict())
         owner_beat(self.run_dir)  # before any rank starts: they read it from their start
         threads = cfg.resolved_threads()
         env = {
