@@ -106,7 +106,7 @@ def figure_widget(fig):
     return charts.to_widget(fig)
 
 
-async def until_finished(panel: Any, timeout_s: float = 300.0, poll_s: float = 0.25) -> None:
+async def until_finished(panel: Any, timeout_s: float = 500.0, poll_s: float = 0.25) -> None:
     """Wait, without blocking the kernel, until ``panel`` (a training or scaling panel) has
     finished its job or sweep; use it as ``await until_finished(panel)`` in a cell.
 

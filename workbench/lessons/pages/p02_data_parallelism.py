@@ -32,7 +32,7 @@ SAME_JOB = dict(np=2, model="mlp", width=256, dataset="digits", epochs=1, max_st
 rows = []
 for engine in ("naive", "torch", "horovod"):   # one after another: they would share cores
     job = workbench.start(workbench.JobConfig(engine=engine, **SAME_JOB))
-    assert job.wait(timeout=180) == "succeeded", job.summary
+    assert job.wait(timeout=400) == "succeeded", job.summary
     rows.append(step_split(job))
 table(rows, [("engine", "engine", "s"), ("step_ms", "step (ms)", ".2f"),
              ("compute_ms", "computing (ms)", ".2f"), ("sync_ms", "blocked on gradients (ms)",
@@ -328,7 +328,7 @@ serial = workbench.start(dataclasses.replace(cfg, engine="serial", np=1,
                                              batch_size=cfg.np * cfg.batch_size))
 panel.start_button.click()
 await until_finished(panel)
-serial.wait(timeout=300)
+serial.wait(timeout=400)
 print(f"Horovod: {panel.job.status}; serial: {serial.status}")
 """),
     code(r"""
