@@ -3,6 +3,7 @@ the critical batch size."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from workbench.records import load_run, of_kind
 from workbench.scaling.critical_batch import batch_scan
 from workbench.scaling.metrics import time_to_target
 from workbench.scaling.sweep import Target, sweep_config
-from workbench.training.loop import warmup_lr
+from workbench.training.loop import warmup_lr, warmup_start
 
 EPOCHS = [  # rank 1's lines must be ignored: rank 0 speaks for the run
     {"rank": 0, "epoch": 0, "epoch_time_s": 1.0, "val_loss": 0.9, "val_accuracy": 0.70},
@@ -45,10 +46,18 @@ def test_targets_and_lr_scaling_in_sweep_configurations():
     assert sweep_config(base, 4, "strong", scale_lr=True).lr == 0.05  # global batch fixed
 
 
-def test_warmup_ramps_linearly_to_the_learning_rate():
-    assert [warmup_lr(0.4, s, 4) for s in range(6)] == pytest.approx(
-        [0.1, 0.2, 0.3, 0.4, 0.4, 0.4])
-    assert warmup_lr(0.4, 0, 0) == 0.4
+def test_warmup_ramps_from_eta_to_k_eta_as_goyal_et_al():
+    # η = 0.1 to kη = 0.4 over 4 steps, then kη (Goyal et al. 2017, sec. 2.2)
+    assert [warmup_lr(0.4, s, 4, 0.1) for s in range(6)] == pytest.approx(
+        [0.1, 0.175, 0.25, 0.325, 0.4, 0.4])
+    assert warmup_lr(0.4, 0, 0, 0.1) == 0.4
+    cfg = JobConfig(lr=0.4, warmup_epochs=1)
+    assert warmup_start(cfg, 4) == pytest.approx(0.1)          # k = 4 ranks, each its batch
+    assert warmup_start(dataclasses.replace(cfg, warmup_start_lr=0.2), 4) == 0.2
+    base = JobConfig(dataset="digits", batch_size=32, lr=0.05, warmup_epochs=0.5)
+    weak = sweep_config(base, 4, "weak", scale_lr=True)
+    assert (weak.lr, weak.warmup_start_lr) == pytest.approx((0.2, 0.05))
+    assert sweep_config(base, 4, "strong").warmup_start_lr == 0.05   # lr unchanged: no ramp
     with pytest.raises(ConfigError, match="--warmup-epochs"):
         JobConfig(warmup_epochs=-1).validate()
 

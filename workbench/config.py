@@ -61,9 +61,10 @@ class JobConfig:
     the final loss and accuracy are measured on them, and, every `eval_every` epochs
     (0 = only at the end), so are the `val_loss` and `val_accuracy` of the epoch lines.
 
-    `warmup_epochs` > 0 raises the learning rate linearly from almost 0 to `lr` over that many
-    epochs (Goyal et al. 2017): a large learning rate, as the linear scaling rule gives a
-    large global batch, is safe only once the first steps have left the initial region.
+    `warmup_epochs` > 0 is Goyal et al.'s (2017) gradual warm-up: the learning rate starts at
+    η and rises linearly to `lr` = kη over that many epochs (they use 5), since the linear
+    scaling rule's large rate diverges from a random start. η is `warmup_start_lr`, or, when
+    that is 0, `lr` / the number of ranks: the rule's η when each rank keeps its batch.
 
     Faults: with `fail_at_step` > 0, rank `fail_rank` fails at that step (counted from the
     start of the job, across epochs), as a crashed machine would end it. Rank 0 saves a
@@ -109,6 +110,7 @@ class JobConfig:
     momentum: float = 0.0
     weight_decay: float = 0.0
     warmup_epochs: float = 0.0
+    warmup_start_lr: float = 0.0
     seed: int = 0
     threads_per_rank: int = 0
     runs_dir: str = "runs"
@@ -219,6 +221,7 @@ class JobConfig:
         _float_range("momentum", self.momentum, 0.0, 0.999999)
         _float_range("weight_decay", self.weight_decay, 0.0, 1.0)
         _float_range("warmup_epochs", self.warmup_epochs, 0.0, 1000.0)
+        _float_range("warmup_start_lr", self.warmup_start_lr, 0.0, 100.0)
         _float_range("straggler_delay", self.straggler_delay, 0.0, 60.0)
         _float_range("stall_timeout", self.stall_timeout, 1.0, 86_400.0)
         _float_range("cycle_time_ms", self.cycle_time_ms, 0.0, 1000.0)

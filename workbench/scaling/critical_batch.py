@@ -26,7 +26,7 @@ from torch import nn
 
 from workbench.config import JobConfig
 from workbench.models import make_optimizer
-from workbench.training.loop import build, set_lr, warmup_lr
+from workbench.training.loop import build, set_lr, warmup_lr, warmup_start
 from workbench.training.sharding import epoch_order
 
 
@@ -48,11 +48,12 @@ def steps_to_target(cfg: JobConfig, target_accuracy: float,
         raise ValueError(f"batch size {cfg.batch_size} exceeds the {n} training samples")
     x_val, y_val = data.x[setup.val_idx], data.y[setup.val_idx]
     limit = max(1, int(max_epochs * per_epoch))
+    start = warmup_start(cfg, 1)   # one process: η is `warmup_start_lr`, else no ramp
     for step in range(limit):
         epoch, k = divmod(step, per_epoch)
         if k == 0:
             order = setup.train_idx[epoch_order(n, cfg.seed, epoch)]
-        set_lr(optimizer, warmup_lr(cfg.lr, step, cfg.warmup_epochs * per_epoch))
+        set_lr(optimizer, warmup_lr(cfg.lr, step, cfg.warmup_epochs * per_epoch, start))
         idx = order[k * cfg.batch_size:(k + 1) * cfg.batch_size]
         loss = nn.functional.cross_entropy(model(data.x[idx]), data.y[idx])
         if not math.isfinite(loss.item()):
@@ -70,7 +71,8 @@ def steps_to_target(cfg: JobConfig, target_accuracy: float,
 def batch_scan(base: JobConfig, batch_sizes: list[int], target_accuracy: float,
                scale_lr: bool = True, max_epochs: float = 8.0) -> list[dict]:
     """`steps_to_target` for each global batch size, the learning rate scaled linearly
-    from `base` (batch `base.batch_size`, rate `base.lr`) when `scale_lr`.
+    from `base` (batch `base.batch_size`, rate `base.lr`) when `scale_lr`. A warm-up
+    (`base.warmup_epochs`) starts at `base.lr`, the η of Goyal et al. (2017).
 
     Returns rows ``{"batch_size", "lr", "steps", "samples"}`` (steps and samples None where
     the target was not reached).
@@ -78,7 +80,8 @@ def batch_scan(base: JobConfig, batch_sizes: list[int], target_accuracy: float,
     rows = []
     for b in batch_sizes:
         lr = base.lr * b / base.batch_size if scale_lr else base.lr
-        cfg = JobConfig(**{**base.to_dict(), "batch_size": b, "lr": lr})
+        cfg = JobConfig(**{**base.to_dict(), "batch_size": b, "lr": lr,
+                           "warmup_start_lr": base.warmup_start_lr or base.lr})
         steps = steps_to_target(cfg, target_accuracy, max_epochs)
         rows.append({"batch_size": b, "lr": lr, "steps": steps,
                      "samples": None if steps is None else steps * b})

@@ -83,6 +83,8 @@ def sweep_config(base: JobConfig, np: int, mode: str, scale_lr: bool = False) ->
 
     ``base.batch_size`` is the global batch in strong mode and the per-rank batch in weak mode.
     With ``scale_lr`` (weak mode), the learning rate grows with the global batch: ``lr × np``.
+    A warm-up (``base.warmup_epochs``) starts at ``base.lr``, η in Goyal et al. (2017), and
+    rises to the run's rate; where that is ``base.lr`` too, the rate stays constant.
     """
     if mode not in MODES:
         raise ConfigError(f"--mode {mode!r} is not allowed: use 'strong' or 'weak'")
@@ -101,6 +103,8 @@ def sweep_config(base: JobConfig, np: int, mode: str, scale_lr: bool = False) ->
         changes["epochs"] = base.epochs * np
     if scale_lr and mode == "weak":
         changes["lr"] = base.lr * np
+    if base.warmup_epochs and not base.warmup_start_lr:
+        changes["warmup_start_lr"] = base.lr
     return dataclasses.replace(base, **changes)
 
 

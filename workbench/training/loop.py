@@ -306,7 +306,8 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
             maybe_fail(cfg, ctx.rank, global_step)
             x, y = batches(shard(order, step, ctx.rank, ctx.size, cfg.batch_size))
             if cfg.warmup_epochs:
-                set_lr(optimizer, warmup_lr(cfg.lr, global_step, cfg.warmup_epochs * steps))
+                set_lr(optimizer, warmup_lr(cfg.lr, global_step, cfg.warmup_epochs * steps,
+                                             warmup_start(cfg, ctx.size)))
 
             timer.start()
             optimizer.zero_grad()
@@ -380,15 +381,24 @@ def straggle(cfg: JobConfig, rank: int) -> None:
         time.sleep(cfg.straggler_delay)
 
 
-def warmup_lr(lr: float, step: int, warmup_steps: float) -> float:
-    """The learning rate of `step` (counted from 0) during a linear warm-up to `lr`.
+def warmup_lr(lr: float, step: int, warmup_steps: float, start_lr: float) -> float:
+    """The learning rate of `step` (counted from 0) during a gradual warm-up to `lr`.
 
-    Goyal et al. (2017) raise the rate step by step over the first epochs: large rates,
-    like those the linear scaling rule gives large batches, diverge from a random start.
-    This ramp starts near 0 rather than at the small-batch rate, so it does not depend on
-    the number of ranks and N ranks still follow the serial run with batch N·b.
+    Goyal et al. (2017, sec. 2.2, "gradual warmup") train k workers, each with the batch
+    the rate η was tuned for, at the linear scaling rule's kη. They start at η and raise
+    the rate by the same amount every step until it reaches kη after 5 epochs: kη from a
+    random start diverges. Here `start_lr` is η, `lr` is kη and the ramp lasts
+    `warmup_steps` steps; after it the rate stays at `lr`.
     """
-    return lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else lr
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return lr
+    return start_lr + (lr - start_lr) * step / warmup_steps
+
+
+def warmup_start(cfg: JobConfig, ranks: int) -> float:
+    """η, where the warm-up of `cfg` starts: `cfg.warmup_start_lr`, or else ``lr / ranks``
+    (the linear scaling rule's η when each of the k = `ranks` workers keeps its batch)."""
+    return cfg.warmup_start_lr or cfg.lr / max(1, ranks)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
