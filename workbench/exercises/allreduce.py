@@ -170,7 +170,8 @@ def _wrong_scale(factors: dict[int, float]) -> Feedback:
         return not_yet(
             f"with {p} ranks every rank holds the sum of the gradients, {p} times the average.",
             "An allreduce sums; you still have to divide by the world size. Summing instead of "
-            "averaging makes the step p times larger, like multiplying the learning rate by p.",
+            "averaging makes each gradient p times larger: with plain SGD, like a p times "
+            "larger learning rate (Adam, which divides by the gradient's size, hardly notices).",
         )
     divisors = {q: q / f for q, f in factors.items()}  # no zero here: caught above
     if len({round(d, 6) for d in divisors.values()}) == 1:

@@ -8,8 +8,8 @@ while each stage is busy for only M of them. The idle share, the *bubble*, is
     bubble = (P − 1) / (M + P − 1)
 
 and the backward pass has the same shape. More micro-batches shrink it, but slowly: at the
-rule of thumb M = 4P it is still (P − 1)/(5P − 1), 16% for P = 4 and near 20% for many
-stages. Megatron-LM and the Ultra-Scale Playbook normalise the same idle time by the ideal
+rule of thumb M = 4P it is still (P − 1)/(5P − 1): 11% for P = 2, 16% for P = 4, near 20%
+for many stages. Megatron-LM and the Ultra-Scale Playbook normalise the same idle time by the ideal
 (busy) time instead, (P − 1)/M; both are right, as long as you say which one you use. This
 exercise uses the idle share of the whole run. 1F1B with a flush (PipeDream-Flush,
 Narayanan et al., ICML 2021) keeps the same bubble but holds only P micro-batches of

@@ -301,8 +301,9 @@ def _end_to_end(fn, phase: str) -> Feedback:
     return correct(
         f"your {phase} step is right at every step for 3 and 4 ranks, and the whole ring gives "
         "the same sums as the send/recv implementation for 2, 3 and 5 ranks. Each rank sent "
-        "2(p − 1) chunks of n/p elements, 2(p − 1)/p · n in all: the least any allreduce can "
-        "send per rank, with every link equally busy."
+        "2(p − 1) chunks of n/p elements, 2(p − 1)/p · n in all: in any allreduce the busiest "
+        "rank sends at least that much, and the ring meets it on every rank, every link "
+        "equally busy."
     )
 
 

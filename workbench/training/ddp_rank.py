@@ -13,7 +13,8 @@ arXiv:2006.15704):
 2. Pin the device: one GPU per local rank, or this rank's share of the CPU cores.
 3-4. Wrap the model in `DistributedDataParallel`: its constructor broadcasts rank 0's
    parameters, and during `backward()` it averages gradients with allreduce, bucket by
-   bucket (25 MB buckets by default), overlapping communication with the backward pass.
+   bucket (the first one capped at 1 MiB, the rest at `bucket_cap_mb` = 25 MiB),
+   overlapping communication with the backward pass.
 5. Shard the data: each rank trains on its own slice of every global batch.
 
 A communication hook times each bucket's allreduce, so a step can be split into time

@@ -58,7 +58,8 @@ def average_gradients(rank_grads):
 - Every rank must apply the **same** update, or the replicas drift apart: that is why
   synchronous data parallelism ends each step with an allreduce.
 - An allreduce sums; averaging needs one division by the world size. Forgetting it makes
-  each step $p$ times too large, as if the learning rate had been multiplied by $p$.
+  each gradient $p$ times too large: with plain SGD, as if the learning rate had been
+  multiplied by $p$ (Adam, which divides by the gradient's running size, barely notices).
 - In real code: Horovod's `hvd.allreduce(g, op=hvd.Average)` (what `hvd.DistributedOptimizer`
   does for every gradient), or `torch.distributed.all_reduce(g)` followed by
   `g /= world_size` (what DDP does for you).

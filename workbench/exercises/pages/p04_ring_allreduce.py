@@ -12,7 +12,7 @@ CELLS = [
 - describe the two phases of a ring allreduce, reduce-scatter and allgather,
 - write one reduce-scatter step on simulated ranks,
 - explain why the ring is bandwidth-optimal: it meets the lower bound of
-  $2\frac{p-1}{p}n$ bytes per rank, with every link equally loaded.
+  $2\frac{p-1}{p}n$ bytes on the busiest rank, with every link equally loaded.
 
 **Time:** about 25 minutes.
 """),
@@ -79,8 +79,9 @@ def my_allgather_step(chunks, step):
 
 - Reduce-scatter adds chunks as they travel around the ring; allgather copies the finished
   chunks around once more. Each phase takes $p - 1$ steps.
-- Each rank sends $2(p-1)$ chunks of $n/p$ elements, $2\frac{p-1}{p}n$ in all. No allreduce
-  can send less per rank, and the ring loads every link equally: that makes it
+- Each rank sends $2(p-1)$ chunks of $n/p$ elements, $2\frac{p-1}{p}n$ in all. In any
+  allreduce among the $p$ ranks the busiest rank sends at least that much (Patarasuk & Yuan
+  2009); the ring meets the bound on every rank and loads every link equally: that makes it
   bandwidth-optimal, $T = 2(p-1)\alpha + 2\frac{p-1}{p} n \beta$ (about $2n$ is not the
   reason: a parameter-server worker sends that much too). Its weakness is the $2(p-1)$
   latencies; Rabenseifner's halving-doubling needs only $2\log_2 p$.

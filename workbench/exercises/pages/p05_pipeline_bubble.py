@@ -60,7 +60,8 @@ micro_batches_needed = 27
 ## Summary
 
 - With $P$ stages and $M$ micro-batches the bubble is $(P-1)/(M+P-1)$: more micro-batches
-  shrink it; more stages grow it. At $M = 4P$ it is still $(P-1)/(5P-1)$, 16–20%.
+  shrink it; more stages grow it. At $M = 4P$ it is still $(P-1)/(5P-1)$: 11.1% for
+  $P = 2$, 15.8% for $P = 4$, approaching 20% as $P$ grows.
   Megatron-LM writes the same idle time over the ideal time, $(P-1)/M$: both are right;
   say which one you use.
 - The 1F1B schedule with a flush (PipeDream-Flush, Narayanan et al., ICML 2021) keeps the

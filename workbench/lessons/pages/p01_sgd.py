@@ -171,8 +171,8 @@ that the **linear scaling rule** recovers the lost progress: *multiply the learn
 $k$ too*. The reason: $k$ small steps of size $\eta$ on nearly the same weights add up to
 about one step of size $k\eta$ on the average gradient of the $k$ batches, which is the
 large batch's gradient. The approximation fails at the very start of training, when the
-weights change fast; they therefore *warm up*, raising the learning rate gradually over the
-first 5 epochs. With both, they trained ResNet-50 on ImageNet with batches of up to 8,192
+weights change fast; they therefore *warm up*, raising the learning rate linearly from $\eta$
+to $k\eta$ over the first 5 epochs (their "gradual warmup"). With both, they trained ResNet-50 on ImageNet with batches of up to 8,192
 images and no loss of accuracy.
 """),
     code(r"""

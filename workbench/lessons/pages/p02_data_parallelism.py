@@ -172,7 +172,9 @@ $$L_B = \frac{1}{Nb} \sum_{i \in B} \ell_i
 
 The gradient of the whole batch *is* the average of the shards' gradients: data
 parallelism with averaged gradients is exact, not an approximation. Summing instead of
-averaging would make every step $N$ times too large. One caveat: the derivation needs a loss
+averaging would make every gradient $N$ times too large: for plain SGD that is the same as
+an $N$ times larger learning rate, while Adam, which divides by the gradient's running
+size, barely notices (Kingma & Ba 2015). One caveat: the derivation needs a loss
 that is a mean of per-sample terms. **Batch normalization** breaks that: each worker
 normalizes with the mean and variance of its own $b$ samples, not of all $N b$, so the
 forward pass itself differs. `SyncBatchNorm` (PyTorch; `hvd.SyncBatchNorm` in Horovod)
@@ -219,7 +221,9 @@ for step in range(2):
 Every rank draws the *same* shuffled order (same seed), cuts it into global batches of
 $N \cdot b$ samples, and takes its own slice of $b$. Every sample is used once per epoch, by
 exactly one rank, and all ranks take the same number of steps, which synchronous training
-requires (a rank with one extra step would wait forever for the others).
+requires: a rank with one extra step would wait in an allreduce that no other rank joins,
+until Horovod reports that a peer has shut down or gloo and NCCL give up after their
+timeout, and the job fails.
 
 ## 4. Exchanging gradients: the allreduce
 
@@ -270,7 +274,7 @@ Horovod's documentation (`docs/pytorch.rst` and the README) lists six steps:
    only tensors ready on every rank are reduced, packed together into one buffer (*Tensor
    Fusion*, up to `HOROVOD_FUSION_THRESHOLD` bytes: 128 MiB by default in Horovod 0.28.1,
    `horovod/common/operations.cc`) to save messages. `step()` waits for all averages, then
-   updates. Notebook 05 shows these negotiations on a timeline.
+   updates. Notebook 06 shows these negotiations on a timeline.
 5. **Broadcast the initial state** from rank 0 (`hvd.broadcast_parameters`, and
    `hvd.broadcast_optimizer_state`): all replicas start identical even if their random
    initialisations, or a checkpoint, differ.
@@ -296,9 +300,10 @@ On several machines, `horovodrun -H host1:4,host2:4` places 4 ranks on each.
 **PyTorch DDP** does the same with other names (Li et al., "PyTorch Distributed: Experiences
 on Accelerating Data Parallel Training", VLDB 2020, arXiv:2006.15704):
 `init_process_group` (step 1), `DistributedDataParallel(model)` (steps 4 and 5: it
-broadcasts the parameters and allreduces gradients in *buckets* of 25 MB while `backward()`
-runs, with no negotiation: every rank registers the same buckets in the same order) and
-`DistributedSampler` (the sharding). TensorFlow offers `tf.distribute` strategies. The
+broadcasts the parameters and allreduces gradients in *buckets* while `backward()` runs:
+the first bucket is capped at 1 MiB so that communication starts early, the others at
+`bucket_cap_mb` = 25 MiB; no negotiation is needed, as every rank registers the same buckets
+in the same order) and `DistributedSampler` (the sharding). TensorFlow offers `tf.distribute` strategies. The
 workbench runs both Horovod and DDP (`engine="torch"`), with the same training loop.
 
 ## 6. Live: $N$ workers × batch $b$ = one worker × batch $N \cdot b$
@@ -398,8 +403,8 @@ effects shrink as models grow (notebook 06 measures them).
 <details><summary>Answers</summary>
 
 1. A batch of $4 \times 64 = 256$ samples.
-2. Every update is 4 times too large, as if the learning rate had been multiplied by the
-   number of workers.
+2. Every gradient is 4 times too large. With plain SGD that is a learning rate 4 times
+   too large; Adam divides by the gradient's running size, so its steps barely change.
 3. The seed is not a guarantee: a different initialisation order, a library version, or a
    checkpoint loaded on one rank only would give different starting points, and the replicas
    would never agree. The broadcast makes it certain, once, at almost no cost.

@@ -36,10 +36,12 @@ torch.set_num_threads(1)  # this kernel only coordinates: leave the cores to the
 
 In notebook 03 a **parameter server** held the model: every worker pushed its gradient of
 $n$ bytes and pulled $n$ bytes of new weights. With one server its single link carries
-$2pn$ bytes per step for $p$ workers, a time that grows *linearly* with $p$: the bottleneck
-that made Horovod move to ring allreduce (Sergeev & Del Balso 2018).
+$2pn$ bytes per step for $p$ workers, a time that grows *linearly* with $p$.
 
-No deployed system used one server. TensorFlow and BytePS **shard** the parameters over $k$
+Deployed systems shard the parameters rather than use one server, and even so Uber's
+TensorFlow jobs with parameter servers lost about half of their GPUs' time to
+communication at 128 GPUs, which is what made Horovod move to ring allreduce (Sergeev &
+Del Balso 2018). TensorFlow and BytePS **shard** the parameters over $k$
 servers, each holding $1/k$ of them: a server then receives $p$ shards of $n/k$ bytes and
 sends $p$ back, and the step waits for the busiest link, a server's ($pn/k$) or a worker's
 ($n$). Two placements:
@@ -101,9 +103,10 @@ $r-1$. Each vector is cut into $p$ chunks.
 Each worker sends $2(p-1)$ chunks of $n/p$ bytes, $2\frac{p-1}{p}n$ in all. That alone is not
 what makes the ring special (a parameter-server worker also sends about $2n$: it pushes $n$
 and pulls $n$). The ring is **bandwidth-optimal** because of a lower bound: in *any*
-allreduce every node must send and receive at least $2\frac{p-1}{p}n$ bytes, and the ring
-meets that bound with every link equally loaded, so no link is a bottleneck (Patarasuk &
-Yuan 2009). Rabenseifner's algorithm (reduce-scatter by recursive halving, then allgather
+allreduce among $p$ nodes that do all the sending, the busiest node must send (and one must
+receive) at least $2\frac{p-1}{p}n$ bytes, so the time is at least $2\frac{p-1}{p}n\beta$
+(Patarasuk & Yuan 2009). The ring meets that bound, and it does so with every node sending
+exactly that much and every link equally loaded, so no link is a bottleneck. Rabenseifner's algorithm (reduce-scatter by recursive halving, then allgather
 by recursive doubling) meets the same bound with $2\log_2 p$ messages instead of
 $2(p-1)$. In the $\alpha$–$\beta$ model ($\alpha$ seconds per message, $\beta$ seconds per
 byte):
@@ -163,8 +166,11 @@ The same $2\frac{p-1}{p}n$ bytes as the ring, in only $2\log_2 p$ rounds:
 
 $$T_{\text{halving-doubling}} = 2\log_2 p\,\alpha + 2\,\frac{p-1}{p}\, n\, \beta .$$
 
-So it wins when latency dominates: short messages, many workers. NCCL and MPI libraries
-switch between such algorithms by message size.
+So it wins when latency dominates: short messages, many workers. MPI libraries (Open MPI,
+MPICH) switch between recursive halving-doubling and the ring by message size and number
+of processes (Thakur et al. 2005). NCCL has no halving-doubling: it picks, by size and
+topology, between a ring, a double binary tree (whose latency grows as $\log p$) and, where
+the network or NVSwitch supports it, the in-network CollNet and NVLS algorithms.
 """),
     code(r"""
 SMALL_BYTES = 64e3                # a 64 KB message: a small layer's gradient

@@ -41,9 +41,14 @@ Model parallelism comes in two kinds, and the table describes the first:
   allgather of activations, several per layer and step), as Megatron-LM does. That traffic
   is heavy and frequent, so tensor parallelism stays inside a server with a fast bus.
 
-Data parallelism scales with the amount of data and is simple (notebook 02). Model
-parallelism is how models that do not fit on one device are trained at all: with $P$ workers,
-each holds about $1/P$ of the parameters. It sends only what crosses the cuts, which can be
+Data parallelism scales with the amount of data and is simple (notebook 02). In its plain
+form (Horovod, DDP) every worker holds a whole replica: weights, gradients and optimizer
+state. *Sharded* data parallelism lifts that limit: ZeRO stage 3 (Rajbhandari et al. 2020)
+and PyTorch's FSDP (Zhao et al. 2023) keep only $1/N$ of the training state on each of $N$
+workers and gather each layer's weights just before using it, so a data-parallel job can
+train a model that fits on no single device, at the price of about 1.5 times plain data
+parallelism's traffic. Model parallelism is the other way to train such models: with $P$
+workers, each holds about $1/P$ of the parameters. It sends only what crosses the cuts, which can be
 much less than the gradients of a big model, and it works best between devices joined by a
 fast bus, such as the GPUs of one server. How well it scales depends on how much of the
 model can work in parallel, which brings us to pipelines.
@@ -76,8 +81,8 @@ share, the **bubble**, is
 $$\text{bubble} = \frac{P-1}{M+P-1},$$
 
 the same for the backward pass. More micro-batches shrink it; more stages grow it, and it
-shrinks slowly: at the usual rule of thumb $M = 4P$ it is still $(P-1)/(5P-1)$, about 16%
-for $P = 4$ and close to 20% for many stages. Megatron-LM (Narayanan et al. 2021) and the
+shrinks slowly: at the usual rule of thumb $M = 4P$ it is still $(P-1)/(5P-1)$: 11.1% for
+$P = 2$, 14.3% for $P = 3$, 15.8% for $P = 4$, rising towards 20% for many stages. Megatron-LM (Narayanan et al. 2021) and the
 Ultra-Scale Playbook write the bubble as $(P-1)/M$ instead: the same idle time divided by
 the ideal (busy) time rather than by the whole run. Both are right; say which one you use
 (at $M = 4P$ the second gives 25% for any $P$).
@@ -230,9 +235,11 @@ curves(f"Bytes per worker and step, width {WIDTH}, P = {P}", "batch size (log)",
 ## Summary
 
 - Data parallelism splits the data and exchanges gradients; model parallelism splits the
-  model and exchanges activations. Data parallelism needs the whole model on every worker.
+  model and exchanges activations. Plain data parallelism needs the whole model on every
+  worker; sharded data parallelism (ZeRO-3, FSDP) keeps $1/N$ of it on each.
 - A pipeline keeps several stages busy by cutting a batch into $M$ micro-batches; its bubble
-  is $(P-1)/(M+P-1)$, still 16–20% at $M = 4P$ (Megatron's $(P-1)/M$ divides by the ideal
+  is $(P-1)/(M+P-1)$, still $(P-1)/(5P-1)$ at $M = 4P$: 11% for 2 stages, 16% for 4,
+  under 20% for any number (Megatron's $(P-1)/M$ divides by the ideal
   time instead).
 - GPipe keeps $M$ micro-batches of activations per stage, 1F1B at most $P$, with the same
   bubble.

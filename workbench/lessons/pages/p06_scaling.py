@@ -65,8 +65,12 @@ of CPU threads whatever $p$ is, so a speedup comes from more workers, not from m
 
 The panel runs the same job at each number of workers, one run after the other (never side
 by side, so they do not compete for the cores), and plots each point as soon as its run
-ends: speedup with the ideal line $S = p$, efficiency, and scalability extrapolated with a
-fitted law. Two model presets:
+ends: speedup with the ideal line $S = p$, efficiency, and scalability extrapolated with
+Amdahl's law (strong scaling) or Gustafson's (weak). Each law has one parameter, the serial
+share, so with only $p = 1$ and $2$ it fits the one measured speedup exactly: the curve
+beyond $p = 2$ is what the law *assumes* (a fixed serial share, no overhead growing with
+$p$), not something the runs showed. More worker counts test the assumption. Two model
+presets:
 
 - **comm-bound**: a wide MLP (4.7 million parameters) on small inputs: much to send, little
   to compute per step.
@@ -253,7 +257,8 @@ reaches a target. Each run below evaluates on the held-out digits after every ep
 2. **strong** scaling: 2 workers × 16, the same global batch, so exactly the same steps;
 3. **weak** scaling: 2 workers × 32, global batch 64, the *same learning rate*;
 4. weak scaling with the **linear scaling rule**: learning rate × 2 for the doubled global
-   batch, raised over half an epoch of **warm-up** (Goyal et al. 2017).
+   batch, reached after half an epoch of **warm-up** from the unscaled rate (Goyal et al.
+   2017). This run changes two things at once, the rate and the warm-up.
 """),
     code(r"""
 import dataclasses
@@ -284,7 +289,9 @@ table(compare_to_first(sweeps), [
   needs about as many *steps*: here twice the epochs. The time-to-target speedup is far
   below the throughput speedup, often below 1.
 - **Linear scaling rule + warm-up**: twice the learning rate for twice the batch halves the
-  steps needed, and the speedup comes back.
+  steps needed, and the speedup comes back. Run 4 changed the rate and added a warm-up at
+  once, so by itself it cannot say how much of the gain is the rule's; rerunning run 4
+  with `warmup_epochs=0` separates the two on this model.
 
 How far does the rule go? One process with global batch B takes the steps that B/b workers
 with batch b take, so we can count the steps to the target for many batch sizes without
@@ -313,8 +320,10 @@ McCandlish et al. (2018) predict the critical batch from the gradient noise scal
 Shallue et al. (2019) measured the same three regimes (perfect scaling, diminishing
 returns, no benefit) on many models and data sets. Goyal et al. (2017) trained ResNet-50 on
 ImageNet with batches up to 8,192 at the same accuracy this way, in one hour on 256 GPUs.
-So weak scaling speeds up training only while the global batch stays below the critical
-batch size, and only if the learning rate grows with it.
+So weak scaling shortens training almost in proportion to the workers while the global
+batch stays well below the critical batch size, and only if the learning rate grows with
+it; around the critical batch the returns diminish, and well beyond it more workers hardly
+shorten training at all.
 
 ## Summary
 
@@ -330,7 +339,7 @@ batch size, and only if the learning rate grows with it.
   VGG-16 68%.
 - Speedup on the time to a target equals the samples/s speedup only when the algorithm is
   unchanged (strong scaling). A larger global batch needs a larger learning rate (linear
-  scaling rule, with warm-up), and helps only up to a critical batch size.
+  scaling rule, with warm-up), and its returns diminish around a critical batch size.
 
 ## Exercises
 
