@@ -19,8 +19,8 @@ Why it is slower than DDP and Horovod, which average the very same gradients:
   (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
   workstations", J. Parallel Distrib. Comput. 69(2), 2009), so the latency term
   2(p−1)·α is paid once per tensor: twice per layer (weight and bias). DDP packs
-  gradients into buckets (1 MiB first, then 25 MiB) and Horovod fuses them (Tensor Fusion), paying it once
-  per bucket.
+  gradients into buckets (1 MiB first, then 25 MiB) and Horovod fuses them (Tensor Fusion),
+  paying it once per bucket.
 - **Python, one message at a time.** Each ring step is an `isend` and a `recv` from
   Python, where gloo's own allreduce runs its ring in C++.
 

@@ -172,8 +172,8 @@ $k$ too*. The reason: $k$ small steps of size $\eta$ on nearly the same weights 
 about one step of size $k\eta$ on the average gradient of the $k$ batches, which is the
 large batch's gradient. The approximation fails at the very start of training, when the
 weights change fast; they therefore *warm up*, raising the learning rate linearly from $\eta$
-to $k\eta$ over the first 5 epochs (their "gradual warmup"). With both, they trained ResNet-50 on ImageNet with batches of up to 8,192
-images and no loss of accuracy.
+to $k\eta$ over the first 5 epochs (their "gradual warmup"). With both, they trained ResNet-50
+on ImageNet with batches of up to 8,192 images and no loss of accuracy.
 """),
     code(r"""
 SMALL, K = 32, 8   # batch 32, then 8 times larger

@@ -303,8 +303,8 @@ on Accelerating Data Parallel Training", VLDB 2020, arXiv:2006.15704):
 broadcasts the parameters and allreduces gradients in *buckets* while `backward()` runs:
 the first bucket is capped at 1 MiB so that communication starts early, the others at
 `bucket_cap_mb` = 25 MiB; no negotiation is needed, as every rank registers the same buckets
-in the same order) and `DistributedSampler` (the sharding). TensorFlow offers `tf.distribute` strategies. The
-workbench runs both Horovod and DDP (`engine="torch"`), with the same training loop.
+in the same order) and `DistributedSampler` (the sharding). TensorFlow offers `tf.distribute`
+strategies. The workbench runs both Horovod and DDP (`engine="torch"`), with the same training loop.
 
 ## 6. Live: $N$ workers × batch $b$ = one worker × batch $N \cdot b$
 

@@ -106,10 +106,10 @@ and pulls $n$). The ring is **bandwidth-optimal** because of a lower bound: in *
 allreduce among $p$ nodes that do all the sending, the busiest node must send (and one must
 receive) at least $2\frac{p-1}{p}n$ bytes, so the time is at least $2\frac{p-1}{p}n\beta$
 (Patarasuk & Yuan 2009). The ring meets that bound, and it does so with every node sending
-exactly that much and every link equally loaded, so no link is a bottleneck. Rabenseifner's algorithm (reduce-scatter by recursive halving, then allgather
-by recursive doubling) meets the same bound with $2\log_2 p$ messages instead of
-$2(p-1)$. In the $\alpha$–$\beta$ model ($\alpha$ seconds per message, $\beta$ seconds per
-byte):
+exactly that much and every link equally loaded, so no link is a bottleneck. Rabenseifner's
+algorithm (reduce-scatter by recursive halving, then allgather by recursive doubling) meets the
+same bound with $2\log_2 p$ messages instead of $2(p-1)$. In the $\alpha$–$\beta$ model
+($\alpha$ seconds per message, $\beta$ seconds per byte):
 
 $$T_{\text{ring}} = 2(p-1)\,\alpha + 2\,\frac{p-1}{p}\, n\, \beta .$$
 
