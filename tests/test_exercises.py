@@ -357,7 +357,7 @@ def test_parallelism_scenarios_leave_no_slip_unnoticed():
              dict(with_activations=False)]
     for slip in slips:
         rule = _rule(BYTES, **slip)
-        assert any(rule(s) != parallelism.reference_choice(s)
+        assert any(rule(s) not in parallelism.reference_choices(s)
                    for s in parallelism.SCENARIOS), slip
 
 
@@ -366,6 +366,28 @@ def test_parallelism_model_whenever_communication_bound():
         _rule(lambda s: s.link_gbit_s * 1e9 / 8, compare_cuts=False))
     assert_rejected(fb, "large feature maps", "even more")
     assert_rejected(parallelism.check_parallelism_choice(lambda s: 42), "'data' or 'model'")
+
+
+def test_sharded_data_parallelism_is_right_where_only_a_shard_fits():
+    plain = _rule(BYTES)   # answers 'model' wherever a replica does not fit
+    shard = lambda s: s.params * s.state_bytes_per_param / 1e9 / s.workers + s.activations_gb  # noqa: E731
+
+    def sharded(s):
+        if plain(s) == "model" and shard(s) <= s.device_memory_gb < (
+                s.params * s.state_bytes_per_param / 1e9 + s.activations_gb):
+            return "FSDP"
+        return plain(s)
+    assert parallelism.check_parallelism_choice(plain).passed
+    assert parallelism.check_parallelism_choice(sharded).passed
+    seven_b = next(s for s in parallelism.SCENARIOS if s.name.startswith("7-billion"))
+    assert parallelism.reference_choices(seven_b) == {"model", "sharded"}
+    always_sharded = lambda s: "sharded" if plain(s) == "model" else plain(s)  # noqa: E731
+    assert_rejected(parallelism.check_parallelism_choice(always_sharded),
+                    "70-billion", "Cut the model itself")
+    assert_rejected(parallelism.check_parallelism_choice(lambda s: "sharded"),
+                    "A whole replica fits", "simpler")
+    assert_rejected(parallelism.check_parallelism_choice(lambda s: "data"),
+                    "Sharded data parallelism (ZeRO-3, FSDP) would fit")
 
 
 # --- 8. staleness ------------------------------------------------------------------------------

@@ -1,13 +1,19 @@
 """Exercise: choose data or model parallelism from memory and bandwidth numbers.
 
-Data parallelism keeps a whole replica of the model on every device and averages the
-gradients with an allreduce each step; model parallelism cuts the model into parts on
-different devices and sends activations (forward) and their gradients (backward) across
-the cuts. The course's decision rule, in order:
+Plain data parallelism (Horovod, DDP) keeps a whole replica of the model on every device
+and averages the gradients with an allreduce each step; model parallelism cuts the model
+into parts on different devices and sends activations (forward) and their gradients
+(backward) across the cuts. *Sharded* data parallelism, ZeRO stage 3 (Rajbhandari et al.,
+"ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", SC 2020) and
+PyTorch FSDP (Zhao et al., VLDB 2023), is still data parallel but keeps only 1/p of the
+training state on each of p devices, gathering each layer's weights just before use, for
+about 1.5 times the plain allreduce's traffic. The course's decision rule, in order:
 
 1. **Memory.** A replica needs its training state (weights, gradients and optimizer state:
    16 bytes per parameter for fp32 with Adam) plus its activations. If that does not fit in
-   one device's memory, data parallelism is impossible: choose model parallelism.
+   one device's memory, plain data parallelism is impossible: choose model parallelism, or
+   sharded data parallelism if 1/p of the training state plus the activations fits (both
+   are right then; large systems often combine them).
 2. **Communication.** If it fits, data parallelism is simpler and usually scales better, so
    choose it unless it is communication-bound: its ring allreduce of the fp32 gradients
    (Patarasuk & Yuan 2009: 2·(p − 1)/p · n bytes per worker) takes longer than the compute
@@ -47,6 +53,8 @@ class Scenario:
 SCENARIOS = (
     Scenario("ResNet-50 on 8 GPUs", 25.6e6, 16, 6.0, 16.0, 8, 100.0, 0.25, 50.0),
     Scenario("7-billion-parameter language model", 7e9, 16, 30.0, 80.0, 8, 200.0, 2.0, 64.0),
+    Scenario("70-billion-parameter model, long context", 70e9, 16, 60.0, 80.0, 8, 400.0, 8.0,
+             512.0),
     Scenario("wide MLP on slow Ethernet", 100e6, 16, 1.0, 16.0, 4, 10.0, 0.10, 8.0),
     Scenario("3-billion-parameter model, 24 GB cards", 3e9, 16, 4.0, 24.0, 4, 100.0, 1.0, 16.0),
     Scenario("long-sequence transformer", 500e6, 16, 20.0, 24.0, 4, 100.0, 0.8, 32.0),
@@ -83,6 +91,20 @@ def model_parallel_s(s: Scenario) -> float:
     return 2 * s.cut_activations_mb * 1e6 / bandwidth_bytes_per_s(s)
 
 
+def sharded_memory_gb(s: Scenario) -> float:
+    """GB one device needs with the training state sharded over p (ZeRO-3, FSDP): 1/p of
+    it plus its own activations (sharding does not split the activations)."""
+    return s.params * s.state_bytes_per_param / 1e9 / s.workers + s.activations_gb
+
+
+def reference_choices(s: Scenario) -> frozenset[str]:
+    """Every answer the rule accepts: 'sharded' beside 'model' where only a shard fits."""
+    choice = reference_choice(s)
+    if choice == "model" and memory_needed_gb(s) > s.device_memory_gb >= sharded_memory_gb(s):
+        return frozenset({"model", "sharded"})
+    return frozenset({choice})
+
+
 def reference_choice(s: Scenario) -> str:
     """The course's rule: 'model' if a replica does not fit or if it sends less, else 'data'."""
     if memory_needed_gb(s) > s.device_memory_gb:
@@ -102,28 +124,36 @@ def describe(s: Scenario) -> str:
 
 
 def check_parallelism_choice(fn) -> Feedback:
-    """Check `fn(scenario) -> 'data' or 'model'` on every scenario of `SCENARIOS`."""
+    """Check `fn(scenario) -> 'data', 'model' or 'sharded'` on every scenario."""
     for s in SCENARIOS:
         out, crash = call_student(fn, s)
         if crash:
             return crash
         choice = _normalise(out)
         if choice is None:
-            return not_yet(f"for '{s.name}' your function returned {out!r}.",
-                           "Return the string 'data' or 'model'.")
-        if choice != reference_choice(s):
+            return not_yet(f"for '{s.name}' your function returned {_short(out)}.",
+                           "Return the string 'data' or 'model' ('sharded' for sharded data "
+                           "parallelism, ZeRO-3 or FSDP).")
+        if choice not in reference_choices(s):
             return not_yet(f"for '{s.name}' you chose {choice} parallelism.", *_hints(s, choice))
     return correct(
-        f"all {len(SCENARIOS)} choices are right. Memory decides first (a replica must fit), "
-        "then communication: the gradient allreduce against the compute time and against the "
+        f"all {len(SCENARIOS)} choices are right. Memory decides first (a replica must fit; "
+        "where only 1/p of it does, sharded data parallelism or model parallelism), then "
+        "communication: the gradient allreduce against the compute time and against the "
         "activations model parallelism would send."
     )
 
 
+def _short(out: object) -> str:
+    text = repr(out) if isinstance(out, str | int | float | type(None)) else type(out).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _normalise(out: object) -> str | None:
-    text = str(out).strip().lower() if isinstance(out, str) else ""
-    for kind in ("data", "model"):
-        if text.startswith(kind):
+    text = out.strip().lower() if isinstance(out, str) else ""
+    for kind, words in (("data", ("data", "plain")), ("model", ("model", "pipeline", "tensor")),
+                        ("sharded", ("sharded", "fsdp", "zero"))):
+        if text.startswith(words):
             return kind
     return None
 
@@ -133,10 +163,23 @@ def _hints(s: Scenario, choice: str) -> list[str]:
     need, have = memory_needed_gb(s), s.device_memory_gb
     state = s.params * s.state_bytes_per_param / 1e9
     ar, mp, comp = allreduce_s(s), model_parallel_s(s), s.compute_s
+    if choice == "sharded" and need > have:  # not even a shard fits
+        return [f"Memory: sharded over {s.workers} devices, each still needs "
+                f"{sharded_memory_gb(s):.3g} GB (1/p of {state:.3g} GB of training state plus "
+                f"its own {s.activations_gb:g} GB of activations), more than its {have:g} GB. "
+                "Cut the model itself."]
+    if choice == "sharded":
+        return [f"A whole replica fits ({need:.3g} GB of {have:g} GB): plain data parallelism "
+                "does the same work with less traffic (sharding gathers the weights again in "
+                "every step, about 1.5 times the allreduce's bytes). Choose the simpler one."]
     if need > have:  # the answer was 'data' for a replica that does not fit
         hints = [f"Memory: a replica needs {state:.3g} GB of training state + "
                  f"{s.activations_gb:g} GB of activations = {need:.3g} GB, but a device has "
-                 f"{have:g} GB. Data parallelism puts a whole replica on every device."]
+                 f"{have:g} GB. Plain data parallelism puts a whole replica on every device."]
+        if sharded_memory_gb(s) <= have:
+            hints.append(f"Sharded data parallelism (ZeRO-3, FSDP) would fit: 1/p of the state "
+                         f"plus the activations is {sharded_memory_gb(s):.3g} GB. Answer "
+                         "'sharded' (or 'model') here.")
         if state <= have < need:
             hints.append("Activations count too: they are kept from the forward pass for the "
                          "backward pass.")
@@ -181,5 +224,5 @@ def numbers_table() -> str:
     for s in SCENARIOS:
         rows.append(f"{s.name:<46}{memory_needed_gb(s):>9.3g}{s.device_memory_gb:>8g}"
                     f"{allreduce_s(s):>12.3g}{s.compute_s:>10g}{model_parallel_s(s):>8.3g}"
-                    f"  {reference_choice(s)}")
+                    f"  {' or '.join(sorted(reference_choices(s)))}")
     return "\n".join(rows)

@@ -18,9 +18,13 @@ CELLS = [
     md(r"""
 ## The rule for this exercise
 
-1. **Memory.** A data-parallel replica needs its training state, `params ×
-   state_bytes_per_param` bytes (weights, gradients and optimizer state), plus
-   `activations_gb`. If that exceeds `device_memory_gb`, choose **model** parallelism.
+1. **Memory.** A plain data-parallel replica (Horovod, DDP) needs its training state,
+   `params × state_bytes_per_param` bytes (weights, gradients and optimizer state), plus
+   `activations_gb`. If that exceeds `device_memory_gb`, choose **model** parallelism, or
+   **sharded** data parallelism (ZeRO-3, Rajbhandari et al. 2020; FSDP, Zhao et al. 2023)
+   when $1/p$ of the training state plus the activations fits: each of the $p$ devices keeps
+   only its shard and gathers each layer's weights just before using it. Either answer is
+   right then.
 2. **Communication.** Otherwise a ring allreduce of the fp32 gradients ($n$ = 4 bytes per
    parameter) takes $2\frac{p-1}{p} \cdot n / B$ seconds on links of $B$ bytes/s. If that is
    at most `compute_s`, choose **data** parallelism.
@@ -39,7 +43,7 @@ for scenario in ex.SCENARIOS:
     md(r"""
 ## Your task
 
-Write `choose(s)` returning `"data"` or `"model"` for a scenario `s`. Its fields are
+Write `choose(s)` returning `"data"`, `"model"` or `"sharded"` for a scenario `s`. Its fields are
 `s.params`, `s.state_bytes_per_param`, `s.activations_gb`, `s.device_memory_gb`,
 `s.workers`, `s.link_gbit_s`, `s.compute_s` and `s.cut_activations_mb`.
 """),
@@ -47,8 +51,9 @@ Write `choose(s)` returning `"data"` or `"model"` for a scenario `s`. Its fields
 def choose(s):
     """Return "data" or "model" for scenario s, following the rule above."""
     memory_gb = s.params * s.state_bytes_per_param / 1e9 + s.activations_gb
-    if memory_gb > s.device_memory_gb:
-        return "model"  # a replica does not fit on one device
+    if memory_gb > s.device_memory_gb:  # a whole replica does not fit on one device
+        shard_gb = s.params * s.state_bytes_per_param / 1e9 / s.workers + s.activations_gb
+        return "sharded" if shard_gb <= s.device_memory_gb else "model"
     bytes_per_s = s.link_gbit_s * 1e9 / 8  # bits to bytes
     gradient_bytes = 4 * s.params  # fp32 gradients
     allreduce_s = 2 * (s.workers - 1) / s.workers * gradient_bytes / bytes_per_s
@@ -63,8 +68,9 @@ def choose(s):
     md(r"""
 ## Summary
 
-- Memory decides first: data parallelism needs a whole replica, with its gradients,
-  optimizer state and activations, on every device.
+- Memory decides first: plain data parallelism needs a whole replica, with its gradients,
+  optimizer state and activations, on every device; sharded data parallelism (ZeRO-3, FSDP)
+  needs $1/p$ of the training state plus the activations, for about 1.5 times the traffic.
 - When a replica fits, data parallelism is simpler and usually wins, unless its gradient
   allreduce outlasts the compute and model parallelism would send less.
 - Bits are not bytes: a 10 Gbit/s link moves 1.25 GB/s.
