@@ -4,6 +4,24 @@ from workbench.notebooks import code, md
 
 NAME = "07_review.ipynb"
 
+#: Every exercise notebook, in order, with the words its link shows. A new exercise adds
+#: one line here (tests/test_lesson_facts.py checks that none is missing).
+EXERCISES = (
+    ("01_average_gradients", "average the gradients"),
+    ("02_shard_a_dataset", "shard a dataset"),
+    ("03_speedup_and_efficiency", "speedup and efficiency"),
+    ("04_ring_allreduce", "ring allreduce"),
+    ("05_pipeline_bubble", "pipeline bubble"),
+    ("06_data_or_model_parallelism", "data or model parallelism"),
+    ("07_review_questions", "review questions"),
+    ("08_staleness", "staleness of asynchronous gradients"),
+    ("09_linear_scaling_rule", "the linear scaling rule, with a warm-up"),
+    ("10_amdahl_or_gustafson", "Amdahl or Gustafson"),
+    ("11_make_this_loop_data_parallel", "make this loop data-parallel"),
+)
+EXERCISE_LIST = "\n".join(f"   - [{n[:2]} · {words}](exercises/{n}.ipynb)"
+                           for n, words in EXERCISES)
+
 CELLS = [
     md(r"""
 # 07 · Review
@@ -87,8 +105,9 @@ print(quiz.summary())
 
 - Distributed training trades communication and waiting for parallel computation and more
   memory; speedup and efficiency measure the deal.
-- Data parallelism is the default; model and pipeline parallelism are for models that do not
-  fit, or whose gradients are much larger than their activations.
+- Data parallelism is the default; for models that do not fit on one device, shard it
+  (ZeRO-3, FSDP) or cut the model (pipeline and tensor parallelism), which also pays where
+  the gradients are much larger than the activations.
 - Synchronous training is consistent but waits; asynchronous training does not wait but is
   stale.
 
@@ -97,12 +116,7 @@ print(quiz.summary())
 1. [Review questions](exercises/07_review_questions.ipynb): the same bank, also in a version
    that works without a kernel.
 2. Every exercise of the course, with worked solutions in [`solutions/`](solutions/):
-   [average the gradients](exercises/01_average_gradients.ipynb),
-   [shard a dataset](exercises/02_shard_a_dataset.ipynb),
-   [speedup and efficiency](exercises/03_speedup_and_efficiency.ipynb),
-   [ring allreduce](exercises/04_ring_allreduce.ipynb),
-   [pipeline bubble](exercises/05_pipeline_bubble.ipynb),
-   [data or model parallelism](exercises/06_data_or_model_parallelism.ipynb).
+""" + EXERCISE_LIST + r"""
 
 ## Check yourself
 
