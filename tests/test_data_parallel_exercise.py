@@ -15,8 +15,12 @@ from workbench.exercises.data_parallel import make_model
 
 
 def horovod_version(data, batch_size, lr, epochs, seed, checkpoint, *, broadcast=True,
-                    average=True, shard=True, op="Average", scale_lr=False, all_save=False):
-    """The Horovod conversion of `train`, with switches that each make one classic mistake."""
+                    average=True, shard=True, op="Average", scale_lr=False, all_save=False,
+                    strided=False, average_params=False):
+    """The Horovod conversion of `train`, with switches that each make one classic mistake,
+    and two that write a right answer another way: `strided` shards (rank r takes every
+    size-th sample of each global batch) and `average_params` (plain SGD on each shard, then
+    the parameters averaged after every step)."""
     import horovod.torch as hvd
 
     import workbench
@@ -28,7 +32,7 @@ def horovod_version(data, batch_size, lr, epochs, seed, checkpoint, *, broadcast
     if broadcast:
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr * hvd.size() if scale_lr else lr)
-    if average:
+    if average and not average_params:
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                              op=getattr(hvd, op))
     rank, size = hvd.rank(), hvd.size()
@@ -37,10 +41,16 @@ def horovod_version(data, batch_size, lr, epochs, seed, checkpoint, *, broadcast
         for start in range(0, len(x) - step + 1, step):
             mine = slice(start + rank * batch_size, start + (rank + 1) * batch_size) if shard \
                 else slice(start, start + batch_size)
+            if strided:
+                mine = slice(start + rank, start + step, size)
             optimizer.zero_grad()
             loss = F.mse_loss(model(x[mine]), y[mine])
             loss.backward()
             optimizer.step()
+            if average_params:
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.copy_(hvd.allreduce(p, op=hvd.Average))
             workbench.report(loss=loss.item(), samples=batch_size)
     if rank == 0 or all_save:
         torch.save(model.state_dict(), checkpoint)
@@ -76,8 +86,32 @@ def _with(fn, **switches):
     return variant
 
 
+def no_distribution(data, batch_size, lr, epochs, seed, checkpoint):
+    """No distributed work at all: every rank trains the whole global batch by itself, from
+    a fixed seed, with no collective call. It ends with exactly the right parameters."""
+    import horovod.torch as hvd
+
+    hvd.init()
+    x, y = data
+    model = make_model(0)                       # rank 0's seed on every rank: no broadcast
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    step = batch_size * hvd.size()              # the global batch, all on this rank
+    for _epoch in range(epochs):
+        for start in range(0, len(x) - step + 1, step):
+            optimizer.zero_grad()
+            F.mse_loss(model(x[start:start + step]), y[start:start + step]).backward()
+            optimizer.step()
+    if hvd.rank() == 0:
+        torch.save(model.state_dict(), checkpoint)
+    return model.state_dict()
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("engine, fn", [("horovod", horovod_version), ("torch", ddp_version)])
+@pytest.mark.parametrize("engine, fn", [
+    ("horovod", horovod_version), ("torch", ddp_version),
+    ("horovod", _with(horovod_version, strided=True)),
+    ("horovod", _with(horovod_version, average_params=True))],
+    ids=["horovod", "ddp", "horovod-strided-shards", "horovod-parameter-averaging"])
 def test_both_solutions_pass(tmp_path, engine, fn):
     feedback = check_data_parallel(fn, engine=engine, runs_dir=str(tmp_path))
     assert feedback.passed, str(feedback)
@@ -101,6 +135,14 @@ def test_each_wrong_horovod_conversion_is_rejected_for_its_reason(tmp_path, mist
                                    runs_dir=str(tmp_path))
     assert not feedback.passed
     assert reason in str(feedback), str(feedback)
+
+
+@pytest.mark.timeout(120)
+def test_an_answer_with_no_distributed_work_is_named(tmp_path):
+    feedback = check_data_parallel(no_distribution, engine="horovod", runs_dir=str(tmp_path))
+    assert not feedback.passed
+    assert "each rank trained the whole global batch by itself" in str(feedback), str(feedback)
+    assert "no distributed work" in str(feedback)
 
 
 @pytest.mark.timeout(120)

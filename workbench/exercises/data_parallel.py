@@ -18,6 +18,17 @@ The checker also tells *which* mistake it sees, from how the parameters came out
 | agree, = one process with batch 2·b, lr × 2; optimizer lr unchanged | summing, not averaging |
 | agree, = the same, optimizer lr × 2 | lr scaled without the matching global batch |
 | right parameters, a rank > 0 wrote the checkpoint | every rank writing the checkpoint |
+| right parameters, but two ranks' forward passes shared a step's samples | no distributed work |
+| right parameters, shards disjoint, no collective call seen | nothing crossed ranks |
+
+Right parameters are not enough: a function that trains the whole global batch on every
+rank from a fixed seed, with no collective at all, ends with them too. So each rank is
+watched (`workbench.exercises.watch`): which samples each step's forward passes used, and
+which collectives it called. Data-parallel work means the ranks' samples in every step are
+disjoint, each rank's a share of the global batch, and gradients (or parameters) crossed
+ranks. Any sharding and any way of combining that gives the serial result passes: slices or
+strides, `DistributedOptimizer` or DDP, or averaging the parameters after each plain-SGD
+step.
 
 To expose a missing broadcast, each rank gets a different `seed` (rank 0 the given one), as
 separate machines would start from different random weights.
@@ -33,10 +44,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 import workbench
 from workbench.exercises.feedback import Feedback, correct, not_yet
+from workbench.exercises.watch import watching
 
 #: The exercise's sizes: 128 samples, batch 8 per rank (16 global), 2 epochs = 16 steps.
 SAMPLES, FEATURES, BATCH, LR, EPOCHS, SEED = 128, 8, 8, 0.1, 2, 0
@@ -140,29 +151,25 @@ def _still_blank(fn: Callable[..., Any]) -> bool:
 def run_on_rank(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """What each rank runs: the student's `fn`, with this rank's seed, watching what it does.
 
-    Counts the checkpoints it writes (`torch.save`) and the learning rates its optimizer
-    steps with; returns them with the final parameters.
+    Counts the checkpoints it writes (`torch.save`), and records the samples of each step,
+    the learning rates and the collective calls (see :mod:`workbench.exercises.watch`);
+    returns them with the final parameters.
     """
     rank = workbench.rank()
     saves: list[str] = []
-    lrs: set[float] = set()
     real_save = torch.save
 
     def save(obj, f, *args, **kw):
         saves.append(str(f))
         return real_save(obj, f, *args, **kw)
 
-    def note_lr(optimizer, _args, _kwargs):
-        lrs.update(group["lr"] for group in optimizer.param_groups)
-
     torch.save = save
-    hook = register_optimizer_step_pre_hook(note_lr)
     try:
-        state = fn(**{**kwargs, "seed": kwargs["seed"] + SEED_STEP * rank})
+        with watching(kwargs["data"][0]) as watch:
+            state = fn(**{**kwargs, "seed": kwargs["seed"] + SEED_STEP * rank})
     finally:
         torch.save = real_save
-        hook.remove()
-    return {"params": _params(state), "saves": len(saves), "lrs": sorted(lrs)}
+    return {"params": _params(state), "saves": len(saves), **watch.report()}
 
 
 def judge(results: list[dict[str, Any]], kwargs: dict[str, Any], np: int) -> Feedback:
@@ -189,6 +196,9 @@ def judge(results: list[dict[str, Any]], kwargs: dict[str, Any], np: int) -> Fee
                        "DistributedDataParallel).")
     if not _close(p[0], _params(_serial(serial, b * np, lr))):
         return _why_not_serial(p[0], results, serial, b, lr, np)
+    undistributed = _no_distributed_work(results, b)
+    if undistributed:
+        return undistributed
     writers = [rank for rank, r in enumerate(results) if r["saves"]]
     if writers != [0]:
         if not writers:
@@ -199,6 +209,33 @@ def judge(results: list[dict[str, Any]], kwargs: dict[str, Any], np: int) -> Fee
                        "copies.", "Save on rank 0 only: `if hvd.rank() == 0: torch.save(...)`.")
     return correct(f"{np} ranks with batch {b} ended with the same parameters as one "
                    f"process with batch {np * b}, and only rank 0 wrote the checkpoint.")
+
+
+def _no_distributed_work(results: list[dict[str, Any]], b: int) -> Feedback | None:
+    """Feedback when the right parameters came without data-parallel work, else None."""
+    steps = [r.get("steps") or [] for r in results]
+    if any(not any(s) for s in steps):
+        return not_yet("the checker saw no training forward pass on samples of the data set "
+                       "on some rank.", "Train as `train` does: call the model on the slice "
+                       "of x for this rank's shard, with gradients on.")
+    for k, shards in enumerate(zip(*steps, strict=False)):
+        mine = [set(s) for s in shards]
+        shared = set.intersection(*mine)
+        if shared or any(len(s) > b for s in mine):
+            return not_yet(
+                f"the parameters are right, but in step {k} every rank computed on the same "
+                f"samples ({len(shared)} of them shared, {max(map(len, mine))} per rank): "
+                "each rank trained the whole global batch by itself. That is serial training "
+                "done twice, with no distributed work.",
+                f"Give each rank its own shard of each global batch (b = {b} samples per "
+                "rank), and average the gradients across ranks so that the shards' work adds "
+                "up to one step.")
+    if not all(r.get("collectives") for r in results):
+        return not_yet("each rank computed on its own shard, but no collective call was seen "
+                       "on some rank: nothing crossed ranks.",
+                       "Average the gradients with hvd.DistributedOptimizer, DDP or "
+                       "hvd.allreduce / dist.all_reduce.")
+    return None
 
 
 def _why_not_serial(p0: dict, results: list[dict[str, Any]], serial: dict[str, Any], b: int,
