@@ -188,6 +188,20 @@ def test_scaling_table_rounded_to_two_decimals_passes():
     assert scaling.check_scaling_table(lambda t: _rounded(t, 2)).passed
 
 
+def test_scaling_table_truncated_or_double_rounded_to_two_decimals_passes():
+    import math
+
+    def truncated(t):
+        return {p: (math.floor(100 * s) / 100, math.floor(100 * e) / 100)
+                for p, (s, e) in scaling.reference_table(t).items()}
+    assert truncated(scaling.TIMES_S)[2] == (1.84, 0.92)        # 96/52 = 1.846..., E = 0.923
+    assert scaling.check_scaling_table(truncated).passed
+    # rounded twice, as from a three-decimal table: 1.8449 -> 1.845 -> 1.85
+    twice = lambda t: {p: (round(round(s, 3) + 1e-9, 2), round(round(e, 3) + 1e-9, 2))  # noqa: E731
+                       for p, (s, e) in scaling.reference_table(t).items()}
+    assert scaling.check_scaling_table(twice).passed
+
+
 def test_scaling_table_rounded_too_much_or_in_percent():
     fb = scaling.check_scaling_table(lambda t: _rounded(t, 1))
     assert_rejected(fb, "rounded too much", "two decimals")
@@ -279,6 +293,14 @@ def test_pipeline_bubble_wrong_denominators():
     assert_rejected(pipeline.check_bubble_fraction(lambda p, m: (p - 1) / (m + p)),
                     "Off by one slot")
     assert_rejected(pipeline.check_bubble_fraction(lambda p, m: m / (m + p - 1)), "busy share")
+
+
+def test_bubble_rounded_or_in_percent_gets_a_hint_about_the_form_not_the_formula():
+    three = pipeline.check_bubble_fraction(lambda p, m: round((p - 1) / (m + p - 1), 3))
+    assert_rejected(three, "formula is right", "rounded")
+    percent = pipeline.check_bubble_fraction(lambda p, m: 100 * (p - 1) / (m + p - 1))
+    assert_rejected(percent, "formula is right", "percentage")
+    assert "Count the slots" not in str(three) + str(percent)
 
 
 def test_pipeline_micro_batches_wrong_answers():
@@ -582,3 +604,69 @@ def test_notebook_saved_clean_with_goals_time_and_summary(path):
     assert all(len(c.source.splitlines()) <= 20 for c in code_cells), "logic lives in the package"
     unfinished = any("NotImplementedError" in c.source for c in code_cells)
     assert unfinished == (path.parent == EXERCISES and path.name != "07_review_questions.ipynb")
+
+
+# --- every checker, fed odd answers: a Feedback, at once, never an exception -------------------
+
+class _Hostile:
+    """An answer whose every use raises: comparison, conversion, iteration, length."""
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"hostile {name}")
+
+    def __eq__(self, other):
+        raise RuntimeError("hostile ==")
+
+    def __float__(self):
+        raise RuntimeError("hostile float")
+
+    def __iter__(self):
+        raise RuntimeError("hostile iter")
+
+    def __len__(self):
+        raise RuntimeError("hostile len")
+
+    __hash__ = object.__hash__
+
+
+def _raises(*_a, **_k):
+    raise ValueError("broken")
+
+
+ODD_VALUES = [None, float("nan"), float("inf"), -1, 0, 10**9, 10**400, "text", "", b"x",
+              [], [1, 2], {"a": 1}, torch.zeros(3, 3), torch.tensor(float("nan")),
+              range(10**12), _Hostile(), True]
+def _returning(value):
+    return lambda *_a, **_k: value
+
+
+ODD_FUNCTIONS = [_raises, lambda: 1, lambda a, b, c, d, e, f, g: 1, print,
+                 *[_returning(v) for v in ODD_VALUES]]
+FUNCTION_CHECKERS = [*CHECKERS, lambda fn: __import__(
+    "workbench.exercises", fromlist=["x"]).check_data_parallel(fn, engine="torch")]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("checker", FUNCTION_CHECKERS, ids=lambda c: getattr(c, "__name__", "dp"))
+def test_every_checker_answers_odd_inputs_with_feedback(checker):
+    dp = checker is FUNCTION_CHECKERS[-1]
+    answers = ODD_VALUES if dp else ODD_VALUES + ODD_FUNCTIONS   # dp: no ranks started
+    if dp:
+        answers = answers + [lambda: 1, lambda x: 1]             # refused by their signature
+    for answer in answers:
+        fb = checker(answer)
+        assert isinstance(fb, Feedback), (answer, fb)
+        assert not fb.passed and fb.hints and fb.message, (answer, str(fb))
+
+
+@pytest.mark.parametrize("answer", [*ODD_VALUES, 10**9, 10**18, 12.5, "12", " 12 ", "1e9",
+                                    float("-inf"), [12], (12,)], ids=lambda a: type(a).__name__)
+def test_micro_batches_answers_any_value_without_counting_a_huge_schedule(answer):
+    fb = pipeline.check_micro_batches(answer)
+    assert isinstance(fb, Feedback) and not fb.passed and fb.hints
+
+
+def test_a_division_that_reaches_zero_for_some_world_size_is_named():
+    fb = allreduce.check_average_gradients(
+        lambda g: [t * (2 // len(g)) for t in allreduce.allreduce_sum(g)])
+    assert_rejected(fb, "holds zeros", "integer division")

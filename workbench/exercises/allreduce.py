@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet
 
 #: World sizes the checker tries, so an answer that only works for 2 ranks is caught.
 WORLD_SIZES = (2, 3, 4)
@@ -38,6 +38,7 @@ def example_gradients(world_size: int, size: int = 5, seed: int = 0) -> list[tor
     return [torch.randn(size, generator=gen, dtype=torch.float64) for _ in range(world_size)]
 
 
+@guarded
 def check_average_gradients(fn) -> Feedback:
     """Check `fn(rank_grads) -> list of tensors`, the gradient each rank holds afterwards.
 
@@ -173,7 +174,15 @@ def _wrong_scale(factors: dict[int, float]) -> Feedback:
             "averaging makes each gradient p times larger: with plain SGD, like a p times "
             "larger learning rate (Adam, which divides by the gradient's size, hardly notices).",
         )
-    divisors = {q: q / f for q, f in factors.items()}  # no zero here: caught above
+    zero = next((q for q, f in factors.items() if abs(f) < 1e-12), None)
+    if zero is not None:
+        return not_yet(
+            f"with {zero} ranks every rank holds zeros, with other numbers of ranks it does not.",
+            "A division that depends on the number of ranks went to zero: integer division "
+            "(//) of a small number by len(rank_grads) gives 0. Divide the sum by "
+            "len(rank_grads) with /, exactly once.",
+        )
+    divisors = {q: q / f for q, f in factors.items()}
     if len({round(d, 6) for d in divisors.values()}) == 1:
         fixed = next(iter(divisors.values()))
         return not_yet(

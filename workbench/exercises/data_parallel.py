@@ -36,6 +36,7 @@ separate machines would start from different random weights.
 
 from __future__ import annotations
 
+import inspect
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import workbench
-from workbench.exercises.feedback import Feedback, correct, not_yet
+from workbench.exercises.feedback import Feedback, correct, guarded, not_yet
 from workbench.exercises.watch import watching
 
 #: The exercise's sizes: 128 samples, batch 8 per rank (16 global), 2 epochs = 16 steps.
@@ -89,6 +90,7 @@ def train(data, batch_size=BATCH, lr=LR, epochs=EPOCHS, seed=SEED, checkpoint="r
     return model.state_dict()
 
 
+@guarded
 def check_data_parallel(fn: Callable[..., Any], engine: str = "horovod", *, np: int = 2,
                         runs_dir: str = "runs", timeout_s: float = 120.0) -> Feedback:
     """Run `fn(data, batch_size, lr, epochs, seed, checkpoint)` on `np` real ranks and check it.
@@ -101,6 +103,15 @@ def check_data_parallel(fn: Callable[..., Any], engine: str = "horovod", *, np: 
                        "Pass the function itself: check_data_parallel(train_horovod).")
     if _still_blank(fn):  # said at once, without starting ranks that would only raise it
         return _not_written()
+    try:
+        inspect.signature(fn).bind(data=None, batch_size=BATCH, lr=LR, epochs=EPOCHS,
+                                   seed=SEED, checkpoint="")
+    except TypeError as err:   # said at once too: every rank would fail the same way
+        return not_yet(f"your function cannot be called as train is: {err}.",
+                       "Keep train's signature: (data, batch_size, lr, epochs, seed, "
+                       "checkpoint), with those names.")
+    except ValueError:         # no signature to read (a builtin): let the run tell
+        pass
     with tempfile.TemporaryDirectory(prefix="dp-check-") as folder:  # for the checkpoint
         return _run_and_judge(fn, engine, np, runs_dir, timeout_s, Path(folder))
 

@@ -7,9 +7,11 @@ that crashes, or that is not written yet, is reported as feedback too.
 
 from __future__ import annotations
 
+import functools
 import html
+import itertools
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,10 +84,35 @@ def numbers(answer: Any, count: int | None = None) -> list[float] | None:
     """
     if isinstance(answer, str | bytes) or not isinstance(answer, Iterable):
         return None
-    values = [parse_number(item) for item in answer]
-    if None in values or (count is not None and len(values) != count):
+    limit = MAX_ITEMS if count is None else count + 1   # never read an endless iterable
+    values = [parse_number(item) for item in itertools.islice(answer, limit)]
+    if None in values or len(values) == MAX_ITEMS or (count is not None and len(values) != count):
         return None
     return values
+
+
+#: The most items a checker reads from an answer: more is never right, and reading an endless
+#: iterable (range(10**12)) would never end.
+MAX_ITEMS = 100_000
+
+
+def guarded(checker: Callable[..., Feedback]) -> Callable[..., Feedback]:
+    """Make a checker total: an error while judging an odd answer becomes feedback.
+
+    Checkers read the student's answer carefully, but an answer can be anything (an object
+    whose comparison raises, a tensor of the wrong dtype); the notebook must go on, and the
+    student learns what the checker could not read.
+    """
+    @functools.wraps(checker)
+    def total(*args: Any, **kwargs: Any) -> Feedback:
+        try:
+            return checker(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001  any answer gets an answer, never a traceback
+            return not_yet(f"the checker could not read your answer: {type(exc).__name__}: "
+                           f"{str(exc)[:200]}",
+                           "Return exactly what the exercise asks for (the type and shape in "
+                           "its description), then check again.")
+    return total
 
 
 def call_student(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, Feedback | None]:

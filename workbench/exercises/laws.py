@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from workbench.exercises.feedback import Feedback, call_student, correct, not_yet, numbers
+from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet, numbers
 from workbench.scaling.metrics import amdahl, gustafson
 
 #: (workers, speedup) points the serial-share checker tries.
@@ -73,6 +73,7 @@ def reference_law(points: Sequence[tuple[float, float]]) -> str | None:
     return "amdahl" if spread_a < spread_g else "gustafson"
 
 
+@guarded
 def check_serial_shares(fn) -> Feedback:
     """Check `fn(p, speedup) -> (s_amdahl, s_gustafson)` on several measured points."""
     for p, s in POINTS:
@@ -111,6 +112,7 @@ def _shares_hint(p: float, s: float, a: float, g: float, want_a: float,
                    "S = s + (1 − s)·p for s (Gustafson).")
 
 
+@guarded
 def check_which_law(fn) -> Feedback:
     """Check `fn(points) -> 'amdahl', 'gustafson' or None` on every data set."""
     for name, points, want in DATASETS:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet
 from workbench.quiz.bank import parse_number
 
 #: The rate that was tuned, and the global batch it was tuned for (Goyal et al.: 0.1 at 256).
@@ -37,6 +37,7 @@ def reference_lr(epoch: float, workers: int, batch_per_worker: int) -> float:
     return BASE_LR + (target - BASE_LR) * epoch / WARMUP_EPOCHS
 
 
+@guarded
 def check_learning_rate(fn) -> Feedback:
     """Check `fn(epoch, workers, batch_per_worker) -> learning rate` on every case."""
     for epoch, p, b in CASES:

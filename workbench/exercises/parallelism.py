@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet
 from workbench.scaling.costmodel import ring_allreduce_time
 
 GRADIENT_BYTES_PER_PARAM = 4  # fp32 gradients
@@ -123,6 +123,7 @@ def describe(s: Scenario) -> str:
             "per cut per step.")
 
 
+@guarded
 def check_parallelism_choice(fn) -> Feedback:
     """Check `fn(scenario) -> 'data', 'model' or 'sharded'` on every scenario."""
     for s in SCENARIOS:

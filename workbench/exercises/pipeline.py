@@ -25,7 +25,14 @@ from __future__ import annotations
 
 import math
 
-from workbench.exercises.feedback import Feedback, call_student, correct, not_yet, whole_number
+from workbench.exercises.feedback import (
+    Feedback,
+    call_student,
+    correct,
+    guarded,
+    not_yet,
+    whole_number,
+)
 from workbench.model_parallel.pipeline import (  # noqa: F401 - the notebook prints ex.show_schedule
     idle_fraction,
     schedule,
@@ -37,6 +44,7 @@ from workbench.quiz.bank import parse_number
 CASES = ((2, 1), (2, 4), (4, 4), (4, 8), (4, 16), (8, 32), (3, 5))
 
 
+@guarded
 def check_bubble_fraction(fn) -> Feedback:
     """Check `fn(stages, micro_batches) -> idle fraction` against the counted schedule."""
     for p, m in CASES:
@@ -76,6 +84,13 @@ def _bubble_hint(p: int, m: int, value: float, want: float) -> Feedback:
     if math.isclose(value, 1 - want):
         return not_yet(message, "That is the busy share. The bubble is the idle share: "
                        "1 minus your value.")
+    if math.isclose(value, 100 * want, rel_tol=1e-6, abs_tol=0.51):
+        return not_yet(message, f"Your formula is right, but that is a percentage: return the "
+                       f"fraction, {want:.6g} rather than {100 * want:.4g} (%).")
+    if abs(value - want) <= 0.0051:
+        return not_yet(message, f"Your formula is right, but the value is rounded: return it "
+                       f"as computed, {want!r}, not rounded to a few decimals; the checker "
+                       "compares it with the counted schedule to six significant digits.")
     return not_yet(message, "Each stage idles P − 1 slots out of M + P − 1. Print "
                    "show_schedule(P, M) and count.")
 
@@ -88,6 +103,15 @@ def smallest_micro_batches(stages: int, max_bubble: float) -> int:
     return m
 
 
+def _bubble(stages: int, micro_batches: int) -> float:
+    """The bubble, counted on the schedule for sizes one can draw, else by its formula (the
+    two agree; counting 10⁹ micro-batches would only fill the memory)."""
+    if micro_batches <= 4096:
+        return idle_fraction(stages, micro_batches)
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
+@guarded
 def check_micro_batches(answer: object, stages: int = 4, max_bubble: float = 0.10) -> Feedback:
     """Check the smallest number of micro-batches that keeps the bubble within `max_bubble`."""
     want = smallest_micro_batches(stages, max_bubble)
@@ -104,7 +128,7 @@ def check_micro_batches(answer: object, stages: int = 4, max_bubble: float = 0.1
                        f"M = {m - 1} would give {idle_fraction(stages, m - 1):.1%}.")
     if m < 1:
         return not_yet(f"M = {m} is not a number of micro-batches.", "M is at least 1.")
-    bubble = idle_fraction(stages, m)
+    bubble = _bubble(stages, m)
     if bubble > max_bubble:
         hint = (f"With M = {m} the bubble is {bubble:.1%}, above {max_bubble:.0%}. Solve "
                 f"(P − 1) / (M + P − 1) ≤ {max_bubble:g} for M, then round up.")

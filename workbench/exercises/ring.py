@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet
 from workbench.synchronization.ring_allreduce import thread_ring_allreduce
 
 Chunks = list[list[torch.Tensor]]
@@ -143,11 +143,13 @@ def describe(chunks: Chunks) -> str:
 
 # --- checkers -----------------------------------------------------------------------------------
 
+@guarded
 def check_reduce_scatter_step(fn) -> Feedback:
     """Check the student's `reduce_scatter_step(chunks, step)`, step by step, then end to end."""
     return _check_step(fn, phase="reduce-scatter")
 
 
+@guarded
 def check_allgather_step(fn) -> Feedback:
     """Check the student's own `allgather_step(chunks, step)`, step by step, then end to end."""
     return _check_step(fn, phase="allgather")

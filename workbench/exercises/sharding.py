@@ -15,16 +15,18 @@ PyTorch's `DistributedSampler` does by default).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable
 
-from workbench.exercises.feedback import Feedback, call_student, correct, not_yet
+from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet
 
 #: (number of samples, world size) pairs the checker tries; most leave a remainder.
 CASES = ((10, 2), (12, 4), (10, 3), (13, 4), (13, 5), (7, 1))
 
 
+@guarded
 def check_shard(fn) -> Feedback:
     """Check `fn(n_samples, rank, world_size) -> indices of rank's samples`.
 
@@ -64,12 +66,15 @@ def _as_indices(out: object, n: int, rank: int, p: int) -> tuple[list[int], Feed
             "Return a list (or range) of integer indices between 0 and n_samples - 1.",
         )
     try:
-        indices = [int(i) for i in out]
-    except (TypeError, ValueError):
+        indices = [int(i) for i in itertools.islice(out, n + 1)]
+    except (TypeError, ValueError, OverflowError):
         return [], not_yet(
             f"some returned items are not whole numbers {where}.",
             "Return integer indices of samples, not the samples themselves.",
         )
+    if len(indices) > n:
+        return [], not_yet(f"rank {rank} got more than n_samples = {n} indices {where}.",
+                           "A shard is part of the data: at most n_samples indices, each once.")
     outside = sorted(i for i in indices if not 0 <= i < n)
     if outside:
         return [], not_yet(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from workbench.exercises.feedback import Feedback, call_student, correct, not_yet, numbers
+from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet, numbers
 from workbench.quiz.bank import parse_number
 
 Event = tuple[str, int]
@@ -65,6 +65,7 @@ def show_trace(events: Sequence[Event]) -> str:
     return "\n".join(lines)
 
 
+@guarded
 def check_staleness(fn) -> Feedback:
     """Check `fn(events) -> [staleness of each push, in order]` on two traces."""
     for events in TRACES:
@@ -123,6 +124,7 @@ def _events_between(events: Sequence[Event]) -> list[int]:
     return out
 
 
+@guarded
 def check_staleness_lr(fn) -> Feedback:
     """Check `fn(staleness, base_lr) -> learning rate` against η / max(1, τ)."""
     for tau, lr in LR_CASES:

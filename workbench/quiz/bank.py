@@ -225,8 +225,15 @@ def parse_number(text: Any) -> float | None:
     so '75%' is right wherever 0.75 is.
     """
     if isinstance(text, int | float) and not isinstance(text, bool):
-        return float(text) if math.isfinite(text) else None
-    s = re.sub(r"\s+", "", str(text))
+        try:
+            value = float(text)
+        except OverflowError:  # an int beyond the floats, such as 10**400
+            return None
+        return value if math.isfinite(value) else None
+    try:
+        s = re.sub(r"\s+", "", str(text)[:200])
+    except Exception:  # noqa: BLE001  an object whose str() fails is not a number either
+        return None
     percent = s.endswith("%")
     if percent:
         s = s[:-1]
