@@ -145,7 +145,7 @@ def test_multiple_choice_names_missing_and_false_statements():
     assert grade(q, ["c", "b", "a"]).correct
     g = grade(q, ["a", "d"])
     assert not g.correct
-    assert "(d) is false. Each replica holds the whole model" in g.feedback
+    assert "(d) is false. Sharded data parallelism (ZeRO-3, FSDP) is still data parallel" in g.feedback
     assert "(b) is true as well" in g.feedback and "(c) is true as well" in g.feedback
 
 
@@ -199,7 +199,7 @@ def test_explain_scores_ticked_rubric_points_and_names_missing_ones():
     text = "Data parallelism keeps a replica on every device, so the model must fit in memory."
     g = grade(q, text, covered=[0, 1])
     assert g.score == pytest.approx(2 / len(q.rubric)) and not g.correct
-    assert "Model answer: Data parallelism replicates" in g.feedback
+    assert "Model answer: Data parallelism trains the same model" in g.feedback
     assert "Model parallelism: limits" in g.hints and "Data parallelism: limits" not in g.hints
     full = grade(q, q.model_answer, covered=range(len(q.rubric)))
     assert full.correct and full.score == 1 and not full.hints
@@ -225,7 +225,7 @@ def test_quiz_widget_scores_explains_and_lets_the_student_retry():
     quiz.answer("speedup-definition", "c")
     assert not quiz.check("speedup-definition").correct
     assert "efficiency, not the speedup" in quiz.feedback("speedup-definition")
-    quiz.answer("frameworks", ["b", "c", "d"])
+    quiz.answer("frameworks", ["a", "b", "c", "d"])
     quiz.check("frameworks")
     quiz.answer("review-efficiency", "Devices work in parallel.", covered=[0, 3])
     quiz.check("review-efficiency")
