@@ -16,13 +16,19 @@ import pytest
 import yaml
 
 from workbench.model_parallel.pipeline import idle_fraction
-from workbench.quiz import TOPICS, BankError, Quiz, grade, load_bank, quiz_html
-from workbench.quiz.bank import BANK_PATH, mentions, parse_number, shuffled
+from workbench.quiz import TOPICS, BankError, Quiz, fairness, grade, load_bank, quiz_html
+from workbench.quiz.bank import BANK_PATH, learner_seed, mentions, parse_number, shuffled
 from workbench.quiz.widget import PARSE_NUMBER_JS
 from workbench.scaling import costmodel, metrics
 from workbench.training.checkpoint import young_interval
 
 BANK = {q.id: q for q in load_bank()}
+
+
+@pytest.fixture(autouse=True)
+def _learner_home(monkeypatch, tmp_path):
+    """Each test's learner keeps their id in a home of their own, not the runner's."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 REVIEW_IDS = ("review-efficiency", "review-synchronization", "review-parallelism")
 
 
@@ -145,7 +151,7 @@ def test_multiple_choice_names_missing_and_false_statements():
     assert grade(q, ["c", "b", "a"]).correct
     g = grade(q, ["a", "d"])
     assert not g.correct
-    assert "(d) is false. Sharded data parallelism (ZeRO-3, FSDP) is still data parallel" in g.feedback
+    assert "(d) is false. Sharded data parallelism (ZeRO-3, FSDP) is still" in g.feedback
     assert "(b) is true as well" in g.feedback and "(c) is true as well" in g.feedback
 
 
@@ -339,11 +345,67 @@ def test_each_learner_sees_one_order_in_widget_and_html_and_is_graded_in_it():
     assert f"About ({wrong}): {mine.why[wrong]}" in g.feedback
 
 
-def test_the_learner_is_who_jupyterhub_says(monkeypatch):
+def test_the_learner_is_who_jupyterhub_says_with_an_id_kept_in_their_home(monkeypatch,
+                                                                           tmp_path):
     monkeypatch.setenv("JUPYTERHUB_USER", "ada")
-    assert Quiz(ids=["sync-sgd"]).questions[0] == shuffled(BANK["sync-sgd"], "ada")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "ada-home"))
+    seed = learner_seed()
+    name, found = seed.split(":")
+    assert name == "ada" and re.fullmatch(r"[0-9a-f]{32}", found)
+    kept = tmp_path / "ada-home" / "workbench" / "learner-id"
+    assert kept.read_text().strip() == found and kept.stat().st_mode & 0o777 == 0o600
+    assert learner_seed() == seed                      # the same order on every use
+    assert Quiz(ids=["sync-sgd"]).questions[0] == shuffled(BANK["sync-sgd"], seed)
     assert quiz_html(questions=[BANK["sync-sgd"]]) == quiz_html(
-        questions=[BANK["sync-sgd"]], seed="ada")
+        questions=[BANK["sync-sgd"]], seed=seed)
+
+
+def test_learners_who_share_a_login_name_see_different_orders(monkeypatch, tmp_path):
+    monkeypatch.delenv("JUPYTERHUB_USER", raising=False)
+    monkeypatch.setattr("getpass.getuser", lambda: "jovyan")   # Binder: everyone is jovyan
+    seeds = []
+    for home in ("one", "two"):
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / home))
+        seeds.append(learner_seed())
+    assert seeds[0] != seeds[1] and all(s.startswith("jovyan:") for s in seeds)
+    orders = [[shuffled(q, s).choices for q in CHOICE_QUESTIONS] for s in seeds]
+    assert sum(a != b for a, b in zip(*orders, strict=True)) > len(CHOICE_QUESTIONS) / 2
+    (tmp_path / "two" / "workbench" / "learner-id").write_text("damaged")
+    assert learner_seed() not in seeds                   # a damaged id is replaced
+    monkeypatch.setenv("XDG_CONFIG_HOME", "/proc/no-such-home")   # cannot be written
+    assert learner_seed() == "jovyan"
+
+
+# --- fairness: no knowledge-free strategy passes --------------------------------------------
+
+def test_no_knowledge_free_strategy_passes_the_quiz():
+    """Over the whole bank, items appended later included (their scores are printed)."""
+    questions = list(BANK.values())
+    print("\n" + fairness.report(questions))
+    for name, share in fairness.single_scores(questions).items():
+        assert share <= 0.40, (name, share)
+    multi = fairness.multiple_scores(questions)
+    counts = fairness.false_counts(questions)
+    # "all but one at random" is right 1/n of the time where exactly one option is false
+    chance = sum(1 / len(q.choices) for q in questions
+                 if q.kind == "multiple" and len(q.choices) - len(q.answer) == 1) / len(counts)
+    assert multi["tick all but the shortest"] <= max(chance, 1 / len(counts)), multi
+    assert max(multi.values()) <= 0.25, multi
+    assert len(set(counts)) >= 2 and counts.count(1) <= 0.6 * len(counts), counts
+    right, wrong = fairness.absolute_rates(questions)
+    assert abs(right - wrong) <= 0.10, (right, wrong)
+
+
+def test_the_fairness_strategies_see_what_they_claim():
+    from workbench.quiz.bank import Question
+    q = Question(id="x", topic="metrics", kind="single", prompt="Why do replicas synchronize?",
+                 answer="b", explanation="", choices=(
+                     "They never do.", "So that the replicas synchronize their weights.",
+                     "$a = b + c$", "Always, for every reason."))
+    assert fairness.single_scores([q]) == {
+        "longest option": 1.0, "shortest option": 0.0, "most mathematics": 0.0,
+        "most words shared with the question": 1.0, "avoid absolute words": 0.5}
+    assert fairness.absolute("It cannot fit.") and not fairness.absolute("It fits.")
 
 
 def test_a_shuffled_quiz_revealed_still_scores_full_marks():

@@ -14,9 +14,12 @@ Kinds of question:
   answer makes; words typical of each point are used to suggest points that seem missing.
 
 Choices are shown in an order of their own for each learner (:func:`shuffled`), so a key
-cannot be learned by position ("it is always (a)") and neighbours see different letters.
-The order is seeded by the learner's name and the question's id: the same learner sees the
-same order every time, in the widget and in the kernel-free HTML page alike.
+cannot be learned by position ("it is always (a)") or passed on as a string of letters
+(neighbours can still pass on the text of an answer). The order is seeded by the learner
+(:func:`learner_seed`: their user name and a random id kept in their home) and the
+question's id: the same learner sees the same order every time, in the widget and in the
+kernel-free HTML page alike, and two learners who share a login name, as everyone is
+`jovyan` on Binder, still see different orders.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import math
 import os
 import random
 import re
+import secrets
+import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -184,11 +189,49 @@ def _validate(q: Question, where: str) -> None:
 # --- the order of the choices, per learner -------------------------------------------------------
 
 def learner_seed() -> str:
-    """Who takes the quiz: JupyterHub's user name, else the login name, else 'learner'."""
+    """Who takes the quiz: JupyterHub's user name (else the login name, else 'learner'), and
+    the learner's random id from :func:`learner_id`, as ``name:id``."""
     try:
-        return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+        name = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
     except (KeyError, OSError):  # no login name, e.g. in some containers
-        return "learner"
+        name = "learner"
+    found = learner_id()
+    return f"{name}:{found}" if found else name
+
+
+def learner_id_path() -> Path:
+    """Where the learner's id is kept: ``$XDG_CONFIG_HOME/workbench/learner-id`` (by
+    default under ``~/.config``), in the learner's own home."""
+    config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(config) / "workbench" / "learner-id"
+
+
+def learner_id(path: Path | None = None) -> str:
+    """A random id (32 hex digits) made on first use and kept in `path`, readable by its
+    owner only; '' when the home cannot be written (the order then follows the name)."""
+    path = learner_id_path() if path is None else path
+    for attempt in range(3):
+        try:
+            found = path.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            found = ""
+        if re.fullmatch(r"[0-9a-f]{32}", found):
+            return found
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another kernel is writing it, or it is damaged: replace it
+            if attempt:
+                path.unlink(missing_ok=True)
+            time.sleep(0.05)
+            continue
+        except OSError:          # a read-only home
+            return ""
+        new = secrets.token_hex(16)
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(new + "\n")
+        return new
+    return ""
 
 
 def shuffled(q: Question, seed: str | int) -> Question:
