@@ -51,7 +51,9 @@ def learning_rate(epoch, workers, batch_per_worker):
 
 - The global batch is $p \cdot b$; the rule scales the rate by $k = p b / B_0$, not by $p$
   alone and not by the batch of one worker.
-- The warm-up starts at $\eta$, not at 0, and reaches $k \eta$ after 5 epochs.
+- The warm-up starts at $\eta$, not at 0, and reaches $k \eta$ after 5 epochs. The lab's
+  `warmup_epochs` (`workbench scale --scale-lr --warmup-epochs E`, notebook 06) ramps the
+  same way, from the unscaled rate to the scaled one.
 - With both, Goyal et al. trained ResNet-50 with a batch of 8192 without losing accuracy;
   beyond that, large batches do change what is learned.
 """),

@@ -28,7 +28,7 @@ CELLS = [
         ("each worker sees", "its shard of each batch", "every sample, for its part of the model"),
         ("exchanged per step", "the gradients of *all* parameters (an allreduce)",
          "the *activations* at each cut, forward, and their gradients, backward"),
-        ("limit", "the whole model must fit on every worker",
+        ("limit", "the whole model must fit on every worker (unless sharded: ZeRO-3, FSDP)",
          "how much of the model can run at the same time; harder to implement"),
     ) + r"""
 
@@ -224,8 +224,9 @@ curves(f"Bytes per worker and step, width {WIDTH}, P = {P}", "batch size (log)",
 """),
     md(r"""
 - **Model parallelism wins** when the model (with gradients and optimizer state) does not fit
-  on one device, which settles it, or when its gradients are much larger than the
-  activations at a cut: wide layers, small batches, and devices joined by a fast bus.
+  on one device (sharded data parallelism, ZeRO-3 or FSDP, is the other way out), or when its
+  gradients are much larger than the activations at a cut: wide layers, small batches, and
+  devices joined by a fast bus.
 - **Data parallelism wins** when the model fits and the batch is large: no bubble, traffic
   independent of the batch, and much simpler code. It is the default.
 - **Both**: the largest models combine them. Megatron-LM splits each layer over the GPUs of
@@ -274,7 +275,8 @@ curves(f"Bytes per worker and step, width {WIDTH}, P = {P}", "batch size (log)",
    activations kept for the backward pass (they grow with the batch), communication
    buffers (Horovod's fusion buffer, DDP's buckets) and the framework's own workspace.
    Whether a replica fits then depends on the batch. On 24 GB it does not fit at all:
-   model parallelism, or sharding the optimizer state (ZeRO), is needed.
+   model parallelism, or sharded data parallelism (ZeRO, FSDP: sharding the optimizer state,
+   the gradients and, at stage 3, the weights), is needed.
 4. Data parallelism: no, it sends the gradients, whose size depends on the parameters only.
    Model parallelism: yes, the activations at the cuts double.
 </details>
