@@ -24,7 +24,11 @@ batch $N \cdot b$, *if* every rank starts from the same weights, trains on its o
 each global batch, and averages its gradients with the others before every step. The checker
 below holds you to that: it runs your function on 2 real ranks, runs `train` in one process
 with batch $2b$, and compares the final parameters. To expose a missing broadcast it gives
-each rank a different `seed`, as separate machines would start from different weights.
+each rank a different `seed`, as separate machines would start from different weights. The
+right parameters are not enough: it also watches each rank's forward passes (in every step
+they must use that rank's own samples, not another rank's) and its collective calls
+(something must cross ranks), so training the whole global batch on every rank is not
+data parallelism. Any sharding or averaging that gives the serial result passes.
 
 Here is the one-process function to convert. Your versions take the same arguments and
 return `model.state_dict()`.
