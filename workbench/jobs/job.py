@@ -51,7 +51,6 @@ from workbench.jobs.devices import rank_environment, resolve_device
 from workbench.jobs.engines import ENGINES, training_engines
 from workbench.jobs.environment import allowed_environment
 from workbench.jobs.processes import job_processes, pid_alive, rank_hosts, terminate
-from workbench.jobs.torch_hosts import is_local
 from workbench.records import (
     CorruptRecord,
     MetricsReader,
@@ -688,6 +687,8 @@ def cores_needed(cfg: JobConfig) -> int:
     (`cpu_bind="none"`, or ranks on other hosts, or Slurm's): then it only counts for its
     user's limit. `--hosts` naming only this host (`localhost:4`) is this host: its ranks
     queue for cores like any other local job's."""
+    from workbench.jobs.torch_hosts import is_local  # (not at import: it is a launcher too)
+
     if cfg.cpu_bind != "core" or cfg.launcher == "slurm" or not (
             cfg.hosts is None or all(is_local(host) for host in parse_hosts(cfg.hosts))):
         return 0

@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     plan = allocate(args.hosts, args.np)
     endpoint = f"{plan[0][0]}:{free_port(plan[0][0])}"
+    print(f"torch_hosts: rendezvous at {endpoint}, hosted by the torchrun on {plan[0][0]} "
+          "(is_host=true)", file=sys.stderr, flush=True)
     procs = [subprocess.Popen(host_command(host, torchrun_command(
         len(plan), n, endpoint, args.rdzv_id, program, is_host=i == 0)),
         stdin=subprocess.DEVNULL) for i, (host, n) in enumerate(plan)]

@@ -83,6 +83,7 @@ class RankContext:
         self.t0 = t0 if t0 is not None else float(os.environ.get(ENV_T0, time.time()))
         self.config = self._load_config()
         self._metrics_fd = -1
+        self._closing_since: float | None = None  # set while __exit__ writes the exit record
 
     @classmethod
     def from_env(cls) -> RankContext:
@@ -141,12 +142,14 @@ class RankContext:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        self._closing_since = time.monotonic()  # the watchdog lets us finish the record
         record: dict[str, Any] = {"rank": self.rank, "ok": exc is None, "time": time.time()}
         if isinstance(exc, Ended):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends us at once
             record.update(ended_by="SIGTERM", error=(
                 f"rank {self.rank} was ended by SIGTERM: its launcher ends every rank once "
                 "one has failed, and a stop ends them all"))
+            write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json", record)
             sys.stderr.write(f"workbench: {record['error']}\n")
         elif exc is not None:
             record["error"] = f"{exc_type.__name__}: {exc}"
@@ -201,9 +204,11 @@ class RankContext:
                                 f"{OWNER_STALE_S:g} s")
             time.sleep(period_s)
 
-    @staticmethod
-    def _leave(why: str) -> None:
-        """Exit now (from the watchdog thread), saying why in the rank's log."""
+    def _leave(self, why: str, grace_s: float = 5.0) -> None:
+        """Exit now (from the watchdog thread), saying why in the rank's log; unless the
+        rank is writing its exit record (for at most `grace_s`), which must not be lost."""
+        if self._closing_since is not None and time.monotonic() - self._closing_since < grace_s:
+            return
         sys.stderr.write(f"workbench: rank exiting: {why}\n")
         sys.stderr.flush()
         os._exit(3)
