@@ -223,8 +223,9 @@ def test_a_lock_held_for_ever_fails_the_queued_job_naming_its_holder(
         assert locker.stdout.readline().strip() == "locked"
         holder_name = f"pid {locker.pid} (user nobody, python"
         with pytest.raises(ConfigError, match=r"cores.json has been locked for 1 s by " +
-                           holder_name.replace("(", r"\(")):
-            cores.Ticket("another", 1, cores.settings())  # a new job: one line, no hang
+                           holder_name.replace("(", r"\(")):  # a new job: one line, no hang
+            workbench.start(workbench.JobConfig(runs_dir=str(tmp_path / "later"), **SMALL))
+        assert not any((tmp_path / "later").iterdir())    # and no half-made run on record
         assert job.wait(15) == "failed"                   # the queued one: failed, not stuck
         error = job.summary["failure"]["error"]
         assert error.startswith("lost its place in the queue for cores: ConfigError: ")

@@ -111,8 +111,12 @@ class Job:
         self._slurm = cfg.launcher == "slurm"
         self._started = self._asked = time.time()
         # ---- the gate: take this job's cores from the host's allocation, or queue for them
-        self._ticket = SlurmTicket() if self._slurm else \
-            cores.Ticket(self.run_id, cores_needed(cfg), sharing)
+        try:
+            self._ticket = SlurmTicket() if self._slurm else \
+                cores.Ticket(self.run_id, cores_needed(cfg), sharing)
+        except BaseException:  # the queue cannot be reached (its lock held for long, say):
+            shutil.rmtree(self.run_dir, ignore_errors=True)  # no run, and no half record
+            raise
         if not self._slurm and cfg.oversubscribed():  # said at once, even while queued
             self.warnings.append(
                 f"{cfg.world_size} ranks x {cfg.resolved_threads()} threads exceed the "
