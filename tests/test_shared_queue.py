@@ -210,8 +210,9 @@ def test_a_student_who_cannot_fix_the_file_gets_one_line_naming_its_owner(shared
 
 
 def test_a_lock_held_for_ever_fails_the_queued_job_naming_its_holder(
-        tmp_path, shared, monkeypatch):
+        tmp_path, shared, monkeypatch, capfd):
     monkeypatch.setattr(shared_file, "LOCK_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(shared_file, "SAY_WAIT_S", 0.5)
     holder = holder_of_both_cores(monkeypatch)
     job = queued_job(tmp_path)
     locker = as_user(NOBODY.pw_uid, sys.executable, "-c", (
@@ -226,6 +227,8 @@ def test_a_lock_held_for_ever_fails_the_queued_job_naming_its_holder(
                            holder_name.replace("(", r"\(")):  # a new job: one line, no hang
             workbench.start(workbench.JobConfig(runs_dir=str(tmp_path / "later"), **SMALL))
         assert not any((tmp_path / "later").iterdir())    # and no half-made run on record
+        assert f"waiting for {shared}/cores.json, locked by {holder_name}" in (
+            capfd.readouterr().err)                        # said while it waited
         assert job.wait(15) == "failed"                   # the queued one: failed, not stuck
         error = job.summary["failure"]["error"]
         assert error.startswith("lost its place in the queue for cores: ConfigError: ")

@@ -44,6 +44,7 @@ from workbench.config import ConfigError
 #: Longest wait for another process's lock on the shared file, in seconds (holders keep
 #: it for milliseconds: a longer wait means a process is stuck, or holds it on purpose).
 LOCK_TIMEOUT_S = 10.0
+SAY_WAIT_S = 2.0  # a wait for the lock longer than this is said, in one line
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _WHAT = {errno.ELOOP: "a symbolic link", errno.EISDIR: "a folder",
@@ -165,16 +166,22 @@ def locked(fd: int, path: Path, timeout_s: float | None = None) -> Iterator[None
     """Hold an exclusive `flock` on `fd` for the block; ConfigError naming the holder if it
     is not ours within `timeout_s` (default `LOCK_TIMEOUT_S`)."""
     timeout_s = LOCK_TIMEOUT_S if timeout_s is None else timeout_s
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    said = False
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
-            if time.monotonic() >= deadline:
+            waited = time.monotonic() - start
+            if waited >= timeout_s:
                 raise ConfigError(f"{path} has been locked for {timeout_s:g} s by "
                                   f"{lock_holder(fd)}: if that process is stuck, end it "
                                   "(or ask the administrator to)") from None
+            if waited >= SAY_WAIT_S and not said:  # a wait this long is worth a line
+                say(f"waiting for {path}, locked by {lock_holder(fd)} (at most "
+                    f"{timeout_s:g} s)")
+                said = True
             time.sleep(0.02)
     try:
         yield
