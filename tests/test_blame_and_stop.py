@@ -13,19 +13,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-import uuid
+from pathlib import Path
 
-import psutil
 import pytest
 
-import workbench
 from workbench.jobs import cores, start_module, torch_hosts
 from workbench.jobs import job as job_module
 from workbench.jobs.blame import Failure, culprit, reported_failure
@@ -201,32 +197,53 @@ def test_free_port_is_a_port_this_host_can_bind():
 
 
 # ------------------------------------------------------------ Ctrl-C twice on a queued job
-def test_two_ctrl_c_20_ms_apart_on_a_queued_job_stop_it_for_good(tmp_path, monkeypatch):
-    monkeypatch.setenv(cores.ENV_SHARED_DIR, str(tmp_path / "shared"))
-    monkeypatch.setattr(cores, "affinity", lambda: [0, 1])
-    holder = cores.Ticket(f"holder-{uuid.uuid4().hex[:6]}", 2, cores.settings())
-    assert holder.poll()
-    job = workbench.start(workbench.JobConfig(runs_dir=str(tmp_path / "runs"), **SMALL))
-    assert job.status == "queued"
-    write = job_module.write_json_atomic
-    monkeypatch.setattr(job_module, "write_json_atomic",       # the stop takes a while
-                        lambda path, doc: (time.sleep(0.3), write(path, doc)))
+CTRL_C_TWICE = """
+import json, os, signal, sys, threading, time
+import psutil, workbench
+from workbench.jobs import cores
+from workbench.jobs import job as job_module
 
-    def ctrl_c_twice() -> None:
-        time.sleep(0.2)
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.02)
-        os.kill(os.getpid(), signal.SIGINT)
+cores.affinity = lambda: [0, 1]
+holder = cores.Ticket("holder", 2, cores.settings())
+assert holder.poll()
+job = workbench.start(workbench.JobConfig(runs_dir=sys.argv[1], **json.loads(sys.argv[2])))
+queued = job.status
+write = job_module.write_json_atomic
+job_module.write_json_atomic = lambda path, doc: (time.sleep(0.3), write(path, doc))
 
-    threading.Thread(target=ctrl_c_twice).start()
-    with pytest.raises(KeyboardInterrupt):
-        job.wait(30)
-    assert job.done and job.status == "stopped"
-    assert json.loads((job.run_dir / "summary.json").read_text())["status"] == "stopped"
-    holder.release()                                           # its cores come free ...
-    time.sleep(3 * job_module.QUEUE_POLL_S)
-    assert job.status == "stopped" and job.launcher_pid is None  # ... and it never launches
-    assert cores.snapshot() == {"held": [], "waiting": []}
-    assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()
-                and p.status() != psutil.STATUS_ZOMBIE]
-    assert not (job.run_dir / "pids").exists() or not any((job.run_dir / "pids").iterdir())
+def ctrl_c_twice():
+    time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.02)                                 # the stop is under way by now
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=ctrl_c_twice).start()
+try:
+    job.wait(30)
+    raised = False
+except KeyboardInterrupt:
+    raised = True
+after = {"done": job.done, "status": job.status}
+holder.release()                                     # its cores come free ...
+time.sleep(3 * job_module.QUEUE_POLL_S)
+children = [p for p in psutil.Process().children(recursive=True)
+            if p.status() != psutil.STATUS_ZOMBIE]
+print(json.dumps({"queued": queued, "raised": raised, **after, "later": job.status,
+                  "launcher_pid": job.launcher_pid, "snapshot": cores.snapshot(),
+                  "children": len(children), "run_dir": str(job.run_dir)}))
+"""
+
+
+def test_two_ctrl_c_20_ms_apart_on_a_queued_job_stop_it_for_good(tmp_path):
+    env = {**os.environ, cores.ENV_SHARED_DIR: str(tmp_path / "shared")}
+    done = subprocess.run([sys.executable, "-c", CTRL_C_TWICE, str(tmp_path / "runs"),
+                           json.dumps(SMALL)], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["queued"] == "queued" and out["raised"] is True
+    assert out["done"] is True and out["status"] == "stopped"
+    assert out["later"] == "stopped" and out["launcher_pid"] is None  # it never launched
+    assert out["snapshot"] == {"held": [], "waiting": []} and out["children"] == 0
+    summary = json.loads((Path(out["run_dir"]) / "summary.json").read_text())
+    assert summary["status"] == "stopped"
