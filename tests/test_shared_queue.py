@@ -200,6 +200,26 @@ def test_a_vandalised_queue_file_is_one_line_and_rebuilt(shared, capsys, vandal)
     ticket.release()
 
 
+def test_a_queued_job_survives_its_queue_file_being_vandalised(tmp_path, shared, monkeypatch,
+                                                                capfd):
+    holder = holder_of_both_cores(monkeypatch)
+    job = queued_job(tmp_path)
+    vandal = run_as(NOBODY.pw_uid, sys.executable, "-c", (  # under the lock: no write of
+        "import fcntl, os\n"                                 # ours can overwrite it
+        f"fd = os.open({str(shared / 'cores.json')!r}, os.O_RDWR)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nos.ftruncate(fd, 0)\nos.write(fd, b'[]')"),
+        gid=NOBODY.pw_gid)
+    assert vandal.returncode == 0, vandal.stderr  # every entry is lost, the holder's too
+    end = time.monotonic() + 20
+    while job.status == "queued" and time.monotonic() < end:
+        time.sleep(0.05)
+    assert job.status == "running", job.summary     # its queue thread lived on: it launched
+    job.stop()
+    assert "cores.json holds a JSON list, not the queue's object" in capfd.readouterr().err
+    holder.release()
+    assert cores.snapshot() == EMPTY
+
+
 def test_a_student_who_cannot_fix_the_file_gets_one_line_naming_its_owner(shared):
     as_nobody(f"mkdir {shared}/cores.json")
     done = run_as(STUDENT, sys.executable, "-m", "workbench.cli", "classroom", "cores")
