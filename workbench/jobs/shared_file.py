@@ -83,17 +83,14 @@ def open_folder(folder: Path, create_mode: int = 0o1777) -> int:
     if not real.exists():
         real.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open("/", _DIR_FLAGS)
-    try:
-        for i, part in enumerate(real.parts[1:], start=2):
-            here = Path(*real.parts[:i])
-            fd = _open_child_folder(fd, part, here, create_mode if here == real else None)
-            problem = folder_problem(os.fstat(fd), os.geteuid())
-            if problem:
-                raise ConfigError(f"{here} {problem}")
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+    for i, part in enumerate(real.parts[1:], start=2):
+        here = Path(*real.parts[:i])
+        fd = _open_child_folder(fd, part, here, create_mode if here == real else None)
+        problem = folder_problem(os.fstat(fd), os.geteuid())
+        if problem:
+            os.close(fd)
+            raise ConfigError(f"{here} {problem}")
+    return fd
 
 
 def _open_child_folder(parent: int, name: str, path: Path, create_mode: int | None) -> int:
