@@ -26,7 +26,11 @@ cores.
 Settings (environment variables, so a hub's administrator sets them once for everyone):
 
 - `WORKBENCH_SHARED_DIR`: the shared folder (default /tmp/workbench-shared; created
-  world-writable with the sticky bit, like /tmp itself, so every user's jobs can share it);
+  world-writable with the sticky bit, like /tmp itself, so every user's jobs can share it).
+  Its users need not trust each other (see shared_file.py): a folder owned by another user
+  than root, or writable by others without the sticky bit, is refused. On a server with
+  several users, the administrator makes it once, as root, before anyone else can:
+  `install -d -o root -g root -m 1777 /tmp/workbench-shared`;
 - `WORKBENCH_WHEN_BUSY`: `queue` or `unbound`;
 - `WORKBENCH_JOBS_PER_USER`: running jobs per user, 0 for no limit. Default: 1 on a
   JupyterHub (a `JUPYTERHUB_*` variable is set), no limit elsewhere.
@@ -35,10 +39,11 @@ Settings (environment variables, so a hub's administrator sets them once for eve
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import getpass
 import json
 import os
+import re
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,10 +54,12 @@ import psutil
 
 from workbench.config import ConfigError
 from workbench.hosts.cpu import affinity
+from workbench.jobs import shared_file
 
 ENV_SHARED_DIR = "WORKBENCH_SHARED_DIR"
 ENV_WHEN_BUSY = "WORKBENCH_WHEN_BUSY"
 ENV_JOBS_PER_USER = "WORKBENCH_JOBS_PER_USER"
+STATE_FILE = "cores.json"
 WHEN_BUSY = ("queue", "unbound")
 
 
@@ -108,9 +115,14 @@ class Ticket:
         self.cores: list[int] | None = None   # once granted: the cores ([] = unbound)
         self.warning: str | None = None       # once granted unbound: why
         self._position = 0
+        self._released = False
+        self._guard = threading.Lock()  # poll() and release() one at a time, across threads
         with _state(sharing.folder) as state:
-            state["waiting"].append({"run_id": run_id, "user": self.user, "owner": owner_id(),
-                                     "n_cores": n_cores, "since": time.time()})
+            state["waiting"].append(self._entry())
+
+    def _entry(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "user": self.user, "owner": owner_id(),
+                "n_cores": self.n_cores, "since": time.time()}
 
     @property
     def granted(self) -> bool:
@@ -122,14 +134,21 @@ class Ticket:
         return 0 if self.granted else self._position
 
     def poll(self) -> bool:
-        """Take the cores if this job's turn has come; True once granted."""
-        if self.granted:
-            return True
+        """Take the cores if this job's turn has come; True once granted.
+
+        After `release()` it is always False: a released ticket never asks again (else a
+        poll racing a stop would put the job back in the queue, for ever).
+        """
+        with self._guard:
+            if self.granted or self._released:
+                return self.granted and not self._released
+            return self._poll()
+
+    def _poll(self) -> bool:
         with _state(self.sharing.folder) as state:
             mine = _find(state["waiting"], self.run_id)
-            if mine is None:  # dropped as stale (should not happen while we live): ask again
-                mine = {"run_id": self.run_id, "user": self.user, "owner": owner_id(),
-                        "n_cores": self.n_cores, "since": time.time()}
+            if mine is None:  # dropped from a rebuilt file, say: ask again, at the back
+                mine = self._entry()
                 state["waiting"].append(mine)
             ahead = state["waiting"][:state["waiting"].index(mine)]
             self._position = 1 + len(ahead)
@@ -147,7 +166,29 @@ class Ticket:
         return True
 
     def release(self) -> None:
-        """Give the cores back (or leave the queue). Safe to call more than once."""
+        """Give the cores back (or leave the queue). Safe to call more than once.
+
+        If the file cannot be reached now (its lock held too long, say), the error is
+        raised and a thread keeps trying: the entry must not outlive its job.
+        """
+        with self._guard:  # a poll under way finishes first; none follows
+            self._released = True
+        try:
+            self._remove()
+        except (OSError, ConfigError):
+            threading.Thread(target=self._remove_later, name=f"release-{self.run_id}",
+                             daemon=True).start()
+            raise
+
+    def _remove_later(self, period_s: float = 2.0, give_up_s: float = 600.0) -> None:
+        end = time.monotonic() + give_up_s
+        while time.monotonic() < end:
+            time.sleep(period_s)
+            with contextlib.suppress(OSError, ConfigError):
+                self._remove()
+                return
+
+    def _remove(self) -> None:
         with _state(self.sharing.folder) as state:
             for key in ("held", "waiting"):
                 state[key] = [e for e in state[key] if e["run_id"] != self.run_id]
@@ -192,6 +233,69 @@ def _find(entries: list[dict[str, Any]], run_id: str) -> dict[str, Any] | None:
     return next((e for e in entries if e["run_id"] == run_id), None)
 
 
+# ---------------------------------------------------------------------- the file's contents
+MAX_STATE_BYTES = 1 << 20  # a queue of a few hundred jobs is some 100 KiB
+_OWNER = re.compile(r"\d+:\d+(\.\d+)?")
+
+
+def parse_state(data: bytes) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+    """The queue's state from the bytes of its file, and what was wrong with them.
+
+    Only well-formed entries are kept, and of each only the fields the queue uses: the
+    file is writable by every user, so nothing in it is trusted. An empty file (a new
+    queue) is no problem.
+    """
+    state: dict[str, list[dict[str, Any]]] = {"held": [], "waiting": []}
+    if len(data) > MAX_STATE_BYTES:
+        return state, [f"is larger than {MAX_STATE_BYTES} bytes"]
+    if not data.strip():
+        return state, []
+    try:
+        doc = json.loads(data)
+    except ValueError:  # UnicodeDecodeError is one too
+        return state, ["is not valid JSON (garbage, or a crash while it was written)"]
+    if not isinstance(doc, dict):
+        return state, [f"holds a JSON {type(doc).__name__}, not the queue's object"]
+    problems = [f"has an unknown key {key!r}" for key in doc if key not in state]
+    for key in state:
+        entries = doc.get(key, [])
+        if not isinstance(entries, list):
+            problems.append(f"has {key!r} that is not a list")
+            continue
+        for i, entry in enumerate(entries):
+            clean, why = _entry(entry, key, state)
+            if why:
+                problems.append(f"has {key}[{i}] {why}")
+            else:
+                state[key].append(clean)
+    return state, problems
+
+
+def _entry(entry: Any, key: str, state: dict[str, list[dict[str, Any]]],
+           ) -> tuple[dict[str, Any], str | None]:
+    """(the entry's known fields, None) if it is well formed, else ({}, what is wrong)."""
+    if not isinstance(entry, dict):
+        return {}, "that is not an object"
+    fields = {"run_id": str, "user": str, "owner": str, "since": (int, float),
+              **({"cores": list} if key == "held" else {"n_cores": int})}
+    for name, kind in fields.items():
+        if not isinstance(entry.get(name), kind) or isinstance(entry.get(name), bool):
+            return {}, f"without a valid {name!r}"
+    if not _OWNER.fullmatch(entry["owner"]):
+        return {}, "with an owner that is not 'pid:start time'"
+    if any(_find(state[k], entry["run_id"]) for k in state):
+        return {}, f"that repeats run {entry['run_id']!r}"
+    if key == "waiting":
+        return ({name: entry[name] for name in fields}, None) if entry["n_cores"] >= 0 else (
+            {}, "asking for a negative number of cores")
+    held = {c for e in state["held"] for c in e["cores"]}
+    good = all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+               for c in entry["cores"])
+    if not good or len(set(entry["cores"])) < len(entry["cores"]) or held & set(entry["cores"]):
+        return {}, "with cores that are not distinct core numbers free of other jobs"
+    return {name: entry[name] for name in fields}, None
+
+
 def _owner_alive(owner: str) -> bool:
     pid = owner.partition(":")[0]
     try:
@@ -211,46 +315,56 @@ def _state(folder: Path) -> Iterator[dict[str, Any]]:
     """The shared state, locked (`flock`) for the duration of the block, then written back.
 
     The file is both the lock and the state, and is rewritten in place: in a sticky shared
-    folder only its creator could rename another file over it. Entries of dead owners are
-    dropped on the way in; a file left half-written by a crash reads as empty.
+    folder only its creator could rename another file over it. What it holds is never
+    trusted: a file that is not the queue's (garbage, a JSON list, an entry without an
+    owner, a half-written file) is reported in one line and rebuilt from its valid
+    entries, and entries of dead owners are dropped (see `parse_state`).
     """
-    _shared_folder(folder)
-    path = folder / "cores.json"
-    with open(path, "a+") as f:
-        _chmod_shared(path)
-        fcntl.flock(f, fcntl.LOCK_EX)
+    fd = _open_state(folder)
+    path = folder / STATE_FILE
+    with os.fdopen(fd, "r+b") as f, shared_file.locked(fd, path):
+        state, problems = parse_state(f.read(MAX_STATE_BYTES + 1))
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            shared_file.say(f"{path} {problems[0]}{more}: not trusted, rebuilt from its "
+                            "valid entries")
+        state = {key: [e for e in state[key] if _owner_alive(e["owner"])]
+                 for key in ("held", "waiting")}
+        yield state
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps(state, indent=1).encode())
+        f.flush()
+
+
+def _open_state(folder: Path) -> int:
+    """A read-write descriptor of the folder's state file (see shared_file.py)."""
+    try:
+        folder_fd = _open_folder(folder)
         try:
-            f.seek(0)
-            try:
-                state = json.loads(f.read() or "{}")
-            except json.JSONDecodeError:
-                state = {}
-            state = {key: [e for e in state.get(key, []) if _owner_alive(e["owner"])]
-                     for key in ("held", "waiting")}
-            yield state
-            f.seek(0)
-            f.truncate()
-            f.write(json.dumps(state, indent=1))
-            f.flush()
+            return shared_file.open_file(folder_fd, STATE_FILE, folder)
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            os.close(folder_fd)
+    except OSError as err:
+        raise ConfigError(f"cannot share cores through {folder} ({err.strerror or err}): "
+                          f"{_FIX}") from None
+
+
+def _open_folder(folder: Path) -> int:
+    """The shared folder's descriptor, created if missing; a ConfigError if it is unsafe."""
+    try:
+        return shared_file.open_folder(folder)
+    except ConfigError as err:
+        raise ConfigError(f"cannot share cores through {folder}: {err}: {_FIX}") from None
+    except OSError as err:
+        raise ConfigError(f"cannot share cores through {folder} ({err.strerror or err}): "
+                          f"{_FIX}") from None
+
+
+_FIX = (f"set {ENV_SHARED_DIR} to a folder every user can write that is owned by root and "
+        "sticky (as root: install -d -m 1777 FOLDER)")
 
 
 def _shared_folder(folder: Path) -> None:
-    """Create the shared folder, writable by every user (sticky, like /tmp)."""
-    try:
-        if not folder.is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
-            folder.chmod(0o1777)
-        state = folder / "cores.json"
-        if not os.access(folder, os.W_OK) or (state.exists() and not os.access(state, os.W_OK)):
-            raise PermissionError(f"{folder} is not writable")
-    except OSError as err:
-        raise ConfigError(f"cannot share cores through {folder} ({err}): set "
-                          f"{ENV_SHARED_DIR} to a folder every user can write") from None
-
-
-def _chmod_shared(path: Path) -> None:
-    """Let other users' jobs read and write the file (only its owner may chmod it)."""
-    with contextlib.suppress(PermissionError):
-        path.chmod(0o666)
+    """Check (and create) the shared folder: a one-line ConfigError if it cannot be used."""
+    os.close(_open_folder(folder))

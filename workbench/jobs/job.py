@@ -43,9 +43,10 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from workbench.config import ConfigError, JobConfig
+from workbench.config import ConfigError, JobConfig, parse_hosts
 from workbench.hosts.cpu import cpu_budget
 from workbench.jobs import cores, slurm
+from workbench.jobs.blame import Failure, culprit, reported_failure
 from workbench.jobs.devices import rank_environment, resolve_device
 from workbench.jobs.engines import ENGINES, training_engines
 from workbench.jobs.environment import allowed_environment
@@ -103,13 +104,19 @@ class Job:
         self._summary_data: dict[str, Any] | None = None
         self._rank_beats: dict[int, Staleness] = {}
         self._first_error_at: float | None = None
+        self._alive_at: dict[int, float] = {}  # rank: when the watcher last saw it alive
+        self._seen_at: dict[int, float] = {}   # rank: when the watcher first saw its exit
         self._stopping = False  # once set, every owner heartbeat says "stop"
         self._proc: subprocess.Popen[bytes] | slurm.SlurmBatch | None = None
         self._slurm = cfg.launcher == "slurm"
         self._started = self._asked = time.time()
         # ---- the gate: take this job's cores from the host's allocation, or queue for them
-        self._ticket = SlurmTicket() if self._slurm else \
-            cores.Ticket(self.run_id, cores_needed(cfg), sharing)
+        try:
+            self._ticket = SlurmTicket() if self._slurm else \
+                cores.Ticket(self.run_id, cores_needed(cfg), sharing)
+        except BaseException:  # the queue cannot be reached (its lock held for long, say):
+            shutil.rmtree(self.run_dir, ignore_errors=True)  # no run, and no half record
+            raise
         if not self._slurm and cfg.oversubscribed():  # said at once, even while queued
             self.warnings.append(
                 f"{cfg.world_size} ranks x {cfg.resolved_threads()} threads exceed the "
@@ -239,13 +246,13 @@ class Job:
     def _wait_for_cores(self, module: str, args: list[str]) -> None:
         """Wait in the host's queue for this job's turn, then launch (unless stopped)."""
         try:
-            while not self._ticket.poll():
+            while not self._ticket.poll():  # False for ever once released by _finish
                 if self._done.wait(QUEUE_POLL_S):
                     return  # stopped while queued; _finish left the queue
                 owner_beat(self.run_dir)
-        except (OSError, ConfigError) as err:  # the shared folder went away, say
+        except Exception as err:  # noqa: BLE001 - any error fails the job: never queued for ever
             self._finish("failed", {"rank": None, "error": f"lost its place in the queue for "
-                                                           f"cores: {err}"})
+                                                           f"cores: {_one_line(err)}"})
             return
         error = None
         with self._lock:
@@ -347,32 +354,50 @@ class Job:
                 self._finish(*outcome)
 
     def _vanished(self, exits: dict[int, dict[str, Any]],
-                  launcher_ended: bool) -> list[tuple[int, str]]:
-        """(rank, why) of ranks that ended without an exit record.
+                  launcher_ended: bool) -> list[Failure]:
+        """Ranks that ended without an exit record, each at the last moment the watcher
+        saw it alive (see blame.py).
 
         On this host: the pid is gone (or a zombie). On another host: its heartbeat has
         stopped changing, for `RANK_STALE_S`, or for `REMOTE_GONE_S` once the launcher
         (which would have noticed its ssh session end) has exited.
         """
         if self._slurm:  # ---- Slurm hook: ranks on compute nodes, seen through the runs folder
-            return [(rank, f"rank {rank} (pid {pid}) ended without reporting (its Slurm task "
-                           "recorded its end): killed by a signal or out of memory")
+            return [Failure(rank, "vanished", self._started,
+                            f"rank {rank} (pid {pid}) ended without reporting (its Slurm "
+                            "task recorded its end): killed by a signal or out of memory")
                     for rank, pid in self._proc.vanished(exits)]
         here, out = this_host(), []
         for rank, (pid, host) in sorted(rank_hosts(self.run_dir).items()):
             if rank in exits:
                 continue
             if host == here:
-                if not pid_alive(pid):
-                    out.append((rank, f"rank {rank} (pid {pid}) ended without reporting: "
-                                      "killed by a signal (e.g. kill -9) or by the "
-                                      "out-of-memory killer"))
+                now = time.time()
+                if pid_alive(pid):
+                    self._alive_at[rank] = now
+                else:
+                    out.append(Failure(rank, "vanished", self._alive_at.get(rank, now),
+                                       f"rank {rank} (pid {pid}) ended without reporting: "
+                                       "killed by a signal (e.g. kill -9) or by the "
+                                       "out-of-memory killer"))
                 continue
             age = self._remote_age(rank)
             if age > RANK_STALE_S or (launcher_ended and age > REMOTE_GONE_S):
-                out.append((rank, f"rank {rank} (pid {pid} on {host}) ended without "
-                                  f"reporting: no heartbeat for {age:.0f} s (killed by a "
-                                  "signal, out of memory, or its host went down)"))
+                out.append(Failure(rank, "vanished", time.time() - age,
+                                   f"rank {rank} (pid {pid} on {host}) ended without "
+                                   f"reporting: no heartbeat for {age:.0f} s (killed by a "
+                                   "signal, out of memory, or its host went down)"))
+        return out
+
+    def _reported(self, exits: dict[int, dict[str, Any]]) -> list[Failure]:
+        """The failures the ranks' exit records report, on the watcher's clock."""
+        here, hosts, out = this_host(), rank_hosts(self.run_dir), []
+        for rank, rec in sorted(exits.items()):
+            seen = self._seen_at.setdefault(rank, time.time())
+            local = not self._slurm and hosts.get(rank, (0, here))[1] == here
+            failure = reported_failure(rank, rec, local, seen)
+            if failure is not None:
+                out.append(failure)
         return out
 
     def _remote_age(self, rank: int) -> float:
@@ -396,9 +421,9 @@ class Job:
     def _check(self) -> tuple[str, dict[str, Any]] | None:
         """The job's outcome if it has one now, else None.
 
-        When one rank dies, the others usually fail a moment later on a broken connection,
-        so the culprit is chosen with care: first a rank that vanished without reporting
-        (kill -9, out of memory), else the rank that reported an error first.
+        When one rank fails, the others usually fail a moment later, on a broken
+        connection or ended by their launcher, so the culprit is the rank that failed
+        first on the watcher's clock (see blame.py).
         """
         rc = self._proc.poll()
         exits = _exit_records(self.run_dir)
@@ -406,22 +431,18 @@ class Job:
         if vanished:
             time.sleep(POLL_S)  # it may have written its exit record as it ended
             exits = _exit_records(self.run_dir)
-            vanished = [(r, why) for r, why in vanished if r not in exits]
-        if vanished:
-            rank, why = vanished[0]
-            return "failed", {"rank": rank, "error": why, "others": _errors(exits)}
-        errors = sorted((rec.get("time", 0.0), rank) for rank, rec in exits.items()
-                        if not rec.get("ok"))
-        if errors:
+            vanished = [f for f in vanished if f.rank not in exits]
+        failures = [*vanished, *self._reported(exits)]
+        if failures:
             self._first_error_at = self._first_error_at or time.monotonic()
-            if (self._undecided_remote(exits, self._first_error_at)
+            if (not vanished and self._undecided_remote(exits, self._first_error_at)
                     and time.monotonic() - self._first_error_at < 2 * REMOTE_GONE_S):
                 return None  # a remote rank may be the real culprit: look again shortly
-            rank = errors[0][1]
-            rec = exits[rank]
-            return "failed", {"rank": rank, "error": rec.get("error"),
-                              "traceback": rec.get("traceback"),
-                              "others": _errors(exits, but=rank)}
+            blamed = culprit(failures)
+            rec = exits.get(blamed.rank, {})
+            return "failed", {"rank": blamed.rank, "error": blamed.error,
+                              **({"traceback": rec["traceback"]} if "traceback" in rec else {}),
+                              "others": _errors(exits, but=blamed.rank)}
         all_ok = len(exits) >= self.world_size
         if all_ok and rc is None:
             try:  # the launcher tidies up after its ranks; give it a moment
@@ -447,8 +468,37 @@ class Job:
     def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
         """End all processes, then write summary.json. Runs once, whoever calls first.
 
-        Whatever fails in here, the job ends: status and `done` are set in `finally`.
+        Ctrl-C cannot cut it short: called from the main thread (where Python raises
+        KeyboardInterrupt), the work runs in a thread of its own, and a Ctrl-C meanwhile is
+        raised once the job has ended.
         """
+        if threading.current_thread() is not threading.main_thread():
+            return self._end(status, failure)
+        ended, raised = threading.Event(), []
+
+        def end() -> None:
+            try:
+                self._end(status, failure)
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller
+                raised.append(exc)
+            finally:
+                ended.set()
+
+        threading.Thread(target=end, name=f"finish-{self.run_id}").start()
+        interrupted = False  # from here on the job ends, even if a Ctrl-C escapes the loop
+        while not ended.is_set():
+            try:
+                ended.wait()
+            except KeyboardInterrupt:
+                interrupted = True  # the job ends first
+        if raised:
+            raise raised[0]
+        if interrupted:
+            raise KeyboardInterrupt
+
+    def _end(self, status: str, failure: dict[str, Any] | None = None) -> None:
+        """_finish's work. Whatever fails in here, the job ends: status and `done` are set
+        in `finally`."""
         survivors: list = []
         with self._lock:
             if self._done.is_set():
@@ -639,8 +689,12 @@ def _note(job: Job, note: str | None) -> None:
 def cores_needed(cfg: JobConfig) -> int:
     """Cores this job binds on this host: ranks × threads, or 0 when it binds none here
     (`cpu_bind="none"`, or ranks on other hosts, or Slurm's): then it only counts for its
-    user's limit."""
-    if cfg.cpu_bind != "core" or cfg.hosts is not None or cfg.launcher == "slurm":
+    user's limit. `--hosts` naming only this host (`localhost:4`) is this host: its ranks
+    queue for cores like any other local job's."""
+    from workbench.jobs.torch_hosts import is_local  # (not at import: it is a launcher too)
+
+    if cfg.cpu_bind != "core" or cfg.launcher == "slurm" or not (
+            cfg.hosts is None or all(is_local(host) for host in parse_hosts(cfg.hosts))):
         return 0
     return cfg.world_size * cfg.resolved_threads()
 

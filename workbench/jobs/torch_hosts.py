@@ -12,12 +12,15 @@ and waits. The torchruns meet in a c10d rendezvous hosted by the one on the firs
 which assigns the ranks. If one host's torchrun fails, the others are ended, so the job
 fails as a whole (as horovodrun does).
 
+The rendezvous cannot be squatted: the first host's torchrun hosts it (`--rdzv-conf
+is_host=true`; the others `is_host=false`), on a port that the first host's operating
+system gave as free a moment before (asked there, over ssh if it is remote). Without
+`is_host`, a torchrun that cannot bind its port becomes a client of whatever listens
+there; with it, a port taken meanwhile is an error that fails the job at once.
+
 `env -i` starts the remote command with nothing but the variables this launcher was given,
 which the job already cut down to the allow-list plus its `env` field (jobs/environment.py):
 no secret of the notebook's environment reaches the remote host or its `ps`.
-
-The rendezvous port is derived from the run id (29500-29999): the first host is remote and
-cannot be asked for a free port from here.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ import socket
 import subprocess
 import sys
 import time
-import zlib
 
 import psutil
 
@@ -39,9 +41,22 @@ from workbench.config import parse_hosts
 SSH = ["ssh", "-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no"]
 
 
-def rendezvous_port(run_id: str) -> int:
-    """A port for the c10d rendezvous, the same on every host for one run."""
-    return 29500 + zlib.crc32(run_id.encode()) % 500
+FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
+
+
+def free_port(host: str) -> int:
+    """A TCP port that `host`'s operating system gives as free (asked there, over ssh)."""
+    try:
+        out = subprocess.run(host_command(host, [sys.executable, "-c", FREE_PORT]),
+                             capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise SystemExit(f"torch_hosts: cannot ask {host} for a free port: {err}") from None
+    words = out.stdout.split()
+    if out.returncode != 0 or not words or not words[-1].isdigit():
+        why = (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
+        raise SystemExit(f"torch_hosts: cannot ask {host} for a free port: {why}")
+    return int(words[-1])
 
 
 def allocate(hosts: str, np: int) -> list[tuple[str, int]]:
@@ -66,10 +81,11 @@ def is_local(host: str) -> bool:
 
 
 def torchrun_command(nnodes: int, nproc: int, endpoint: str, rdzv_id: str,
-                     program: list[str]) -> list[str]:
+                     program: list[str], is_host: bool) -> list[str]:
+    """One host's torchrun; `is_host`: this one hosts the rendezvous (and must bind)."""
     return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
             f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
-            f"--rdzv-id={rdzv_id}", *program]
+            f"--rdzv-id={rdzv_id}", f"--rdzv-conf=is_host={str(is_host).lower()}", *program]
 
 
 def host_command(host: str, command: list[str]) -> list[str]:
@@ -91,10 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
     plan = allocate(args.hosts, args.np)
-    endpoint = f"{plan[0][0]}:{rendezvous_port(args.rdzv_id)}"
+    endpoint = f"{plan[0][0]}:{free_port(plan[0][0])}"
+    print(f"torch_hosts: rendezvous at {endpoint}, hosted by the torchrun on {plan[0][0]} "
+          "(is_host=true)", file=sys.stderr, flush=True)
     procs = [subprocess.Popen(host_command(host, torchrun_command(
-        len(plan), n, endpoint, args.rdzv_id, program)), stdin=subprocess.DEVNULL)
-        for host, n in plan]
+        len(plan), n, endpoint, args.rdzv_id, program, is_host=i == 0)),
+        stdin=subprocess.DEVNULL) for i, (host, n) in enumerate(plan)]
 
     def end_all(*_: object) -> None:
         for p in procs:

@@ -6,7 +6,10 @@ host, say) stops at once with one line naming the file, rather than train with d
 that differ from its peers'. On entry the context writes the rank's pid and host (so the
 launcher can reap it even though `horovodrun` puts ranks in sessions of their own), sends
 stdout/stderr to `logs/rank<k>.log`, and starts a watchdog thread (see `_watchdog`). On
-exit it writes `exit/rank<k>.json`: success, or the error and its traceback. A training
+exit it writes `exit/rank<k>.json`: success, or the error and its traceback, or that a
+SIGTERM ended it (`ended_by`): torchrun and horovodrun end every other rank that way once
+one has failed, and the launcher must not take such a rank for the culprit (jobs/blame.py).
+A training
 rank started without the workbench's launcher makes its own run folder instead, and skips
 the log redirection and the watchdog (training/standalone.py).
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -49,6 +53,18 @@ ENV_OWNER = "WORKBENCH_OWNER"      # "host:pid:create_time" of the process that 
 ENV_T0 = "WORKBENCH_T0"            # launch time, seconds since the epoch
 
 
+class Ended(SystemExit):
+    """Raised in a rank by SIGTERM: its launcher, or the job's stop, ends it (exit code
+    128 + 15, as for the signal itself)."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Ended
+
+
 def _env_int(*names: str, default: int = 0) -> int:
     """The first of `names` that is set, as an int (launchers use different names)."""
     for name in names:
@@ -67,6 +83,7 @@ class RankContext:
         self.t0 = t0 if t0 is not None else float(os.environ.get(ENV_T0, time.time()))
         self.config = self._load_config()
         self._metrics_fd = -1
+        self._closing_since: float | None = None  # set while __exit__ writes the exit record
 
     @classmethod
     def from_env(cls) -> RankContext:
@@ -115,6 +132,9 @@ class RankContext:
         for sub in ("logs", "pids", "exit", "metrics", "heartbeat"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
         write_pid_file(self.run_dir / "pids" / f"rank{self.rank}.pid")
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+            signal.signal(signal.SIGTERM, _on_sigterm)  # so that __exit__ records it
         self._supervise()
         self._metrics_fd = os.open(metrics_path(self.run_dir, self.rank),
                                    os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -122,8 +142,16 @@ class RankContext:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        self._closing_since = time.monotonic()  # the watchdog lets us finish the record
         record: dict[str, Any] = {"rank": self.rank, "ok": exc is None, "time": time.time()}
-        if exc is not None:
+        if isinstance(exc, Ended):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends us at once
+            record.update(ended_by="SIGTERM", error=(
+                f"rank {self.rank} was ended by SIGTERM: its launcher ends every rank once "
+                "one has failed, and a stop ends them all"))
+            write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json", record)
+            sys.stderr.write(f"workbench: {record['error']}\n")
+        elif exc is not None:
             record["error"] = f"{exc_type.__name__}: {exc}"
             # A rank running a user's own code (workbench.launch) sets `rank_traceback` to
             # the frames of that code only: the workbench's own frames would hide the error.
@@ -176,9 +204,11 @@ class RankContext:
                                 f"{OWNER_STALE_S:g} s")
             time.sleep(period_s)
 
-    @staticmethod
-    def _leave(why: str) -> None:
-        """Exit now (from the watchdog thread), saying why in the rank's log."""
+    def _leave(self, why: str, grace_s: float = 5.0) -> None:
+        """Exit now (from the watchdog thread), saying why in the rank's log; unless the
+        rank is writing its exit record (for at most `grace_s`), which must not be lost."""
+        if self._closing_since is not None and time.monotonic() - self._closing_since < grace_s:
+            return
         sys.stderr.write(f"workbench: rank exiting: {why}\n")
         sys.stderr.flush()
         os._exit(3)
