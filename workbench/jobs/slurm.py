@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -54,6 +55,8 @@ ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
 #: every question is a process and an RPC, and the queue changes on the scheduler's
 #: time scale (seconds), not the watcher's (0.2 s).
 QUERY_EVERY_S = 1.0
+#: How long `sbatch` may take to answer, in seconds (a loaded controller takes seconds).
+SBATCH_TIMEOUT_S = 60.0
 
 
 def available() -> str | None:
@@ -101,7 +104,10 @@ def tasks_per_node(cfg: JobConfig) -> int:
 
 def sbatch_options(cfg: JobConfig, run_id: str, run_dir: Path) -> list[str]:
     """The #SBATCH options: one task per rank, `threads` CPUs each, output to the run folder."""
+    # --no-requeue: a job that Slurm requeued (its node failed) would run again from epoch 0
+    # into the same run folder, doubling its records; it fails instead, and says so.
     opts = [f"--job-name={run_id}", f"--output={run_dir}/logs/launcher.log", "--open-mode=append",
+            "--no-requeue",
             f"--ntasks={cfg.world_size}", f"--cpus-per-task={cfg.resolved_threads()}",
             f"--chdir={Path.cwd()}"]
     if cfg.nodes:
@@ -135,6 +141,11 @@ BATCH_TEMPLATE = """\
 # (submitted again by hand, it would write into the same run folder).
 set -u
 RUN_DIR={run_dir}
+if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then  # requeued all the same (by an admin, say)
+    echo "slurm job $SLURM_JOB_ID was restarted (attempt $((SLURM_RESTART_COUNT + 1))): not" \
+         "running again into $RUN_DIR; start a new run (workbench run --resume)" >&2
+    exit 1
+fi
 mkdir -p "$RUN_DIR/tasks"
 echo "slurm job $SLURM_JOB_ID on nodes $SLURM_JOB_NODELIST"
 {command}
@@ -172,8 +183,13 @@ def write_scripts(cfg: JobConfig, run_id: str, run_dir: Path, module: str,
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "task.sh").write_text(TASK_SCRIPT)
     script = folder / "job.sbatch"
-    options = "\n".join(f"#SBATCH {shlex.quote(o)}" for o in sbatch_options(cfg, run_id,
-                                                                             run_dir))
+    opts = sbatch_options(cfg, run_id, run_dir)
+    for text in (*opts, str(script)):  # sbatch reads #SBATCH lines up to the first newline
+        if "\n" in text or "\r" in text:
+            raise ConfigError(f"cannot write the batch script: {text.splitlines()[0]!r}... "
+                              "holds a line break (a folder name?); a line break would become"
+                              " a line of shell in job.sbatch")
+    options = "\n".join(f"#SBATCH {shlex.quote(o)}" for o in opts)
     script.write_text(BATCH_TEMPLATE.format(
         options=options, run_id=run_id, script=script, run_dir=shlex.quote(str(run_dir)),
         command=rank_command(cfg, module, args, run_dir)))
@@ -188,17 +204,78 @@ def submit(cfg: JobConfig, run_id: str, run_dir: Path, module: str, args: list[s
     # allocation we may be running in (a notebook started by a Slurm job) must not leak
     # into the new job; SLURM_CONF says which cluster to talk to and stays.
     env = {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
-    out = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True,
-                         env=env, timeout=60)
+    guard = start_guard(run_id, run_dir, env)  # before sbatch: never a job without a guard
+    try:
+        job_id = _sbatch(script, run_id, run_dir, env)
+    except BaseException:
+        guard.terminate()
+        guard.wait()
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing was queued (or it was cancelled)
+        raise
+    write_json_atomic(run_dir / "slurm" / "job.json", {"slurm_job_id": job_id})
+    return SlurmBatch(job_id, run_dir, guard)
+
+
+def start_guard(run_id: str, run_dir: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The guard that `scancel`s the job named `run_id` if this process dies (guard.py)."""
+    from workbench.jobs.job import GUARD
+
+    with open(run_dir / "logs" / "launcher.log", "ab") as log:
+        return subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()), "--scancel",
+                                 run_id], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+
+def _sbatch(script: Path, run_id: str, run_dir: Path, env: dict[str, str]) -> str:
+    """`sbatch --parsable script`: Slurm's job id, or ConfigError in one line.
+
+    A `sbatch` that times out may have queued the job all the same (the controller took it,
+    its answer was lost): it is then found by its name, the run id, and cancelled.
+    """
+    cmd = ["sbatch", "--parsable", str(script)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                             timeout=SBATCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        cancel_by_name(run_id, env)
+        raise ConfigError(f"sbatch did not answer within {SBATCH_TIMEOUT_S:g} s (is the "
+                          f"controller busy or down?); any job it queued as {run_id} was "
+                          "cancelled: try again") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot run sbatch: {exc.strerror or exc}") from None
     with open(run_dir / "logs" / "launcher.log", "a") as log:
-        log.write(f"sbatch --parsable {script}\n{out.stdout}{out.stderr}")
+        log.write(f"{shlex.join(cmd)}\n{out.stdout}{out.stderr}")
     if out.returncode != 0:  # nothing was queued, so nothing ran: leave no run behind
         last = (out.stderr.strip().splitlines() or ["no message"])[-1]
-        shutil.rmtree(run_dir, ignore_errors=True)
         raise ConfigError(f"sbatch refused the job: {last}")
     job_id = out.stdout.strip().split(";")[0]  # "id" or "id;cluster"
-    write_json_atomic(run_dir / "slurm" / "job.json", {"slurm_job_id": job_id})
-    return SlurmBatch(job_id, run_dir)
+    if not job_id.isdigit():
+        raise ConfigError(f"sbatch answered {out.stdout.strip()[:80]!r}, not a job id")
+    return job_id
+
+
+def cancel_by_name(name: str, env: dict[str, str], timeout: float = 15.0) -> None:
+    """`scancel` this user's jobs named `name`, and wait until squeue lists none of them."""
+    user = ["--name", name, "--user", _me()]
+    end = time.time() + timeout
+    try:
+        subprocess.run(["scancel", *user], capture_output=True, env=env, timeout=30)
+        while time.time() < end:
+            left = subprocess.run(["squeue", "-h", "-o", "%i", *user], capture_output=True,
+                                  text=True, env=env, timeout=30)
+            if left.returncode == 0 and not left.stdout.strip():
+                return
+            time.sleep(0.5)
+    except (OSError, subprocess.TimeoutExpired):
+        pass  # the controller is down: nothing more to do from here
+
+
+def _me() -> str:
+    """This user's name, as scancel's --user wants it."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 # ---------------------------------------------------------------------- watching
@@ -212,9 +289,11 @@ class SlurmBatch:
 
     pid = None  # the ranks run on compute nodes: no local process stands for the job
 
-    def __init__(self, job_id: str, run_dir: Path) -> None:
+    def __init__(self, job_id: str, run_dir: Path,
+                 guard: subprocess.Popen[bytes] | None = None) -> None:
         self.job_id = job_id
         self.run_dir = run_dir
+        self.guard = guard  # scancels the job if its owner dies (guard.py)
         self.state, self.reason = "PENDING", "None"
         self.final: dict[str, str] = {}  # scontrol's JobState and ExitCode, once ended
         self._asked = 0.0
@@ -270,6 +349,15 @@ class SlurmBatch:
             self.wait(timeout)
         except subprocess.TimeoutExpired:
             pass  # the caller's sweep of local processes and summary still run
+
+    def stop_guard(self) -> None:
+        """End the guard: the job has ended, or has just been cancelled."""
+        if self.guard is not None and self.guard.poll() is None:
+            self.guard.terminate()
+            try:
+                self.guard.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.guard.kill()
 
     def ending(self) -> str:
         """How the job ended, in words, for a failure report."""
