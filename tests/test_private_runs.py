@@ -9,6 +9,7 @@ from __future__ import annotations
 import pickle
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,3 +119,53 @@ def test_resume_refuses_another_users_run_and_a_corrupt_one(shared: Path) -> Non
     with pytest.raises(ConfigError) as err:
         start(JobConfig(engine="serial", resume=str(mine), runs_dir=str(shared / "mine")))
     assert "not valid JSON" in str(err.value) and "\n" not in str(err.value)
+
+
+def _reads_token_when_told() -> str | None:
+    """A rank's body: wait for the test's go, then return the secret variable it sees."""
+    import os
+    import time
+
+    go = os.path.join(os.environ["WORKBENCH_RUN_DIR"], "go")
+    while not os.path.exists(go):
+        time.sleep(0.1)
+    return os.environ.get("WB_TEST_TOKEN")
+
+
+@pytest.mark.timeout(120)
+def test_secret_env_values_reach_the_ranks_but_no_command_line_or_record(tmp_path) -> None:
+    """Horovod starts even local ranks under `/bin/sh -c env K=V ... python`, which `ps`
+    shows to everyone: a secret --env value must reach the ranks some other way (a 0600
+    file, deleted at the end) and be in no process's command line, nor in config.json."""
+    import os
+
+    import workbench
+    from workbench.jobs.processes import rank_pids
+
+    secret = "s3cr3t-" + os.urandom(8).hex()
+    job = workbench.launch(_reads_token_when_told, np=2, engine="horovod", echo=False,
+                           runs_dir=str(tmp_path / "runs"), env=[f"WB_TEST_TOKEN={secret}"])
+    try:
+        end = time.time() + 90
+        while len(rank_pids(job.run_dir)) < 2 and not job.done:
+            assert time.time() < end, "the ranks did not start"
+            time.sleep(0.2)
+        seen = []
+        for proc in Path("/proc").iterdir():
+            for name in ("cmdline", "environ"):
+                try:
+                    if secret.encode() in (proc / name).read_bytes():
+                        seen.append(f"{proc.name}/{name}")
+                except OSError:
+                    pass
+        assert not seen, f"the secret is readable in /proc/{seen}"
+        file = job.run_dir / "secrets.json"
+        assert file.stat().st_mode & 0o777 == 0o600
+        (job.run_dir / "go").touch()
+        assert job.wait(60) == "succeeded", job.summary
+        assert job.results() == [secret, secret]
+    finally:
+        job.stop()
+    assert secret not in (job.run_dir / "config.json").read_text()
+    assert "WB_TEST_TOKEN" in (job.run_dir / "config.json").read_text()
+    assert not file.exists()
