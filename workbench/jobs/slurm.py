@@ -26,6 +26,11 @@ reported) and the job's state in Slurm's queue: PENDING (with Slurm's reason: Re
 Priority, ...), RUNNING, then gone. Accounting (`sacct`) is often off, so the batch script
 records its own exit code in `slurm/batch_exit.json`, and Slurm's final state is read with
 `scontrol show job` while Slurm still remembers the job (MinJobAge, 300 s by default).
+
+Faults: the job is submitted with `--no-requeue` (a job requeued after a node failure would
+run again from epoch 0 into the same run folder), and a guard process (guard.py), started
+before `sbatch`, `scancel`s it by name if the process that submitted it dies. A `sbatch`
+that times out may have queued the job: it is found by its name, the run id, and cancelled.
 """
 
 from __future__ import annotations
