@@ -169,3 +169,25 @@ def test_secret_env_values_reach_the_ranks_but_no_command_line_or_record(tmp_pat
     assert secret not in (job.run_dir / "config.json").read_text()
     assert "WB_TEST_TOKEN" in (job.run_dir / "config.json").read_text()
     assert not file.exists()
+
+
+@needs_other_user
+def test_a_rank_reads_secrets_only_from_its_owners_0600_file(shared: Path) -> None:
+    """The variables file must be ours and 0600: one planted by another user, or one others
+    can read, ends the rank with one line rather than feeding it values."""
+    from workbench.jobs.environment import ENV_FILE, load_env_file, write_env_file
+
+    _, mine = new_run_dir(shared / "runs", "t")
+    path = write_env_file(mine, {"WB_TOKEN": "value"})
+    env = {ENV_FILE: str(path)}
+    load_env_file(env)
+    assert env["WB_TOKEN"] == "value"
+    path.chmod(0o644)
+    with pytest.raises(SystemExit, match="can be read by other users"):
+        load_env_file({ENV_FILE: str(path)})
+    theirs = folder_for_other(shared / "theirs")
+    made = as_other(["sh", "-c", f"umask 077; echo '{{\"PATH\": \"/evil\"}}' > "
+                                 f"{theirs}/secrets.json"])
+    assert made.returncode == 0, made.stderr
+    with pytest.raises(SystemExit, match="belongs to wbother"):
+        load_env_file({ENV_FILE: str(theirs / "secrets.json")})

@@ -109,7 +109,7 @@ def load_env_file(environ: dict[str, str] | None = None) -> None:
     The file must be ours and readable by no one else (records/private.py); a foreign or
     unreadable one ends the rank with one line, as a missing configuration does.
     """
-    from workbench.records.private import ForeignRecord, read_own
+    from workbench.records.private import read_own
 
     environ = os.environ if environ is None else environ
     name = environ.get(ENV_FILE)
@@ -117,9 +117,7 @@ def load_env_file(environ: dict[str, str] | None = None) -> None:
         return
     path = Path(name)
     try:
-        data = read_own(path, path.parent)
-        if os.stat(path).st_mode & 0o077:
-            raise ForeignRecord(f"{path} can be read by other users")
+        data = read_own(path, path.parent, secret=True)
         environ.update({str(k): str(v) for k, v in json.loads(data).items()})
     except (OSError, ValueError, AttributeError) as exc:
         raise SystemExit(f"workbench: cannot read the job's variables from {path}: {exc}") from None

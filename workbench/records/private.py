@@ -72,8 +72,9 @@ def check_own(st: os.stat_result, path: Path | str) -> None:
                             "results only from folders no one else can change")
 
 
-def read_own(path: Path, run_dir: Path) -> bytes:
-    """The bytes of `path`, a file inside `run_dir`, checked as the module docstring says.
+def read_own(path: Path, run_dir: Path, secret: bool = False) -> bytes:
+    """The bytes of `path`, a file inside `run_dir`, checked as the module docstring says
+    (and, with `secret`, readable by its owner alone).
 
     Raises ForeignRecord (one line) for a file or folder of someone else's, FileNotFoundError
     when it is missing, and OSError for a symlink on the way (`O_NOFOLLOW`).
@@ -99,6 +100,9 @@ def read_own(path: Path, run_dir: Path) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             raise ForeignRecord(f"{path} is not a regular file")
         check_own(st, path)
+        if secret and st.st_mode & 0o077:
+            raise ForeignRecord(f"{path} can be read by other users (mode "
+                                f"{stat.S_IMODE(st.st_mode):o}, not 600)")
         return f.read()
 
 
