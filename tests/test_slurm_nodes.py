@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _slurm_nodes import slurm_nodes
 
 from workbench.records import MetricsReader, events
 
-HERE = Path(__file__).resolve().parent
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -40,14 +40,12 @@ def _why_not() -> str | None:
             if missing else None)
 
 
-pytestmark = pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")]
 
 
 @pytest.fixture(scope="module")
 def nodes() -> Iterator:
-    sys.path.insert(0, str(HERE))
-    from _slurm_nodes import slurm_nodes
-
     base = Path(tempfile.mkdtemp(prefix="wb-slurm-nodes-", dir="/tmp"))
     runs = base / "runs"
     runs.mkdir()
