@@ -29,11 +29,36 @@ CTLD_PORT=${WORKBENCH_SLURM_PORT:-16817}
 SLURMD_PORT=$((CTLD_PORT + 1))
 NODE=$(hostname -s)
 
-pid_of() {  # the pid recorded in $DIR/<name>.pid if that process still runs, else nothing
+# Run as root, this script must trust nothing another user could have written: a folder
+# /tmp/workbench-slurm that someone created first would let them choose slurm.conf, the
+# munge key and the pid files that `down` kills. So the folder must be ours, no symlink, and
+# writable by nobody else; and a pid is only signalled if its process is the daemon the file
+# is named after and runs as us.
+own_dir() {  # succeed if $DIR does not exist yet or is a safe folder of ours
+    [ -e "$DIR" ] || [ -L "$DIR" ] || return 0
+    local owner mode
+    if [ -L "$DIR" ] || [ ! -d "$DIR" ]; then
+        echo "local_slurm: $DIR is not a folder (a symlink?): not using it;" \
+             "remove it or set WORKBENCH_SLURM_DIR" >&2
+        return 1
+    fi
+    read -r owner mode < <(stat -c '%u %a' "$DIR")
+    if [ "$owner" != "$(id -u)" ] || [ $((8#$mode & 8#022)) -ne 0 ]; then
+        echo "local_slurm: $DIR belongs to uid $owner (mode $mode), not to uid $(id -u)" \
+             "alone: not using it; remove it or set WORKBENCH_SLURM_DIR" >&2
+        return 1
+    fi
+}
+
+pid_of() {  # the pid recorded in $DIR/<name>.pid if that daemon still runs as us, else nothing
     local file=$DIR/$1.pid pid
-    [ -s "$file" ] || return 0
-    pid=$(cat "$file")
-    if kill -0 "$pid" 2>/dev/null; then echo "$pid"; fi
+    [ -f "$file" ] && [ ! -L "$file" ] && [ -s "$file" ] || return 0
+    [ "$(stat -c %u "$file")" = "$(id -u)" ] || return 0
+    pid=$(head -c 32 "$file" | tr -cd '0-9')
+    [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] || return 0
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ] || return 0
+    [ "$(stat -c %u "/proc/$pid")" = "$(id -u)" ] || return 0
+    echo "$pid"
 }
 
 is_up() {  # the three daemons run and the node answers (state idle, mixed or allocated)
@@ -87,6 +112,7 @@ up() {
         echo "local_slurm: needs root (slurmd starts each job as its user)" >&2
         exit 1
     fi
+    own_dir || exit 1
     for prog in munged mungekey slurmctld slurmd sinfo; do
         if ! command -v "$prog" >/dev/null && [ ! -x "/usr/sbin/$prog" ]; then
             echo "local_slurm: $prog not found: install slurm-wlm and munge" \
@@ -95,6 +121,9 @@ up() {
         fi
     done
     down quiet  # whatever half of an earlier cluster is left
+    # -m 755 on $DIR itself: readable (slurm.conf) by the users who submit, writable by us only.
+    mkdir -p -m 755 "$DIR"
+    own_dir || exit 1  # created by someone else between the check above and now
     mkdir -p "$DIR"/{munge,state/ctld,state/slurmd,log}
     chmod 700 "$DIR/munge"
     # Our own munge key: a cluster's nodes share one; ours has one node.
@@ -140,8 +169,9 @@ down() {  # stop each daemon by its recorded pid: SIGTERM, then SIGKILL after 5 
 
 case "${1:-}" in
     up) up ;;
-    down) down ;;
+    down) own_dir || exit 1; down ;;
     status)
+        own_dir || exit 1
         if is_up; then echo "up ($CONF)"; SLURM_CONF=$CONF sinfo; exit 0
         else echo "down"; exit 3; fi ;;
     env) echo "export SLURM_CONF=$CONF" ;;

@@ -17,7 +17,7 @@ import torch
 
 import workbench
 from workbench.cli import main as cli_main
-from workbench.config import JobConfig
+from workbench.config import ConfigError, JobConfig
 from workbench.jobs.engines import ENGINES
 from workbench.jobs.processes import job_processes, rank_pids
 from workbench.lessons.runs import step_split
@@ -338,6 +338,20 @@ def test_bad_input_is_rejected_in_one_line_before_launch(tmp_path, capsys, flags
     assert len(err.splitlines()) == 1, err
     assert field in err and "Traceback" not in err
     assert not runs.exists() or not any(runs.iterdir()), "nothing may launch"
+
+
+def test_serial_takes_one_rank_unless_told_otherwise():
+    """`--engine serial` alone runs its one process (np's default, 2, is not an error); an
+    explicit `--np 2` with it is, saying how to fix it."""
+    import argparse
+
+    from workbench.config import add_job_flags, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_job_flags(parser)
+    assert config_from_args(parser.parse_args(["--engine", "serial"])).validate().np == 1
+    with pytest.raises(ConfigError, match="leave --np out"):
+        JobConfig(engine="serial", np=2).validate()
 
 
 def test_a_runs_dir_that_cannot_be_created_is_one_line_and_exit_2(capsys):

@@ -19,6 +19,7 @@ from _labs_helpers import (
     wait_for_barrier_then_fail_on_rank_one,
 )
 
+import workbench
 from workbench.cli import main as cli_main
 from workbench.jobs.processes import job_processes, rank_pids
 from workbench.jobs.workers import WorkerError, run_workers
@@ -126,3 +127,24 @@ def test_a_function_from_a_notebook_cell_is_refused_before_starting(tmp_path):
     with pytest.raises(ValueError, match="cell_function is defined in __main__"):
         run_workers(namespace["cell_function"], 2, runs_dir=str(tmp_path))
     assert list_runs(tmp_path) == []
+
+
+def test_a_lab_queued_behind_its_users_own_job_says_it_never_started(tmp_path, monkeypatch):
+    """One running job per user (a hub's default): the lab waits in the queue, and its
+    time-out says so, not "still running: worker 0, worker 1" of workers never started."""
+    monkeypatch.setenv("WORKBENCH_SHARED_DIR", str(tmp_path / "shared"))
+    monkeypatch.setenv("WORKBENCH_JOBS_PER_USER", "1")
+    first = workbench.launch(time.sleep, 60, np=1, engine="serial", echo=False,
+                             runs_dir=str(tmp_path / "first"))
+    try:
+        with pytest.raises(WorkerError) as err:
+            run_workers(sleep_forever, 2, runs_dir=str(tmp_path / "lab"), distributed=False,
+                        timeout=3)
+    finally:
+        first.stop()
+    message = str(err.value)
+    assert "waited 3 s in this machine's queue for cores (number 1) and never started" in \
+        message, message
+    assert "still running" not in message
+    (record,) = list_runs(tmp_path / "lab")
+    assert record.status == "stopped"

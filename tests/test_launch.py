@@ -167,3 +167,45 @@ def test_run_panel_charts_a_launched_function_and_shows_its_failure(tmp_path):
         assert "_helper_that_fails" in panel.alert.value
     finally:
         panel.close()
+
+
+def test_a_long_function_name_makes_a_valid_run_name(tmp_path):
+    """The run is named after the function, cut to the 40 characters a name may have."""
+    def a_function_whose_name_is_much_longer_than_forty_characters():
+        return 1
+
+    job = workbench.launch(a_function_whose_name_is_much_longer_than_forty_characters, np=1,
+                           engine="serial", runs_dir=str(tmp_path / "runs"), echo=False)
+    try:
+        assert job.config.name == "a_function_whose_name_is_much_longer_tha"
+        assert job.wait(60) == "succeeded" and job.results() == [1]
+    finally:
+        job.stop()
+
+
+def test_a_huge_closure_is_refused_at_once_and_a_large_one_warns_with_its_size(tmp_path):
+    """A closure over a 400 MiB tensor would block the kernel for seconds while it is
+    pickled into the run folder: refused before pickling, naming it and its size."""
+    import torch
+
+    from workbench.jobs.user_code import check_payload
+
+    big = torch.zeros(100 * 2**20)  # 400 MiB of float32
+
+    def uses_big():
+        return big.sum()
+
+    with pytest.raises(workbench.ConfigError) as err:
+        workbench.launch(uses_big, np=2, runs_dir=str(tmp_path / "runs"))
+    message = str(err.value)
+    assert "\n" not in message and "400 MiB" in message and "the variable 'big'" in message
+    assert "max_payload_mb=256" in message
+    assert not (tmp_path / "runs").exists()
+    medium = big[: 12 * 2**20]  # a view of 48 MiB: what pickling it sends
+
+    def uses_medium():
+        return medium.sum()
+
+    with pytest.warns(UserWarning, match=r"sends 48 MiB to the ranks \(the variable 'medium'"):
+        assert round(check_payload(uses_medium, (), 256.0)) == 48
+    assert check_payload(lambda x: x, (b"small",), 256.0) < 1

@@ -131,6 +131,14 @@ def test_batch_script_asks_slurm_for_one_task_per_rank(tmp_path: Path) -> None:
     hvd = slurm.write_scripts(JobConfig(engine="horovod", launcher="slurm").validate(), "r",
                               tmp_path, "m", []).read_text()
     assert "--gloo -H \"$HOSTS\"" in hvd and "srun" not in hvd
+    # A job whose node fails is not requeued into the same folder: it fails, and a restart
+    # that happens all the same (scontrol requeue) ends at once, saying why.
+    assert "#SBATCH --no-requeue\n" in text
+    assert 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then' in text
+    bad = tmp_path / "a\ntouch x"
+    with pytest.raises(ConfigError, match="holds a line break") as err:
+        slurm.write_scripts(cfg, "run-y", bad, "m", [])
+    assert "\n" not in str(err.value)
     naive = slurm.write_scripts(JobConfig(engine="naive", np=2, launcher="slurm").validate(),
                                 "n", tmp_path, "workbench.training.naive_rank", []).read_text()
     assert "MASTER_ADDR=$(scontrol show hostnames" in naive  # meets as the torch engine does
@@ -146,6 +154,8 @@ def test_batch_script_asks_slurm_for_one_task_per_rank(tmp_path: Path) -> None:
     ({"sbatch_arg": "--qos='x"}, "invalid --sbatch-arg"),
     ({"sbatch_arg": "debug"}, "each starting with -"),
     ({"launcher": "local", "partition": "debug"}, "only with --launcher slurm"),
+    ({"sbatch_arg": "--qos=debug\ntouch /tmp/owned"}, "holds a line break"),
+    ({"sbatch_arg": "--requeue"}, "no --requeue"),
 ])
 def test_bad_slurm_settings_are_refused_in_one_line(fields: dict, message: str) -> None:
     cfg = JobConfig(**{**SMALL, **fields})
@@ -168,6 +178,36 @@ def test_no_sbatch_here_is_refused_in_one_line(tmp_path: Path, monkeypatch) -> N
         assert "launcher" not in panel.controls  # no Slurm here: no launcher to choose
     finally:
         panel.close()
+
+
+def test_local_slurm_trusts_no_folder_or_pid_file_of_another_user(tmp_path: Path) -> None:
+    """Run as root, local_slurm.sh must not use a folder someone else made (their slurm.conf,
+    munge key, pid files) nor kill a process only because a file names it."""
+    from _other_user import folder_for_other, open_tmp, why_not
+
+    if why_not() is not None:
+        pytest.skip(why_not())
+    base = open_tmp("wb-slurm-")
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        theirs = folder_for_other(base / "theirs")
+        (theirs / "slurmd.pid").write_text(f"{victim.pid}\n")
+        for action in ("up", "down", "status"):
+            out = subprocess.run(["bash", str(SCRIPT), action], capture_output=True, text=True,
+                                 env={**os.environ, "WORKBENCH_SLURM_DIR": str(theirs)})
+            assert out.returncode != 0, (action, out.stdout)
+            assert "not using it" in out.stderr and len(out.stderr.splitlines()) == 1, out
+        mine = base / "mine"
+        mine.mkdir(mode=0o755)
+        (mine / "slurmd.pid").write_text(f"{victim.pid}\n")  # ours, but not a slurmd
+        down = subprocess.run(["bash", str(SCRIPT), "down"], capture_output=True, text=True,
+                              env={**os.environ, "WORKBENCH_SLURM_DIR": str(mine)})
+        assert down.returncode == 0 and "was not running" in down.stdout, down
+        assert victim.poll() is None, "a process named by a pid file was killed"
+    finally:
+        victim.kill()
+        victim.wait()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------- with the cluster
@@ -269,3 +309,78 @@ def test_queued_job_runs_when_the_first_fails_and_stop_cancels(cluster: str, tmp
     assert not in_queue(second.summary["slurm_job_id"])
     assert_no_rank_left(second)
     assert len(pids) == 2 and not any(pid_alive(p) for p in pids)
+
+
+@needs_cluster
+@pytest.mark.timeout(120)
+def test_sbatch_that_times_out_leaves_no_job_behind(cluster: str, tmp_path: Path,
+                                                    monkeypatch) -> None:
+    """A `sbatch` that queued the job but whose answer never came: the job is found by its
+    name and cancelled, and the user gets one line (no run folder, no traceback)."""
+    wrapper = tmp_path / "bin" / "sbatch"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f"#!/bin/bash\n{shutil.which('sbatch')} \"$@\"\nexec sleep 60\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}:{os.environ['PATH']}")
+    monkeypatch.setattr(slurm, "SBATCH_TIMEOUT_S", 3.0)
+    runs = tmp_path / "runs"
+    with pytest.raises(ConfigError) as err:
+        start(JobConfig(**{**SMALL, "engine": "torch", "runs_dir": str(runs), "name": "late"}))
+    assert "sbatch did not answer within 3 s" in str(err.value) and "\n" not in str(err.value)
+    names = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
+    assert "late-np2" not in names, names
+    assert not list(runs.iterdir())
+
+
+@needs_cluster
+@pytest.mark.timeout(400)
+def test_slurm_job_ends_with_its_owner_and_is_not_requeued(cluster: str,
+                                                           tmp_path: Path) -> None:
+    """Two faults, one job each:
+
+    1. `kill -9` of `workbench run --launcher slurm`: its guard scancels the job within
+       seconds; the metrics stop growing and no rank is left.
+    2. The node fails mid-run (set DOWN): the job is not requeued into the same folder
+       (`--no-requeue`): one start per rank, and the summary says failed, not succeeded.
+    """
+    runs = tmp_path / "runs"
+    cli = subprocess.Popen([str(VENV_BIN / "workbench"), "run", "--launcher", "slurm",
+                            "--engine", "torch", "--np", "2", "--epochs", "500",
+                            "--threads-per-rank", "1", "--runs-dir", str(runs)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: runs.exists() and any(runs.iterdir()), 60, "the run folder")
+        run_dir = next(runs.iterdir())
+        wait_for(lambda: any(m["kind"] == "step" for m in MetricsReader(run_dir).all()), 150,
+                 "the first step")
+        job_id = json.loads((run_dir / "slurm" / "job.json").read_text())["slurm_job_id"]
+    finally:
+        cli.kill()
+        cli.wait()
+    wait_for(lambda: not in_queue(job_id), 30, "Slurm to cancel the orphaned job", 0.5)
+    time.sleep(2)
+    steps = len(MetricsReader(run_dir).all())
+    time.sleep(3)
+    assert len(MetricsReader(run_dir).all()) == steps, "the ranks kept training"
+    assert "is gone: cancelling Slurm job" in (run_dir / "logs" / "launcher.log").read_text()
+    assert not job_processes(run_dir.name, run_dir, None)
+
+    node = subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True,
+                          text=True).stdout.split()[0]
+    job = start(JobConfig(**{**SMALL, "engine": "torch", "epochs": 500,
+                             "runs_dir": str(runs), "name": "node-fails"}))
+    try:
+        wait_for(lambda: any(m["kind"] == "step" for m in job.metrics()), 150, "a step")
+        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DOWN",
+                        "Reason=workbench-test"], check=True)
+        assert job.wait(60) == "failed", job.status
+    finally:
+        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+        job.stop()
+    assert job.summary["slurm_state"] in ("NODE_FAIL", "FAILED", "CANCELLED"), job.summary
+    time.sleep(5)  # a requeued job would start again by now
+    assert sorted(m["rank"] for m in events(job.metrics(), "start")) == [0, 1]
+    assert not in_queue(job.summary["slurm_job_id"])
+    wait_for(lambda: subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"],
+                                    capture_output=True, text=True).stdout.strip() == "idle",
+             30, "the node to come back")

@@ -242,8 +242,12 @@ class JobConfig:
     def _validate_combinations(self) -> None:
         """Checks that involve more than one field."""
         if self.engine == "serial" and self.np != 1:
-            raise ConfigError(_bad("np", self.np, "1 with --engine serial (it runs one process;"
-                                   " use --engine horovod or torch for more)"))
+            if "np" not in self.given:  # the default np=2 was not asked for: serial is 1
+                self.np = 1
+            else:
+                raise ConfigError(_bad("np", self.np, "1 with --engine serial (it runs one "
+                                       "process: leave --np out, or use --engine horovod or "
+                                       "torch for more ranks)"))
         if self.hosts is not None:
             if self.engine == "serial":
                 raise ConfigError(_bad("hosts", self.hosts, "only with --engine horovod or "
@@ -344,6 +348,9 @@ def sbatch_args(text: str) -> list[str]:
     """Split `--sbatch-arg` ("--qos=debug --mem=4G") into sbatch options, as a shell would."""
     import shlex
 
+    if "\n" in text or "\r" in text:  # it would end its #SBATCH line: the rest runs as shell
+        raise ConfigError(_bad("sbatch_arg", text.splitlines()[0] + "...", "options on one "
+                               "line (it holds a line break)"))
     try:
         args = shlex.split(text)
     except ValueError as exc:
@@ -352,6 +359,9 @@ def sbatch_args(text: str) -> list[str]:
         if not arg.startswith("-"):
             raise ConfigError(_bad("sbatch_arg", text, "sbatch options, each starting with -"
                                    ", e.g. '--qos=debug --mem=4G'"))
+        if arg.split("=")[0] == "--requeue":
+            raise ConfigError(_bad("sbatch_arg", text, "no --requeue (a requeued job would "
+                                   "run again into the same run folder; resume it instead)"))
     return args
 
 

@@ -5,15 +5,29 @@ database passwords. `horovodrun` writes every variable it was given onto each re
 ssh command line (`ssh host 'env A=1 B=2 ... python ...'`), where every user of the
 launcher's host can read it with `ps`. So the launcher starts with only what training
 needs, and the user adds more by name with the `env` field (`--env KEY` or
-`--env KEY=VALUE`). A variable named there for a multi-host job still travels on ssh
-command lines: name no secrets.
+`--env KEY=VALUE`).
+
+The values of the variables named there that are not on the allow-list (a token, a
+password) never travel on a command line nor in the launcher's environment: Horovod starts
+even local ranks under `/bin/sh -c env K=V ... python`, where `ps` shows them to every user,
+and writes them onto each remote rank's ssh command line. They go into a file that only
+their owner can read, `secrets.json` (0600) in the run folder, which the launcher names
+in `WORKBENCH_ENV_FILE`; each rank reads it as it starts (`load_env_file`) and the
+launcher deletes it when the job ends. `config.json` records their names, not their values
+(a resumed run forwards them by name from its launcher's environment).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+#: Names the file of the secret variables (see above), set by the launcher for the ranks.
+ENV_FILE = "WORKBENCH_ENV_FILE"
+SECRETS_FILE = "secrets.json"
 
 #: Variables forwarded by exact name: finding programs and modules, the user and locale.
 ALLOWED_NAMES = frozenset({
@@ -52,3 +66,58 @@ def allowed_environment(requested: Iterable[str] = (),
         elif key in source:
             env[key] = source[key]
     return env
+
+
+def split_environment(requested: Iterable[str], source: Mapping[str, str] | None = None
+                      ) -> tuple[list[str], dict[str, str]]:
+    """(`env` items that may travel in the environment, {KEY: VALUE} of the secret ones).
+
+    An item is secret when its variable is not on the allow-list: "KEY=VALUE", or "KEY"
+    forwarded from `source` (default: os.environ) when it is set there.
+    """
+    source = os.environ if source is None else source
+    public, secret = [], {}
+    for item in requested:
+        key, sep, value = item.partition("=")
+        if allowed(key):
+            public.append(item)
+        elif sep:
+            secret[key] = value
+        elif key in source:
+            secret[key] = source[key]
+    return public, secret
+
+
+def recorded(requested: Iterable[str]) -> list[str]:
+    """The `env` items as config.json records them: secret values left out (names kept)."""
+    return [item if allowed(item.partition("=")[0]) else item.partition("=")[0]
+            for item in requested]
+
+
+def write_env_file(run_dir: Path, values: dict[str, str]) -> Path:
+    """Write `values` into run_dir/secrets.json, readable by its owner only; its path."""
+    path = Path(run_dir) / SECRETS_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(values, f)
+    return path
+
+
+def load_env_file(environ: dict[str, str] | None = None) -> None:
+    """In a rank: add the variables of the file WORKBENCH_ENV_FILE names to os.environ.
+
+    The file must be ours and readable by no one else (records/private.py); a foreign or
+    unreadable one ends the rank with one line, as a missing configuration does.
+    """
+    from workbench.records.private import read_own
+
+    environ = os.environ if environ is None else environ
+    name = environ.get(ENV_FILE)
+    if not name:
+        return
+    path = Path(name)
+    try:
+        data = read_own(path, path.parent, secret=True)
+        environ.update({str(k): str(v) for k, v in json.loads(data).items()})
+    except (OSError, ValueError, AttributeError) as exc:
+        raise SystemExit(f"workbench: cannot read the job's variables from {path}: {exc}") from None

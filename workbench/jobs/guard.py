@@ -14,26 +14,39 @@ ends the launcher - SIGTERM, which horovodrun and torchrun pass on to their rank
 SIGKILL after `GRACE_S` seconds - and exits. While the owner lives, the guard only waits and
 exits with the launcher's exit code (128 + N for a launcher killed by signal N, like a shell).
 
+A Slurm job has no launcher here (`sbatch` returns at once; Slurm starts the ranks on its
+nodes), so its guard watches the owner alone, with the same limits: within `POLL_S` of the
+owner's death it `scancel`s the job by its name (the run id, unique), which Slurm ends
+as it ends any cancelled job (SIGTERM to every task, SIGKILL after its KillWait). It is
+started before `sbatch`, so no moment exists in which a job is queued and unguarded, and
+the job ends it (SIGTERM) once it has ended.
+
 It is run as a file (`python .../guard.py`), not as `python -m workbench.jobs.guard`, so it
 imports the standard library only: a few tens of milliseconds per job, not the package's.
 
 Usage: guard.py OWNER_PID -- LAUNCHER [ARGS...]
+       guard.py OWNER_PID --scancel JOB_NAME
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import subprocess
 import sys
+import time
 
 POLL_S = 0.5   # how often the guard looks at its parent, in seconds
 GRACE_S = 5.0  # how long the launcher gets to end its ranks before SIGKILL, in seconds
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0].isdigit() and argv[1] == "--scancel":
+        return guard_slurm(int(argv[0]), argv[2])
     if len(argv) < 3 or not argv[0].isdigit() or argv[1] != "--":
-        sys.stderr.write("usage: guard.py OWNER_PID -- LAUNCHER [ARGS...]\n")
+        sys.stderr.write("usage: guard.py OWNER_PID -- LAUNCHER [ARGS...]\n"
+                         "       guard.py OWNER_PID --scancel JOB_NAME\n")
         return 2
     owner, cmd = int(argv[0]), argv[2:]
     try:
@@ -53,6 +66,28 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(f"workbench: the process that started the job (pid {owner}) "
                              "is gone: ending the launcher\n")
             return exit_code(end(launcher))
+
+
+def guard_slurm(owner: int, name: str) -> int:
+    """Wait for the owner's death, then cancel this user's Slurm jobs named `name`."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the job has ended: nothing to do
+    while os.getppid() == owner:
+        time.sleep(POLL_S)
+    sys.stderr.write(f"workbench: the process that started the job (pid {owner}) is gone: "
+                     f"cancelling Slurm job {name}\n")
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        user = str(os.getuid())
+    cmd = ["scancel", f"--name={name}", f"--user={user}"]
+    for _ in range(3):  # a busy controller may not answer the first time
+        try:
+            if subprocess.run(cmd, timeout=30).returncode == 0:
+                return 0
+        except (OSError, subprocess.TimeoutExpired) as err:
+            sys.stderr.write(f"workbench: {cmd[0]} failed: {err}\n")
+        time.sleep(2)
+    return 1
 
 
 def end(launcher: subprocess.Popen[bytes]) -> int:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import pickle
 import re
 import shutil
 import subprocess
@@ -49,7 +48,14 @@ from workbench.jobs import cores, slurm
 from workbench.jobs.blame import Failure, culprit, reported_failure
 from workbench.jobs.devices import rank_environment, resolve_device
 from workbench.jobs.engines import ENGINES, training_engines
-from workbench.jobs.environment import allowed_environment
+from workbench.jobs.environment import (
+    ENV_FILE,
+    SECRETS_FILE,
+    allowed_environment,
+    recorded,
+    split_environment,
+    write_env_file,
+)
 from workbench.jobs.processes import job_processes, pid_alive, rank_hosts, terminate
 from workbench.records import (
     CorruptRecord,
@@ -67,6 +73,7 @@ from workbench.records.liveness import (
     owner_beat,
     this_host,
 )
+from workbench.records.private import load_own_pickle
 from workbench.records.summary import training_figures, versions
 from workbench.training.checkpoint import apply_resume
 from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0, owner_id
@@ -90,7 +97,9 @@ class Job:
         sharing = cores.settings()  # a bad setting fails here, before anything is written
         self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, _label(cfg))
         # Written first, so that even a run stopped while it queues is a run on record.
-        write_json_atomic(self.run_dir / "config.json", cfg.to_dict())
+        # (Secret --env values are not recorded: see environment.py.)
+        write_json_atomic(self.run_dir / "config.json",
+                          {**cfg.to_dict(), "env": recorded(cfg.env)})
         for name, data in (files or {}).items():  # inputs the ranks read as they start
             (self.run_dir / name).parent.mkdir(parents=True, exist_ok=True)  # e.g. user/
             (self.run_dir / name).write_bytes(data)
@@ -203,8 +212,9 @@ class Job:
 
         Every rank of such a job pickles what its function returned into
         `results/rank<k>.pkl`. Raises RuntimeError naming the ranks that have not returned
-        (the job is still running, failed or was stopped). The files are unpickled: read only
-        results of your own runs.
+        (the job is still running, failed or was stopped). The files are unpickled, so only
+        from a run folder of your own (records/private.py); another user's raises
+        ForeignRecord.
         """
         missing, values = [], []
         for rank in range(self.world_size):
@@ -212,7 +222,7 @@ class Job:
             if not path.exists():
                 missing.append(rank)
                 continue
-            values.append(pickle.loads(path.read_bytes()))
+            values.append(load_own_pickle(path, self.run_dir))
         if missing:
             raise RuntimeError(f"rank(s) {missing} of {self.run_id} have not returned a value"
                                f" (the job is {self.status}; job.wait() waits for the end)")
@@ -271,14 +281,17 @@ class Job:
         cfg = self.config
         owner_beat(self.run_dir)  # before any rank starts: they read it from their start
         threads = cfg.resolved_threads()
+        public, secret = split_environment(cfg.env)
         env = {
-            **allowed_environment(cfg.env),  # an allow-list: no secrets reach the ranks
+            **allowed_environment(public),  # an allow-list: no secrets reach the ranks
             ENV_RUN_DIR: str(self.run_dir), ENV_RUN_ID: self.run_id,
             ENV_OWNER: owner_id(), ENV_T0: repr(time.time()),
             "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
             **rank_environment(cfg),
             **ENGINES[cfg.engine].environment(cfg, self.run_dir),  # e.g. Horovod's cycle time
         }
+        if secret:  # values in a 0600 file, never on a command line (environment.py)
+            env[ENV_FILE] = str(write_env_file(self.run_dir, secret))
         if self._slurm:  # ---- Slurm hook: Slurm starts the ranks (see slurm.py) ----
             # The ranks run on compute nodes, where our pid means nothing: no owner pid
             # watchdog there (they still leave when the owner's heartbeat says "stop").
@@ -540,7 +553,10 @@ class Job:
             self._stopping = True
             owner_beat(self.run_dir, stop=True)
             if self._slurm and self._proc is not None:  # ---- Slurm hook: scancel, and wait
-                self._proc.cancel()                      # until Slurm has ended the job
+                try:                                     # until Slurm has ended the job
+                    self._proc.cancel()
+                finally:
+                    self._proc.stop_guard()
         finally:  # a failed write must not spare the local processes
             survivors = terminate(job_processes(self.run_id, self.run_dir, self.launcher_pid))
             try:
@@ -550,6 +566,7 @@ class Job:
                 pass
             with contextlib.suppress(OSError, ConfigError):  # never lose the summary for it
                 self._ticket.release()  # the processes are gone: the cores are free again
+            (self.run_dir / SECRETS_FILE).unlink(missing_ok=True)  # read by every rank by now
         return survivors
 
     def _log_tail(self, rank: int | None) -> dict[str, str]:

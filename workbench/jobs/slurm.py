@@ -3,7 +3,7 @@
 On a cluster nobody starts processes on the compute nodes by hand: the scheduler places the
 job, queues it until the nodes are free, starts its tasks, and cancels it. So with
 `launcher="slurm"` the workbench does not start ranks; it writes `slurm/job.sbatch` into
-the run folder and submits it:
+the run folder (slurm_script.py) and submits it:
 
     sbatch --parsable runs/<run_id>/slurm/job.sbatch      -> Slurm's job id, at once
 
@@ -26,12 +26,17 @@ reported) and the job's state in Slurm's queue: PENDING (with Slurm's reason: Re
 Priority, ...), RUNNING, then gone. Accounting (`sacct`) is often off, so the batch script
 records its own exit code in `slurm/batch_exit.json`, and Slurm's final state is read with
 `scontrol show job` while Slurm still remembers the job (MinJobAge, 300 s by default).
+
+Faults: the job is submitted with `--no-requeue` (a job requeued after a node failure would
+run again from epoch 0 into the same run folder), and a guard process (guard.py), started
+before `sbatch`, `scancel`s it by name if the process that submitted it dies. A `sbatch`
+that times out may have queued the job: it is found by its name, the run id, and cancelled.
 """
 
 from __future__ import annotations
 
-import math
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -41,9 +46,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.config import ConfigError, JobConfig, sbatch_args
-from workbench.jobs.engines import ENGINES
+from workbench.config import ConfigError, JobConfig
 from workbench.jobs.processes import rank_pids
+from workbench.jobs.slurm_script import (  # noqa: F401 (re-exported: the batch script, -H)
+    horovod_hosts,
+    print_hosts,
+    sbatch_options,
+    tasks_per_node,
+    write_scripts,
+)
 from workbench.records import read_json, write_json_atomic
 
 #: Slurm states in which the job still holds (or waits for) resources.
@@ -54,6 +65,8 @@ ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
 #: every question is a process and an RPC, and the queue changes on the scheduler's
 #: time scale (seconds), not the watcher's (0.2 s).
 QUERY_EVERY_S = 1.0
+#: How long `sbatch` may take to answer, in seconds (a loaded controller takes seconds).
+SBATCH_TIMEOUT_S = 60.0
 
 
 def available() -> str | None:
@@ -91,95 +104,6 @@ def _run(cmd: list[str], what: str, timeout: float = 15.0) -> str:
     return out.stdout
 
 
-# ---------------------------------------------------------------------- the batch script
-def tasks_per_node(cfg: JobConfig) -> int:
-    """Ranks per node: `--ntasks-per-node`, or np spread evenly over `--nodes`."""
-    if cfg.ntasks_per_node:
-        return cfg.ntasks_per_node
-    return math.ceil(cfg.world_size / cfg.nodes) if cfg.nodes else 0
-
-
-def sbatch_options(cfg: JobConfig, run_id: str, run_dir: Path) -> list[str]:
-    """The #SBATCH options: one task per rank, `threads` CPUs each, output to the run folder."""
-    opts = [f"--job-name={run_id}", f"--output={run_dir}/logs/launcher.log", "--open-mode=append",
-            f"--ntasks={cfg.world_size}", f"--cpus-per-task={cfg.resolved_threads()}",
-            f"--chdir={Path.cwd()}"]
-    if cfg.nodes:
-        opts.append(f"--nodes={cfg.nodes}")
-    if tasks_per_node(cfg):
-        opts.append(f"--ntasks-per-node={tasks_per_node(cfg)}")
-    if cfg.partition:
-        opts.append(f"--partition={cfg.partition}")
-    if cfg.time_limit:
-        opts.append(f"--time={cfg.time_limit}")  # minutes
-    if cfg.account:
-        opts.append(f"--account={cfg.account}")
-    return opts + sbatch_args(cfg.sbatch_arg)
-
-
-def rank_command(cfg: JobConfig, module: str, args: list[str], run_dir: Path) -> str:
-    """The lines of the batch script that start the ranks: each engine says how."""
-    python = shlex.quote(sys.executable)  # the shared .venv's: same path on every node
-    task = f"bash {shlex.quote(str(run_dir / 'slurm' / 'task.sh'))}"
-    rank = f"{task} {python} -u -m {module} {shlex.join(args)}".rstrip()
-    srun = (f"srun --kill-on-bad-exit=1 --ntasks={cfg.world_size} "
-            f"--cpus-per-task={cfg.resolved_threads()}")
-    return ENGINES[cfg.engine].slurm_lines(cfg.world_size, srun, rank, python)
-
-
-BATCH_TEMPLATE = """\
-#!/bin/bash
-{options}
-#
-# Run {run_id} of the workbench, submitted with `sbatch --parsable {script}`
-# (submitted again by hand, it would write into the same run folder).
-set -u
-RUN_DIR={run_dir}
-mkdir -p "$RUN_DIR/tasks"
-echo "slurm job $SLURM_JOB_ID on nodes $SLURM_JOB_NODELIST"
-{command}
-rc=$?
-# Accounting (sacct) may be off: keep our own record of how the job ended.
-echo "{{\\"rc\\": $rc, \\"time\\": $(date +%s.%N)}}" > "$RUN_DIR/slurm/batch_exit.json"
-exit $rc
-"""
-
-TASK_SCRIPT = """\
-#!/bin/bash
-# One rank, started by srun or by horovodrun inside the Slurm job.
-# srun numbers its tasks: SLURM_PROCID (0..n-1 over the job), SLURM_LOCALID (0.. on this
-# node), SLURM_NTASKS (n). torch.distributed wants the same numbers as RANK, LOCAL_RANK and
-# WORLD_SIZE. (horovodrun sets HOROVOD_RANK and friends itself.)
-if [ -z "${HOROVOD_RANK:-}" ]; then
-    export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS
-fi
-rank=${HOROVOD_RANK:-$RANK}
-"$@"
-rc=$?
-# A rank killed by a signal (kill -9, out of memory) cannot say so itself: say it here,
-# in the shared runs folder, where the launcher looks (it cannot see pids on other nodes).
-out=$WORKBENCH_RUN_DIR/tasks/rank$rank.json
-printf '{"rank": %s, "rc": %s, "host": "%s", "time": %s}\\n' \\
-    "$rank" "$rc" "$(hostname)" "$(date +%s.%N)" > "$out.tmp" && mv "$out.tmp" "$out"
-exit $rc
-"""
-
-
-def write_scripts(cfg: JobConfig, run_id: str, run_dir: Path, module: str,
-                  args: list[str]) -> Path:
-    """Write slurm/job.sbatch and slurm/task.sh into the run folder; return the batch script."""
-    folder = run_dir / "slurm"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "task.sh").write_text(TASK_SCRIPT)
-    script = folder / "job.sbatch"
-    options = "\n".join(f"#SBATCH {shlex.quote(o)}" for o in sbatch_options(cfg, run_id,
-                                                                             run_dir))
-    script.write_text(BATCH_TEMPLATE.format(
-        options=options, run_id=run_id, script=script, run_dir=shlex.quote(str(run_dir)),
-        command=rank_command(cfg, module, args, run_dir)))
-    return script
-
-
 def submit(cfg: JobConfig, run_id: str, run_dir: Path, module: str, args: list[str],
            env: dict[str, str]) -> SlurmBatch:
     """Write the scripts and `sbatch` them; returns as soon as Slurm has queued the job."""
@@ -188,17 +112,78 @@ def submit(cfg: JobConfig, run_id: str, run_dir: Path, module: str, args: list[s
     # allocation we may be running in (a notebook started by a Slurm job) must not leak
     # into the new job; SLURM_CONF says which cluster to talk to and stays.
     env = {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
-    out = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True,
-                         env=env, timeout=60)
+    guard = start_guard(run_id, run_dir, env)  # before sbatch: never a job without a guard
+    try:
+        job_id = _sbatch(script, run_id, run_dir, env)
+    except BaseException:
+        guard.terminate()
+        guard.wait()
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing was queued (or it was cancelled)
+        raise
+    write_json_atomic(run_dir / "slurm" / "job.json", {"slurm_job_id": job_id})
+    return SlurmBatch(job_id, run_dir, guard)
+
+
+def start_guard(run_id: str, run_dir: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The guard that `scancel`s the job named `run_id` if this process dies (guard.py)."""
+    from workbench.jobs.job import GUARD
+
+    with open(run_dir / "logs" / "launcher.log", "ab") as log:
+        return subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()), "--scancel",
+                                 run_id], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+
+def _sbatch(script: Path, run_id: str, run_dir: Path, env: dict[str, str]) -> str:
+    """`sbatch --parsable script`: Slurm's job id, or ConfigError in one line.
+
+    A `sbatch` that times out may have queued the job all the same (the controller took it,
+    its answer was lost): it is then found by its name, the run id, and cancelled.
+    """
+    cmd = ["sbatch", "--parsable", str(script)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                             timeout=SBATCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        cancel_by_name(run_id, env)
+        raise ConfigError(f"sbatch did not answer within {SBATCH_TIMEOUT_S:g} s (is the "
+                          f"controller busy or down?); any job it queued as {run_id} was "
+                          "cancelled: try again") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot run sbatch: {exc.strerror or exc}") from None
     with open(run_dir / "logs" / "launcher.log", "a") as log:
-        log.write(f"sbatch --parsable {script}\n{out.stdout}{out.stderr}")
+        log.write(f"{shlex.join(cmd)}\n{out.stdout}{out.stderr}")
     if out.returncode != 0:  # nothing was queued, so nothing ran: leave no run behind
         last = (out.stderr.strip().splitlines() or ["no message"])[-1]
-        shutil.rmtree(run_dir, ignore_errors=True)
         raise ConfigError(f"sbatch refused the job: {last}")
     job_id = out.stdout.strip().split(";")[0]  # "id" or "id;cluster"
-    write_json_atomic(run_dir / "slurm" / "job.json", {"slurm_job_id": job_id})
-    return SlurmBatch(job_id, run_dir)
+    if not job_id.isdigit():
+        raise ConfigError(f"sbatch answered {out.stdout.strip()[:80]!r}, not a job id")
+    return job_id
+
+
+def cancel_by_name(name: str, env: dict[str, str], timeout: float = 15.0) -> None:
+    """`scancel` this user's jobs named `name`, and wait until squeue lists none of them."""
+    user = ["--name", name, "--user", _me()]
+    end = time.time() + timeout
+    try:
+        subprocess.run(["scancel", *user], capture_output=True, env=env, timeout=30)
+        while time.time() < end:
+            left = subprocess.run(["squeue", "-h", "-o", "%i", *user], capture_output=True,
+                                  text=True, env=env, timeout=30)
+            if left.returncode == 0 and not left.stdout.strip():
+                return
+            time.sleep(0.5)
+    except (OSError, subprocess.TimeoutExpired):
+        pass  # the controller is down: nothing more to do from here
+
+
+def _me() -> str:
+    """This user's name, as scancel's --user wants it."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 # ---------------------------------------------------------------------- watching
@@ -212,9 +197,11 @@ class SlurmBatch:
 
     pid = None  # the ranks run on compute nodes: no local process stands for the job
 
-    def __init__(self, job_id: str, run_dir: Path) -> None:
+    def __init__(self, job_id: str, run_dir: Path,
+                 guard: subprocess.Popen[bytes] | None = None) -> None:
         self.job_id = job_id
         self.run_dir = run_dir
+        self.guard = guard  # scancels the job if its owner dies (guard.py)
         self.state, self.reason = "PENDING", "None"
         self.final: dict[str, str] = {}  # scontrol's JobState and ExitCode, once ended
         self._asked = 0.0
@@ -270,6 +257,15 @@ class SlurmBatch:
             self.wait(timeout)
         except subprocess.TimeoutExpired:
             pass  # the caller's sweep of local processes and summary still run
+
+    def stop_guard(self) -> None:
+        """End the guard: the job has ended, or has just been cancelled."""
+        if self.guard is not None and self.guard.poll() is None:
+            self.guard.terminate()
+            try:
+                self.guard.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.guard.kill()
 
     def ending(self) -> str:
         """How the job ended, in words, for a failure report."""
@@ -338,27 +334,3 @@ def run_status(run_dir: Path) -> str | None:
     return f"pending ({state[1]})"
 
 
-# ---------------------------------------------------------------------- horovodrun's -H
-def horovod_hosts(hostnames: list[str], tasks_per_node: str) -> str:
-    """horovodrun's `-H` from the allocation: hosts, and SLURM_TASKS_PER_NODE's counts.
-
-    Slurm writes the tasks on each node compressed: "2(x3),1" means 2, 2, 2, 1.
-
-    >>> horovod_hosts(["a", "b", "c", "d"], "2(x3),1")
-    'a:2,b:2,c:2,d:1'
-    """
-    counts: list[int] = []
-    for part in tasks_per_node.split(","):
-        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
-        if not m:
-            raise ValueError(f"cannot read SLURM_TASKS_PER_NODE={tasks_per_node!r}")
-        counts += [int(m.group(1))] * int(m.group(2) or 1)
-    return ",".join(f"{h}:{n}" for h, n in zip(hostnames, counts, strict=True))
-
-
-def print_hosts() -> None:
-    """Print horovodrun's `-H` for the allocation this runs in (the batch script calls it)."""
-    hostnames = subprocess.run(["scontrol", "show", "hostnames",
-                                os.environ["SLURM_JOB_NODELIST"]], capture_output=True,
-                               text=True, check=True).stdout.split()
-    print(horovod_hosts(hostnames, os.environ["SLURM_TASKS_PER_NODE"]))

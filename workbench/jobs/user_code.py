@@ -29,6 +29,7 @@ import os
 import re
 import sys
 import sysconfig
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,8 @@ STALL_TIMEOUT_S = 600.0
 
 
 def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: int = 2,
-           engine: str = "horovod", echo: bool = True, **fields: Any) -> Job:
+           engine: str = "horovod", echo: bool = True, max_payload_mb: float = 256.0,
+           **fields: Any) -> Job:
     """Run `fn(*args)`, or the script at a path with `args` as its argv, on `np` ranks.
 
     Returns the running `Job` at once. `engine` is "horovod", "torch" or "serial" (one
@@ -56,7 +58,8 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
     `stall_timeout`, `name`, ...). In a notebook, `echo` shows what the ranks print under
     the cell, each line prefixed with its rank (capped; the full output is in the rank's log).
     Raises ConfigError before starting anything when the settings are bad or `fn` cannot be
-    pickled.
+    pickled, or when its arguments and the variables it uses hold more than `max_payload_mb`
+    MiB of arrays (every rank reads them from the run folder; see `check_payload`).
     """
     if isinstance(fn_or_path, (str, os.PathLike)):
         path = Path(fn_or_path).expanduser().resolve()
@@ -66,6 +69,7 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
         rank_args, files, label = ["--script", str(path), *map(str, args)], {}, path.stem
     elif callable(fn_or_path):
         rank_args, label = [], getattr(fn_or_path, "__name__", "function")
+        check_payload(fn_or_path, args, max_payload_mb)
         files = {PAYLOAD: pickle_function(fn_or_path, args)}
     else:
         raise ConfigError(f"launch() runs a function or a script path, not a "
@@ -99,6 +103,59 @@ def pickle_function(fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes:
     finally:
         for module in modules:
             cloudpickle.unregister_pickle_by_value(module)
+
+
+#: Above this many MiB of arrays sent with a function, launch() says so before pickling.
+WARN_PAYLOAD_MB = 32.0
+
+
+def check_payload(fn: Callable[..., Any], args: tuple[Any, ...], max_mb: float) -> float:
+    """MiB of arrays (tensors, NumPy arrays, bytes) that `fn` and `args` send to the ranks.
+
+    Measured before pickling, from the objects' own sizes: pickling and writing 400 MiB
+    take seconds, so launch() warns above WARN_PAYLOAD_MB, naming the largest, and refuses
+    above `max_mb` in one line at once.
+    """
+    sizes = [(label, _nbytes(value) / 2**20) for label, value in _sent(fn, args)]
+    total = sum(mb for _, mb in sizes)
+    if total <= WARN_PAYLOAD_MB:
+        return total
+    label, mb = max(sizes, key=lambda item: item[1])
+    what = (f"{getattr(fn, '__name__', 'the function')} sends {total:,.0f} MiB to the ranks "
+            f"({label}: {mb:,.0f} MiB)")
+    if total > max_mb:
+        raise ConfigError(f"{what}, more than max_payload_mb={max_mb:g}: load or create it "
+                          "inside the function (each rank reads it itself), or pass a larger "
+                          "max_payload_mb")
+    warnings.warn(f"{what}: pickling it into the run folder takes a few seconds",
+                  stacklevel=3)
+    return total
+
+
+def _sent(fn: Any, args: tuple[Any, ...]) -> list[tuple[str, Any]]:
+    """(label, value) of what pickling `fn` with `args` sends: arguments, closure, globals."""
+    out: list[tuple[str, Any]] = [(f"argument {i + 1}", a) for i, a in enumerate(args)]
+    for f in functions_used(fn):
+        cells = f.__closure__ or ()
+        out += [(f"the variable '{n}' it uses", c.cell_contents)
+                for n, c in zip(f.__code__.co_freevars, cells, strict=False) if _filled(c)]
+        out += [(f"the global '{n}'", f.__globals__[n]) for n in _names(f.__code__)
+                if n in f.__globals__ and not inspect.ismodule(f.__globals__[n])]
+    return out
+
+
+def _nbytes(value: Any, depth: int = 0) -> int:
+    """Bytes of the arrays in `value` (a tensor, array, bytes, or a list/dict of them)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value)
+    nbytes = getattr(value, "nbytes", None)
+    if isinstance(nbytes, int) and not isinstance(value, type):
+        return nbytes
+    if depth < 3 and isinstance(value, (list, tuple, set)):
+        return sum(_nbytes(v, depth + 1) for v in list(value)[:10_000])
+    if depth < 3 and isinstance(value, dict):
+        return sum(_nbytes(v, depth + 1) for v in list(value.values())[:10_000])
+    return 0
 
 
 def source_of(fn: Callable[..., Any]) -> tuple[dict, dict]:
@@ -180,8 +237,9 @@ def _filled(cell: Any) -> bool:
 
 
 def _safe_name(label: str) -> str:
-    """A run-folder-friendly name: `<lambda>` becomes `lambda`."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "", label) or "function"
+    """A run-folder-friendly name: `<lambda>` becomes `lambda`; at most 40 characters, as
+    the `name` field allows (a long function name is cut)."""
+    return (re.sub(r"[^A-Za-z0-9_.-]+", "", label) or "function")[:40]
 
 
 def _in_kernel() -> bool:

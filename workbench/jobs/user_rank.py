@@ -30,6 +30,7 @@ from typing import Any
 import cloudpickle
 
 from workbench.jobs import rank_api
+from workbench.records.private import load_own_pickle
 from workbench.training.reporter import RankContext
 
 #: Where `launch()` puts the pickled (function, args) in the run folder.
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
         rank_api.attach(ctx)
         try:
             value = run_script(argv[1], argv[2:]) if argv[:1] == ["--script"] else \
-                run_function(ctx.run_dir / PAYLOAD)
+                run_function(ctx.run_dir / PAYLOAD, ctx.run_dir)
         except BaseException as exc:
             exc.rank_traceback = user_traceback(exc)  # see RankContext.__exit__
             raise
@@ -53,9 +54,12 @@ def main(argv: list[str] | None = None) -> None:
         save_result(ctx.run_dir, ctx.rank, value)
 
 
-def run_function(payload: Path) -> Any:
-    """Unpickle `(fn, args, source)` and return `fn(*args)`."""
-    fn, args, source = cloudpickle.loads(payload.read_bytes())
+def run_function(payload: Path, run_dir: Path) -> Any:
+    """Unpickle `(fn, args, source)` and return `fn(*args)`.
+
+    Only from a run folder and a file of our own (records/private.py): a pickle runs code.
+    """
+    fn, args, source = load_own_pickle(payload, run_dir, cloudpickle.loads)
     restore_source(fn, *source)
     return fn(*args)
 
@@ -105,7 +109,7 @@ def save_result(run_dir: Path, rank: int, value: Any) -> None:
         raise TypeError(f"rank {rank} returned a {type(value).__name__} that cannot be pickled"
                         f" ({exc}): return numbers, lists, dicts or tensors") from None
     path = run_dir / "results" / f"rank{rank}.pkl"
-    path.parent.mkdir(exist_ok=True)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)

@@ -49,6 +49,7 @@ from typing import Any, NoReturn
 
 from workbench.jobs.processes import rank_pids
 from workbench.records import RunRecord, read_json
+from workbench.records.private import load_own_pickle
 from workbench.training.reporter import ENV_RUN_DIR, RankContext
 
 #: The fork engine runs `python -m workbench.jobs.workers --fork N` as the launcher.
@@ -110,18 +111,30 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
     try:
         status = job.wait(timeout)   # Ctrl-C stops the job, then re-raises
         if not job.done:
-            waiting = ", ".join(names[r] for r in range(world_size)
-                                if r not in _exit_records(job.run_dir))
-            job.stop()
-            raise WorkerError(f"the run did not finish within {timeout:g} s; still running: "
-                              f"{waiting}. Pass a larger timeout, or fewer epochs/steps "
-                              f"(run record: {job.run_dir})")
+            raise WorkerError(_timeout_message(job, timeout, names))
     finally:
         if not job.done:
             job.stop()
     if status != "succeeded":
         raise WorkerError(_failure_message(job.run_dir, job.summary or {}, names))
-    return [_load(job.run_dir / RESULTS_DIR / f"rank{r}.pkl") for r in range(world_size)]
+    return [load_own_pickle(job.run_dir / RESULTS_DIR / f"rank{r}.pkl", job.run_dir)
+            for r in range(world_size)]
+
+
+def _timeout_message(job: Any, timeout: float, names: list[str]) -> str:
+    """Why a run did not finish in time: it never left the queue, or which workers still run.
+    Stops the job."""
+    place = job.queue_position
+    if job.status == "queued":
+        job.stop()
+        return (f"the run waited {timeout:g} s in this machine's queue for cores (number "
+                f"{place}) and never started: another job, maybe one of yours, holds the "
+                "cores (`workbench classroom cores` shows whose); stop it, or pass a larger "
+                f"timeout (run record: {job.run_dir})")
+    waiting = ", ".join(n for r, n in enumerate(names) if r not in _exit_records(job.run_dir))
+    job.stop()
+    return (f"the run did not finish within {timeout:g} s; still running: {waiting}. Pass a "
+            f"larger timeout, or fewer epochs/steps (run record: {job.run_dir})")
 
 
 def _failure_message(run_dir: Path, summary: dict[str, Any], names: list[str]) -> str:
@@ -158,11 +171,6 @@ def _exit_records(run_dir: Path) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _load(path: Path) -> Any:
-    with open(path, "rb") as f:
-        return pickle.load(f)
-
-
 def run_folder() -> Path:
     """Inside a worker: the run folder, for files the workers share (Hogwild!'s model)."""
     return Path(os.environ[ENV_RUN_DIR])
@@ -178,8 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
     parser.add_argument("--fork", type=int, required=True, metavar="N", help="workers")
     size = parser.parse_args(argv).fork
-    with open(run_folder() / CALL_FILE, "rb") as f:
-        call = pickle.load(f)
+    call = load_own_pickle(run_folder() / CALL_FILE, run_folder())  # ours only: see private.py
     sys.path.extend(p for p in call["sys_path"] if p not in sys.path)
     import torch.distributed  # noqa: F401  (imported once here, not once per worker)
 
@@ -247,7 +254,7 @@ def _run(fn: Callable[..., Any], args: tuple, ctx: RankContext, distributed: boo
 
 def _write_result(path: Path, value: Any) -> None:
     """Pickle `value` to `path` through a temporary name: never a half-written result."""
-    path.parent.mkdir(exist_ok=True)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as f:
         pickle.dump(value, f)

@@ -72,15 +72,21 @@ def read_json(path: Path) -> Any | None:
 def new_run_dir(runs_dir: str | Path, label: str) -> tuple[str, Path]:
     """Create a fresh, uniquely named run folder; return (run_id, path).
 
-    Raises `ConfigError` (one line) when the runs folder cannot be created or written.
+    The folder is private to its owner (mode 0700) unless WORKBENCH_RUN_FOLDERS says
+    otherwise (see records/private.py). Raises `ConfigError` (one line) when the runs folder
+    cannot be created or written.
     """
     from workbench.config import ConfigError
+    from workbench.records.private import run_folder_mode
 
+    mode = run_folder_mode()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_id = f"{stamp}-{label}-{secrets.token_hex(2)}"
     path = Path(runs_dir).expanduser().resolve() / run_id
     try:
-        path.mkdir(parents=True, exist_ok=False)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=False)
+        os.chmod(path, mode)  # exactly this mode, whatever the umask
         for sub in ("logs", "pids", "exit", "metrics", "heartbeat"):
             (path / sub).mkdir()
     except OSError as exc:

@@ -27,10 +27,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from workbench.config import ConfigError, JobConfig
-from workbench.records import load_run, read_json
+from workbench.records import CorruptRecord, load_run, read_json
+from workbench.records.private import ForeignRecord, check_own_folder, read_own
 
 if TYPE_CHECKING:  # torch is imported where it is used: the launcher imports this module
     import torch  # for apply_resume, and `import workbench` must stay free of torch
@@ -110,11 +111,23 @@ def apply_resume(cfg: JobConfig) -> JobConfig:
         record = load_run(cfg.resume, cfg.runs_dir)
     except FileNotFoundError as exc:
         raise ConfigError(f"invalid --resume {cfg.resume!r}: {exc}") from None
+    try:  # its configuration (env, sbatch_arg, hosts) and checkpoint would be trusted
+        check_own_folder(record.run_dir)
+        read_own(record.run_dir / "config.json", record.run_dir)
+    except (ForeignRecord, OSError) as exc:
+        raise ConfigError(f"invalid --resume {cfg.resume!r}: {exc}; resume only your own "
+                          "runs") from None
     if not (record.run_dir / CHECKPOINT).exists():
         raise ConfigError(f"invalid --resume {cfg.resume!r}: run {record.run_id} saved no "
                           "checkpoint (run it with --checkpoint-every N to save one every N "
                           "epochs)")
-    old: dict[str, Any] = read_json(record.run_dir / "config.json") or {}
+    try:
+        old = read_json(record.run_dir / "config.json") or {}
+    except CorruptRecord as exc:
+        raise ConfigError(f"invalid --resume {cfg.resume!r}: {exc}") from None
+    if not isinstance(old, dict):
+        raise ConfigError(f"invalid --resume {cfg.resume!r}: {record.run_dir / 'config.json'}"
+                          " does not hold a configuration (a JSON object)")
     fields = {f.name for f in dataclasses.fields(JobConfig)}
     inherited = {k: v for k, v in old.items()
                  if k in fields and k not in NOT_INHERITED and k not in cfg.given}

@@ -93,6 +93,9 @@ class RankContext:
         by plain torchrun, horovodrun or python), the ranks make their own run folder from
         their command-line flags: see training/standalone.py.
         """
+        from workbench.jobs.environment import load_env_file
+
+        load_env_file()  # the job's secret --env values, from their 0600 file
         rank = _env_int("HOROVOD_RANK", "RANK", "OMPI_COMM_WORLD_RANK")
         size = _env_int("HOROVOD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", default=1)
         local = _env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")

@@ -1,0 +1,64 @@
+"""A second, unprivileged user for the tests of what one user may do to another's work.
+
+The tests that need it create the account once (`useradd`, no home, no login shell) and run
+commands as it with `setpriv --reuid --regid --clear-groups`: a real other user, not a
+mock. Without root (or without `useradd`/`setpriv`) they are skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+NAME = "wbother"
+
+
+def why_not() -> str | None:
+    """None when the tests can act as a second user here, else why not."""
+    if os.geteuid() != 0:
+        return "needs root: creates a second user and runs commands as it"
+    missing = [p for p in ("useradd", "setpriv") if shutil.which(p) is None]
+    return f"needs {', '.join(missing)}" if missing else None
+
+
+def other_user() -> tuple[int, int]:
+    """(uid, gid) of the second user, created if it does not exist yet."""
+    try:
+        entry = pwd.getpwnam(NAME)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                        "/usr/sbin/nologin", NAME], check=True, capture_output=True)
+        entry = pwd.getpwnam(NAME)
+    return entry.pw_uid, entry.pw_gid
+
+
+def as_other(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run `cmd` as the second user (no supplementary groups); its CompletedProcess."""
+    uid, gid = other_user()
+    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                           "--", *cmd], capture_output=True, text=True, timeout=120, **kwargs)
+
+
+def folder_for_other(path: Path) -> Path:
+    """`path` created and given to the second user (its parents stay as they are)."""
+    uid, gid = other_user()
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, uid, gid)
+    return path
+
+
+needs_other_user = pytest.mark.skipif(why_not() is not None, reason=why_not() or "")
+
+
+def open_tmp(prefix: str) -> Path:
+    """A fresh folder in /tmp that every user can enter (pytest's tmp_path is root's 0700)."""
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o755)
+    return path

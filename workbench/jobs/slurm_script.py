@@ -1,0 +1,149 @@
+"""The batch script of a Slurm job: `slurm/job.sbatch` and `slurm/task.sh` in the run folder.
+
+`write_scripts` writes them (slurm.py submits the first with `sbatch`). The #SBATCH options
+ask for one task per rank, `--threads-per-rank` CPUs each, output into the run folder's
+launcher.log, and `--no-requeue`; each engine's `slurm_lines` (engines.py) say how its
+ranks start inside the allocation. Nothing from the configuration may hold a line break:
+sbatch reads an #SBATCH line up to it, and the rest would run as a line of shell.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from workbench.config import ConfigError, JobConfig, sbatch_args
+from workbench.jobs.engines import ENGINES
+
+
+def tasks_per_node(cfg: JobConfig) -> int:
+    """Ranks per node: `--ntasks-per-node`, or np spread evenly over `--nodes`."""
+    if cfg.ntasks_per_node:
+        return cfg.ntasks_per_node
+    return math.ceil(cfg.world_size / cfg.nodes) if cfg.nodes else 0
+
+
+def sbatch_options(cfg: JobConfig, run_id: str, run_dir: Path) -> list[str]:
+    """The #SBATCH options: one task per rank, `threads` CPUs each, output to the run folder."""
+    # --no-requeue: a job that Slurm requeued (its node failed) would run again from epoch 0
+    # into the same run folder, doubling its records; it fails instead, and says so.
+    opts = [f"--job-name={run_id}", f"--output={run_dir}/logs/launcher.log", "--open-mode=append",
+            "--no-requeue",
+            f"--ntasks={cfg.world_size}", f"--cpus-per-task={cfg.resolved_threads()}",
+            f"--chdir={Path.cwd()}"]
+    if cfg.nodes:
+        opts.append(f"--nodes={cfg.nodes}")
+    if tasks_per_node(cfg):
+        opts.append(f"--ntasks-per-node={tasks_per_node(cfg)}")
+    if cfg.partition:
+        opts.append(f"--partition={cfg.partition}")
+    if cfg.time_limit:
+        opts.append(f"--time={cfg.time_limit}")  # minutes
+    if cfg.account:
+        opts.append(f"--account={cfg.account}")
+    return opts + sbatch_args(cfg.sbatch_arg)
+
+
+def rank_command(cfg: JobConfig, module: str, args: list[str], run_dir: Path) -> str:
+    """The lines of the batch script that start the ranks: each engine says how."""
+    python = shlex.quote(sys.executable)  # the shared .venv's: same path on every node
+    task = f"bash {shlex.quote(str(run_dir / 'slurm' / 'task.sh'))}"
+    rank = f"{task} {python} -u -m {module} {shlex.join(args)}".rstrip()
+    srun = (f"srun --kill-on-bad-exit=1 --ntasks={cfg.world_size} "
+            f"--cpus-per-task={cfg.resolved_threads()}")
+    return ENGINES[cfg.engine].slurm_lines(cfg.world_size, srun, rank, python)
+
+
+BATCH_TEMPLATE = """\
+#!/bin/bash
+{options}
+#
+# Run {run_id} of the workbench, submitted with `sbatch --parsable {script}`
+# (submitted again by hand, it would write into the same run folder).
+set -u
+RUN_DIR={run_dir}
+if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then  # requeued all the same (by an admin, say)
+    echo "slurm job $SLURM_JOB_ID was restarted (attempt $((SLURM_RESTART_COUNT + 1))): not" \
+         "running again into $RUN_DIR; start a new run (workbench run --resume)" >&2
+    exit 1
+fi
+mkdir -p "$RUN_DIR/tasks"
+echo "slurm job $SLURM_JOB_ID on nodes $SLURM_JOB_NODELIST"
+{command}
+rc=$?
+# Accounting (sacct) may be off: keep our own record of how the job ended.
+echo "{{\\"rc\\": $rc, \\"time\\": $(date +%s.%N)}}" > "$RUN_DIR/slurm/batch_exit.json"
+exit $rc
+"""
+
+TASK_SCRIPT = """\
+#!/bin/bash
+# One rank, started by srun or by horovodrun inside the Slurm job.
+# srun numbers its tasks: SLURM_PROCID (0..n-1 over the job), SLURM_LOCALID (0.. on this
+# node), SLURM_NTASKS (n). torch.distributed wants the same numbers as RANK, LOCAL_RANK and
+# WORLD_SIZE. (horovodrun sets HOROVOD_RANK and friends itself.)
+if [ -z "${HOROVOD_RANK:-}" ]; then
+    export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS
+fi
+rank=${HOROVOD_RANK:-$RANK}
+"$@"
+rc=$?
+# A rank killed by a signal (kill -9, out of memory) cannot say so itself: say it here,
+# in the shared runs folder, where the launcher looks (it cannot see pids on other nodes).
+out=$WORKBENCH_RUN_DIR/tasks/rank$rank.json
+printf '{"rank": %s, "rc": %s, "host": "%s", "time": %s}\\n' \\
+    "$rank" "$rc" "$(hostname)" "$(date +%s.%N)" > "$out.tmp" && mv "$out.tmp" "$out"
+exit $rc
+"""
+
+
+def write_scripts(cfg: JobConfig, run_id: str, run_dir: Path, module: str,
+                  args: list[str]) -> Path:
+    """Write slurm/job.sbatch and slurm/task.sh into the run folder; return the batch script."""
+    folder = run_dir / "slurm"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "task.sh").write_text(TASK_SCRIPT)
+    script = folder / "job.sbatch"
+    opts = sbatch_options(cfg, run_id, run_dir)
+    for text in (*opts, str(script)):  # sbatch reads #SBATCH lines up to the first newline
+        if "\n" in text or "\r" in text:
+            raise ConfigError(f"cannot write the batch script: {text.splitlines()[0]!r}... "
+                              "holds a line break (a folder name?); a line break would become"
+                              " a line of shell in job.sbatch")
+    options = "\n".join(f"#SBATCH {shlex.quote(o)}" for o in opts)
+    script.write_text(BATCH_TEMPLATE.format(
+        options=options, run_id=run_id, script=script, run_dir=shlex.quote(str(run_dir)),
+        command=rank_command(cfg, module, args, run_dir)))
+    return script
+
+
+
+# ---------------------------------------------------------------------- horovodrun's -H
+def horovod_hosts(hostnames: list[str], tasks_per_node: str) -> str:
+    """horovodrun's `-H` from the allocation: hosts, and SLURM_TASKS_PER_NODE's counts.
+
+    Slurm writes the tasks on each node compressed: "2(x3),1" means 2, 2, 2, 1.
+
+    >>> horovod_hosts(["a", "b", "c", "d"], "2(x3),1")
+    'a:2,b:2,c:2,d:1'
+    """
+    counts: list[int] = []
+    for part in tasks_per_node.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not m:
+            raise ValueError(f"cannot read SLURM_TASKS_PER_NODE={tasks_per_node!r}")
+        counts += [int(m.group(1))] * int(m.group(2) or 1)
+    return ",".join(f"{h}:{n}" for h, n in zip(hostnames, counts, strict=True))
+
+
+def print_hosts() -> None:
+    """Print horovodrun's `-H` for the allocation this runs in (the batch script calls it)."""
+    hostnames = subprocess.run(["scontrol", "show", "hostnames",
+                                os.environ["SLURM_JOB_NODELIST"]], capture_output=True,
+                               text=True, check=True).stdout.split()
+    print(horovod_hosts(hostnames, os.environ["SLURM_TASKS_PER_NODE"]))

@@ -1,0 +1,121 @@
+"""Run folders are private to their owner, and pickles are read only from one's own runs.
+
+On a shared server (a classroom JupyterHub) students are users of one machine. A run folder
+holds a student's code (`user/function.pkl`, `call.pkl`), results (`results/*.pkl`, graded
+exercises) and the variables passed with `--env`, so it is made `0700`: only its owner (and
+root) can enter it. An instructor who wants to read the students' runs in a shared runs
+folder switches that, for every run, with one setting:
+
+| `WORKBENCH_RUN_FOLDERS` | run folder mode | who can read a run |
+| --- | --- | --- |
+| `private` (default) | `0700` | its owner |
+| `group` | `0750` | its owner and the members of the folder's group (e.g. the instructors) |
+| `shared` | `0755` | every user of the machine |
+
+Nobody but the owner may ever write a run folder.
+
+A pickle is code: `pickle.load` can run any command as whoever loads it. So the workbench
+loads a pickle only when the file *and every folder from the run folder down to it* belong to
+the user loading it, and no other user can write them: a folder that another student created
+(or swapped in for one of yours, in a runs folder they own) is refused in one line. The
+checks are made on open file descriptors (`O_NOFOLLOW`, `fstat`), so a symlink or a folder
+renamed between the check and the read cannot slip through.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import pwd
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ENV_RUN_FOLDERS = "WORKBENCH_RUN_FOLDERS"
+MODES = {"private": 0o700, "group": 0o750, "shared": 0o755}
+
+
+class ForeignRecord(PermissionError):
+    """A file or folder of a run belongs to another user (or others may write it)."""
+
+
+def run_folder_mode() -> int:
+    """The mode new run folders get (WORKBENCH_RUN_FOLDERS; see the table above)."""
+    from workbench.config import ConfigError
+
+    name = os.environ.get(ENV_RUN_FOLDERS, "").strip() or "private"
+    if name not in MODES:
+        raise ConfigError(f"invalid {ENV_RUN_FOLDERS}={name!r}: expected one of "
+                          f"{', '.join(MODES)}")
+    return MODES[name]
+
+
+def user_name(uid: int) -> str:
+    """`name (uid N)`, or `uid N` for a uid without an account."""
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check_own(st: os.stat_result, path: Path | str) -> None:
+    """Raise ForeignRecord unless `st` (of `path`) is owned by us and not writable by others."""
+    me = os.geteuid()
+    if st.st_uid != me:
+        raise ForeignRecord(f"{path} belongs to {user_name(st.st_uid)}, not to you "
+                            f"({user_name(me)}): the workbench reads code and results only "
+                            "from your own runs")
+    if st.st_mode & stat.S_IWOTH:
+        raise ForeignRecord(f"{path} is writable by every user (mode "
+                            f"{stat.S_IMODE(st.st_mode):o}): the workbench reads code and "
+                            "results only from folders no one else can change")
+
+
+def read_own(path: Path, run_dir: Path, secret: bool = False) -> bytes:
+    """The bytes of `path`, a file inside `run_dir`, checked as the module docstring says
+    (and, with `secret`, readable by its owner alone).
+
+    Raises ForeignRecord (one line) for a file or folder of someone else's, FileNotFoundError
+    when it is missing, and OSError for a symlink on the way (`O_NOFOLLOW`).
+    """
+    path, run_dir = Path(path), Path(run_dir)
+    parts = path.relative_to(run_dir).parts
+    folder = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd = os.open(run_dir, folder)
+    try:
+        check_own(os.fstat(fd), run_dir)
+        where = run_dir
+        for part in parts[:-1]:
+            where = where / part
+            inner = os.open(part, folder, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+            check_own(os.fstat(fd), where)
+        file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with os.fdopen(file_fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ForeignRecord(f"{path} is not a regular file")
+        check_own(st, path)
+        if secret and st.st_mode & 0o077:
+            raise ForeignRecord(f"{path} can be read by other users (mode "
+                                f"{stat.S_IMODE(st.st_mode):o}, not 600)")
+        return f.read()
+
+
+def load_own_pickle(path: Path, run_dir: Path,
+                    loads: Callable[[bytes], Any] = pickle.loads) -> Any:
+    """Unpickle `path` (with `loads`: pickle's or cloudpickle's) after `read_own`'s checks."""
+    return loads(read_own(path, run_dir))
+
+
+def check_own_folder(path: Path | str) -> None:
+    """Raise ForeignRecord unless the folder `path` (not a symlink) is ours."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        check_own(os.fstat(fd), path)
+    finally:
+        os.close(fd)
