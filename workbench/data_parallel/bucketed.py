@@ -1,7 +1,7 @@
-"""torchrun --standalone --nproc-per-node 2 -m workbench.data_parallel.bucketed --bucket-mb 1
+"""torchrun --standalone --nproc-per-node 2 -m workbench.data_parallel.bucketed
 
 One rank of a bucketed data-parallel job (`workbench run --engine bucketed`), or started
-by hand as above with any flag of `workbench run`.
+by hand as above with any flag of `workbench run` (`--bucket-mb 1`, `--accumulate 4`).
 
 The naive engine's step with one change: once `backward()` has returned, the gradients
 are packed into buckets of `bucket_mb` MiB (buckets.py) and each bucket is all-reduced as

@@ -1,7 +1,7 @@
-"""torchrun --standalone --nproc-per-node 2 -m workbench.data_parallel.overlapped --bucket-mb 1
+"""torchrun --standalone --nproc-per-node 2 -m workbench.data_parallel.overlapped
 
 One rank of an overlapped data-parallel job (`workbench run --engine overlapped`), or
-started by hand as above with any flag of `workbench run`.
+started by hand as above with any flag of `workbench run` (`--bucket-mb 1`).
 
 The bucketed engine's buckets, sent sooner. Every parameter gets a
 `register_post_accumulate_grad_hook`: autograd calls it as soon as that parameter's

@@ -320,7 +320,7 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
         for step in range(steps):
             global_step = epoch * steps + step
             maybe_fail(cfg, ctx.rank, global_step)
-            x, y = batches(shard(order, step, ctx.rank, ctx.size, k * b))
+            xs, ys = batches(shard(order, step, ctx.rank, ctx.size, k * b))
             if cfg.warmup_epochs:
                 set_lr(optimizer, warmup_lr(cfg.lr, global_step, cfg.warmup_epochs * steps))
 
@@ -328,14 +328,14 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
             optimizer.zero_grad()
             outs, losses = [], []
             for micro in range(k):               # k micro-batches of b: gradients add up
-                xm, ym = x[micro * b:(micro + 1) * b], y[micro * b:(micro + 1) * b]
+                x, y = xs[micro * b:(micro + 1) * b], ys[micro * b:(micro + 1) * b]
                 with sync.accumulating(model, last=micro == k - 1):
-                    out = model(xm)              # forward
-                    loss = loss_fn(out, ym) / k  # the mean over the k·b samples
+                    out = model(x)               # forward
+                    loss = loss_fn(out, y) / k   # the mean over the k·b samples
                     loss.backward()              # DDP averages gradients during the last
                 outs.append(out.detach())
                 losses.append(loss.detach())
-            out, loss = torch.cat(outs), torch.stack(losses).sum()
+            out, y, loss = torch.cat(outs), ys, torch.stack(losses).sum()
             straggle(cfg, ctx.rank)
             timer.mark()
             sync.wait_for_gradients(optimizer)   # Horovod, naive: the averages arrive here
