@@ -31,15 +31,14 @@ time. DDP (Li et al., VLDB 2020, §3.2.3) does two things better:
 `workbench.data_parallel.overlapped` is that engine in Python. It calls a *launch hook*
 each time one gradient of a bucket is ready (from `register_post_accumulate_grad_hook`).
 A `Bucket` has `params`, a counter `ready` (the engine sets it back to 0 after each step),
-and `pack()`, which copies the gradients into `bucket.buffer` and returns it. Read the
-engine's own hook:
+and `pack()`, which copies the gradients into `bucket.buffer` and returns it:
 """),
     code(r"""
 import inspect
 
-import torch.distributed as dist
+import torch.distributed as dist  # noqa: F401 (your launch() uses it)
 
-from workbench.data_parallel import buckets, overlapped
+from workbench.data_parallel import buckets
 from workbench.exercises import overlap as ex
 
 print(inspect.getsource(buckets.Bucket.pack))
