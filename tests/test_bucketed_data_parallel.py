@@ -81,3 +81,22 @@ def test_accumulation_equals_serial_with_batch_nkb(tmp_path, serial, engine):
     assert worst_gap(job, serial(32)) < 1e-5
     if engine == "torch":   # the comm hook counts DDP's buckets: one allreduce of all per step
         assert {s["synced_bytes"] for s in steps_of(job)} == {PARAM_BYTES}
+
+
+def test_the_training_panel_sets_the_bucket_size_and_micro_batches(tmp_path):
+    from workbench.ui import TrainingPanel
+
+    panel = TrainingPanel(runs_dir=str(tmp_path), engine="overlapped", np=2, model="mlp",
+                          dataset="digits", epochs=1, threads_per_rank=1)
+    try:
+        assert {"bucketed", "overlapped"} <= set(panel.controls["engine"].options)
+        panel.controls["bucket_mb"].value = 1.5
+        panel.controls["accumulate"].value = 4
+        cfg = panel.config()
+        assert (cfg.engine, cfg.bucket_mb, cfg.accumulate) == ("overlapped", 1.5, 4)
+        panel.controls["accumulate"].value = 0
+        panel.start_button.click()
+        assert "--accumulate 0" in panel.alert.value and panel.job is None
+        assert not any(tmp_path.iterdir())
+    finally:
+        panel.close()
