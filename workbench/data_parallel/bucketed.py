@@ -16,6 +16,7 @@ engine, it separates what the buckets buy from what gloo's C++ ring buys over ou
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -51,8 +52,9 @@ class BucketedSync(Synchronizer):
         return values
 
 
-def run(make_sync) -> None:  # noqa: ANN001 - a (model, size, bucket_mb) -> Synchronizer
-    """The rank's steps, those of the naive rank, with `make_sync`'s synchronizer."""
+def run(make_sync: Callable[[torch.nn.Module, int, float], Synchronizer]) -> None:
+    """The rank's steps, those of the naive rank, with the synchronizer that
+    `make_sync(model, ranks, bucket_mb)` builds."""
     with RankContext.from_env() as ctx:
         cfg = ctx.config
         # Step 1: join the process group (gloo), then pin this rank to its cores.
