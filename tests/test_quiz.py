@@ -20,6 +20,7 @@ from workbench.quiz import TOPICS, BankError, Quiz, fairness, grade, load_bank, 
 from workbench.quiz.bank import BANK_PATH, learner_seed, mentions, parse_number, shuffled
 from workbench.quiz.widget import PARSE_NUMBER_JS
 from workbench.scaling import costmodel, metrics
+from workbench.tensor_parallel import traffic
 from workbench.training.checkpoint import young_interval
 
 BANK = {q.id: q for q in load_bank()}
@@ -87,6 +88,8 @@ EXPECTED = {
     "faults-young-interval": young_interval(60, 86_400) / 60,
     "parameter-server-sharded-traffic": costmodel.parameter_server_time(100, 8, 0.0, 1.0,
                                                                         servers=4),
+    "tensor-parallel-bytes": traffic.block_bytes_per_step(512, 1024, 2) / 2**20,
+    "accumulation-traffic": 400 * 1024 / (8 * 4 * 32),   # one all-reduce per N·k·b samples
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from workbench.hosts.cpu import cpu_budget
 
 #: "naive" averages each gradient with the workbench's own ring after backward (naive_rank.py).
-ENGINES = ("horovod", "torch", "naive", "serial")
+ENGINES = ("horovod", "torch", "naive", "bucketed", "overlapped", "serial")
 #: Engines that run something other than the training loop, so the panels do not offer them:
 #: "fork" starts the labs' workers (workbench/jobs/workers.py).
 LAB_ENGINES = ("fork",)
@@ -124,6 +124,8 @@ class JobConfig:
     resume: str = ""
     timeline: bool = False
     cycle_time_ms: float = 0.0
+    bucket_mb: float = 25.0   # bucketed/overlapped engines: MiB per bucket (DDP's default)
+    accumulate: int = 1       # micro-batches of batch_size per optimizer step
     cpu_bind: str = "core"
     stall_timeout: float = 120.0
     dtype: str = "float32"
@@ -217,6 +219,8 @@ class JobConfig:
         _int_range("fail_rank", self.fail_rank, 0, 255)
         _int_range("fail_at_step", self.fail_at_step, 0, 10**9)
         _int_range("checkpoint_every", self.checkpoint_every, 0, 10_000)
+        _int_range("accumulate", self.accumulate, 1, 10_000)
+        _float_range("bucket_mb", self.bucket_mb, 0.0, 4096.0)
         _float_range("lr", self.lr, 0.0, 100.0, low_open=True)
         _float_range("momentum", self.momentum, 0.0, 0.999999)
         _float_range("weight_decay", self.weight_decay, 0.0, 1.0)

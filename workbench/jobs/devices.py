@@ -64,6 +64,9 @@ def cuda_problem(cfg: JobConfig) -> tuple[str, str] | None:
         return ("the naive engine runs on CPUs: its ring relies on gloo's isend returning at "
                 "once, and NCCL orders a pair's sends and receives on one GPU stream, where "
                 "every rank sending first could deadlock", "use --device cpu, or --engine torch")
+    if cfg.engine in ("bucketed", "overlapped"):
+        return (f"the {cfg.engine} engine runs on CPUs: it joins a gloo group, and its "
+                "buckets live in host memory", "use --device cpu, or --engine torch")
     gpus = gpu_count()
     if gpus == 0:
         return ("no CUDA GPU is visible here (a CPU build of PyTorch, no NVIDIA driver, or "

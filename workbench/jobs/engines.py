@@ -23,6 +23,9 @@ The engines:
   rendezvous on the first host.
 - `naive`: torchrun too, for ranks that average each gradient with the workbench's own
   ring allreduce after the backward pass (training/naive_rank.py).
+- `bucketed`, `overlapped`: torchrun too, for the naive engine made fast by hand: gradients
+  packed into buckets of `bucket_mb`, then each bucket's all-reduce started during the
+  backward pass (workbench/data_parallel/).
 - `serial`: the module in one plain process: the sequential baseline.
 - `fork`: the labs' engine. One Python process imports the code once and forks the ranks
   from itself (one host; see workers.py for why the labs do not use torchrun).
@@ -178,6 +181,20 @@ class NaiveEngine(TorchEngine):
     rank_module = "workbench.training.naive_rank"
 
 
+class BucketedEngine(TorchEngine):
+    """`torchrun`, for ranks that all-reduce buckets of gradients after backward."""
+
+    name = "bucketed"
+    rank_module = "workbench.data_parallel.bucketed"
+
+
+class OverlappedEngine(TorchEngine):
+    """`torchrun`, for ranks that start each bucket's all-reduce during backward."""
+
+    name = "overlapped"
+    rank_module = "workbench.data_parallel.overlapped"
+
+
 class ForkEngine(Engine):
     """The labs' workers: one process imports their code once and forks them."""
 
@@ -197,7 +214,8 @@ def horovodrun() -> str:
 
 ENGINES: dict[str, Engine] = {
     engine.name: engine
-    for engine in (HorovodEngine(), TorchEngine(), NaiveEngine(), SerialEngine(), ForkEngine())
+    for engine in (HorovodEngine(), TorchEngine(), NaiveEngine(), BucketedEngine(),
+                   OverlappedEngine(), SerialEngine(), ForkEngine())
 }
 
 

@@ -24,6 +24,7 @@ computing and time blocked on synchronization (on GPUs with CUDA events: see DDP
 from __future__ import annotations
 
 import datetime
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -59,11 +60,13 @@ class DDPSync(Synchronizer):
         self.clock = clock
         self.launched: list[Any] = []
         self.completed: list[Any] = []
+        self.sent = 0   # bytes handed to allreduce since the last step was read
 
     def hook(self, _state, bucket):  # no annotations: DDP checks them, and ours are strings
         """Average one bucket (a dist.GradBucket) of gradients, as DDP does, noting when."""
         self.launched.append(self.clock.mark())
         tensor = bucket.buffer().div_(dist.get_world_size())
+        self.sent += tensor.numel() * tensor.element_size()
         fut = dist.all_reduce(tensor, async_op=True).get_future()
 
         def done(f: torch.futures.Future) -> torch.Tensor:
@@ -75,6 +78,14 @@ class DDPSync(Synchronizer):
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(values)  # in place, summing: what DDP's hook does, before dividing
         return values
+
+    def accumulating(self, model: DDP, last: bool) -> AbstractContextManager[Any]:
+        """`no_sync()` on all but the last micro-batch: DDP then only accumulates."""
+        return nullcontext() if last else model.no_sync()
+
+    def synced_bytes(self) -> int | None:
+        sent, self.sent = self.sent, 0
+        return sent
 
     def backward_wait_s(self) -> float:
         """Time from the last bucket's launch (compute done) to the last allreduce's end.

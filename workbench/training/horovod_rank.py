@@ -79,7 +79,8 @@ def main() -> None:
 
         # Step 4: average gradients across ranks with allreduce during backward().
         optimizer = hvd.DistributedOptimizer(
-            optimizer, named_parameters=setup.model.named_parameters(), op=hvd.Average)
+            optimizer, named_parameters=setup.model.named_parameters(), op=hvd.Average,
+            backward_passes_per_step=cfg.accumulate)  # k micro-batches: one allreduce
 
         # Resuming: load the checkpoint now, not before step 4. DistributedOptimizer is a new
         # optimizer built over the same parameter groups and starts with no state, so state

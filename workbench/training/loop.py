@@ -5,6 +5,12 @@ object (a `Synchronizer`) given the optimizer; the step itself is plain SGD, in 
 
     zero_grad -> forward -> loss -> backward -> wait for the averaged gradients -> step
 
+With gradient accumulation (`accumulate` k > 1) forward, loss and backward run on k
+micro-batches of `batch_size` in turn, each loss divided by k, so the gradients add up to
+those of one batch of k·b; only the last backward pass synchronizes (DDP's `no_sync()`,
+Horovod's `backward_passes_per_step`), so a step all-reduces the gradients once: k times
+fewer bytes per sample.
+
 Where the averaging happens is the engine's business: DDP averages bucket by bucket *during*
 `backward()`, Horovod's wrapped optimizer starts an allreduce per gradient during
 `backward()` and `synchronize()` waits for them, the naive engine averages one gradient
@@ -123,6 +129,15 @@ class Synchronizer:
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         """`values` summed over every rank (one rank: itself). Every rank must call it."""
         return values
+
+    def accumulating(self, model: nn.Module, last: bool) -> AbstractContextManager[Any]:
+        """The context of one micro-batch's forward and backward; `last`: the step's last
+        (DDP: `no_sync()` on the others, so only the last backward all-reduces)."""
+        return nullcontext()
+
+    def synced_bytes(self) -> int | None:
+        """Bytes of gradients this rank all-reduced in the last step, where the engine counts."""
+        return None
 
 
 class StepTimer:
@@ -293,6 +308,7 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
     Returns the held-out metrics of the last epoch if that epoch was evaluated, else None.
     """
     cfg, model = ctx.config, setup.model
+    k, b = cfg.accumulate, cfg.batch_size   # k micro-batches of b samples per step
     batches, n_train = Batches(setup.data, setup.device), len(setup.train_idx)
     steps = steps_to_run(ctx, n_train)
     loss_fn = nn.CrossEntropyLoss()  # mean over the batch: the invariant needs the mean
@@ -304,16 +320,23 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
         for step in range(steps):
             global_step = epoch * steps + step
             maybe_fail(cfg, ctx.rank, global_step)
-            x, y = batches(shard(order, step, ctx.rank, ctx.size, cfg.batch_size))
+            xs, ys = batches(shard(order, step, ctx.rank, ctx.size, k * b))
             if cfg.warmup_epochs:
                 set_lr(optimizer, warmup_lr(cfg.lr, global_step, cfg.warmup_epochs * steps,
                                              warmup_start(cfg, ctx.size)))
 
             timer.start()
             optimizer.zero_grad()
-            out = model(x)                       # forward
-            loss = loss_fn(out, y)
-            loss.backward()                      # DDP averages gradients during this call
+            outs, losses = [], []
+            for micro in range(k):               # k micro-batches of b: gradients add up
+                x, y = xs[micro * b:(micro + 1) * b], ys[micro * b:(micro + 1) * b]
+                with sync.accumulating(model, last=micro == k - 1):
+                    out = model(x)               # forward
+                    loss = loss_fn(out, y) / k   # the mean over the k·b samples
+                    loss.backward()              # DDP averages gradients during the last
+                outs.append(out.detach())
+                losses.append(loss.detach())
+            out, y, loss = torch.cat(outs), ys, torch.stack(losses).sum()
             straggle(cfg, ctx.rank)
             timer.mark()
             sync.wait_for_gradients(optimizer)   # Horovod, naive: the averages arrive here
@@ -324,8 +347,10 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
 
             hits, step_loss = int((out.argmax(1) == y).sum()), loss.item()
             loss_sum, correct = loss_sum + step_loss, correct + hits
+            synced = sync.synced_bytes()
             ctx.metric("step", epoch=epoch, step=global_step, loss=step_loss,
                        accuracy=hits / len(y), samples=len(y),
+                       **({} if synced is None else {"synced_bytes": synced}),
                        **timer.split(sync.backward_wait_s))
         elapsed = time.perf_counter() - epoch_start  # training only: evaluation comes after
         held_out = end_epoch(ctx, setup, sync, optimizer, epoch, steps,
@@ -337,10 +362,11 @@ def steps_to_run(ctx: RankContext, n_train: int) -> int:
     """Steps per epoch: every rank takes the same number (see sharding.py), at most
     `max_steps`."""
     cfg = ctx.config
-    steps = steps_per_epoch(n_train, ctx.size, cfg.batch_size)
+    steps = steps_per_epoch(n_train, ctx.size, cfg.batch_size * cfg.accumulate)
     if steps == 0:
         raise ValueError(f"{n_train} training samples are fewer than one global batch of "
-                         f"{ctx.size} ranks x {cfg.batch_size}: lower --batch-size or --np")
+                         f"{ctx.size} ranks x {cfg.accumulate} micro-batches x "
+                         f"{cfg.batch_size}: lower --batch-size, --accumulate or --np")
     return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
 
@@ -362,7 +388,7 @@ def end_epoch(ctx: RankContext, setup: Setup, sync: Synchronizer,
     `trained` holds the epoch's mean training `loss`, its `correct` count and its
     training time in `seconds`. Returns the held-out metrics if this epoch was evaluated.
     """
-    cfg, samples = ctx.config, steps * ctx.config.batch_size
+    cfg, samples = ctx.config, steps * ctx.config.batch_size * ctx.config.accumulate
     held_out = None
     if cfg.eval_every and (epoch + 1) % cfg.eval_every == 0:
         held_out = evaluate(ctx, setup, sync)

@@ -53,13 +53,19 @@ class NaiveSync(Synchronizer):
 
     def __init__(self, size: int) -> None:
         self.size = size
+        self.sent = 0  # bytes all-reduced in the last step
 
     def wait_for_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        self.sent = 0
         for group in optimizer.param_groups:
             for param in group["params"]:
                 if param.grad is not None:
                     dist_ring_allreduce(param.grad)  # the sum over the ranks, in place
                     param.grad.div_(self.size)       # ... and the mean
+                    self.sent += param.grad.numel() * param.grad.element_size()
+
+    def synced_bytes(self) -> int | None:
+        return self.sent
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         return dist_ring_allreduce(values)

@@ -52,6 +52,8 @@ CONTROL_SPECS: list[tuple[str, str, Any]] = [
     ("dataset", "dataset", DATASETS),
     ("epochs", "epochs", int),
     ("batch_size", "batch/rank", int),
+    ("accumulate", "micro-batches", int),   # gradient accumulation: k per step
+    ("bucket_mb", "bucket (MiB)", float),   # the bucketed and overlapped engines
     ("lr", "learning rate", float),
     ("optimizer", "optimizer", OPTIMIZERS),
     ("seed", "seed", int),

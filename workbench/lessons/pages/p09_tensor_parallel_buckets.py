@@ -1,0 +1,178 @@
+"""Notebook 09: tensor parallelism; DDP's buckets and overlap by hand; gradient accumulation."""
+
+from workbench.notebooks import code, md
+
+NAME = "09_tensor_parallelism_buckets_accumulation.ipynb"
+
+CELLS = [
+    md(r"""
+# 09 · Tensor parallelism, buckets and overlap, gradient accumulation
+
+**Goals.** After this notebook you can
+- split an MLP block over ranks as Megatron-LM does, and say where its two all-reduces go,
+- estimate the bytes tensor parallelism sends per step, and why it stays on a fast bus,
+- tell what buckets and what overlap each add to the naive data-parallel engine,
+- accumulate gradients over $k$ micro-batches and say what it does to the traffic.
+
+**Time:** about 40 minutes.
+"""),
+    md(r"""
+## 1. Tensor parallelism: Megatron's MLP split
+
+An MLP block is $Z = \mathrm{GeLU}(XA)\,B$. Megatron-LM (Shoeybi et al. 2019, §3) splits $A$
+by **columns** and $B$ by **rows** over the $n$ ranks of a tensor-parallel group: rank $i$
+computes $Y_i = \mathrm{GeLU}(XA_i)$ alone (GeLU acts element by element), then $Y_iB_i$;
+$Z = \sum_i Y_iB_i$ is one all-reduce. Two conjugate operators place the communication:
+$f$ (identity forward, all-reduce backward) before the block, $g$ (all-reduce forward,
+identity backward) after it. Here they are, as autograd functions:
+"""),
+    code(r"""
+from workbench.lessons.show import module_source, table
+
+print(module_source("workbench.tensor_parallel.megatron", "class CopyToTensorParallel",
+                    "def f("))
+"""),
+    md(r"""
+Four real ranks now each build the same dense stack of two blocks, run it whole, then run
+their own slices: by hand (`megatron.py`) and with PyTorch's DTensor (`parallelize_module`
+with `ColwiseParallel` / `RowwiseParallel`, in `library.py`). The same run also trains a
+**2-D layout**: 2-way data parallel × 2-way tensor parallel on a device mesh, against the
+serial run. The numbers are the largest differences (float32 rounding is about $10^{-7}$):
+"""),
+    code(r"""
+from workbench.tensor_parallel import check, traffic
+
+results = check.compare(ranks=4)
+table([{"rank": r, "megatron output": x["megatron"]["output"],
+        "megatron grads": x["megatron"]["weight_grads"], "DTensor grads":
+        x["dtensor"]["weight_grads"], "2-D vs serial": x["2d"]["params"],
+        "bytes (measured)": x["megatron"]["bytes"], "bytes (model)": x["megatron"]["model_bytes"]}
+       for r, x in enumerate(results)])
+print("Megatron's log:", results[0]["megatron"]["log"])
+print("DTensor's collectives:", results[0]["dtensor"]["collectives"])
+print("DTensor placements:", results[0]["dtensor"]["placements"])
+"""),
+    md(r"""
+Each block all-reduced its $8 \times 16$ float32 activation twice, $g$ forward and $f$
+backward: $2 \cdot \text{tokens} \cdot h \cdot 4$ bytes per block and step. Those bytes grow
+with the batch, and the next layer waits for them. What that costs on real links, for one
+block of Megatron's size ($h = 4096$, 2048 tokens, 8 ranks, fp16, a V100's 125 Tflop/s),
+with the simulator's network presets:
+"""),
+    code(r"""
+table(traffic.bus_table(tokens=2048, hidden=4096, ranks=8),
+      caption="One MLP block per step: compute vs its two all-reduces")
+"""),
+    md(r"""
+On NVLink the all-reduces take a fraction of the compute; at 25 Gbit/s they take about
+ten times longer than the compute itself. The ratio is $(p-1)\cdot\text{bytes}\cdot
+\text{flop/s} / (12\,h\cdot\text{bandwidth})$ and does not depend on the batch, so no batch
+size rescues a slow link: Megatron keeps tensor parallelism inside a server and uses data
+parallelism between servers, which is exactly the 2-D layout above.
+
+## 2. DDP's buckets and overlap, by hand
+
+The naive engine all-reduces each gradient after `backward()`. Two engines add DDP's ideas
+one at a time (`workbench/data_parallel/`): `bucketed` packs the gradients into buckets of
+`bucket_mb` MiB and all-reduces each bucket after backward; `overlapped` starts each
+bucket's all-reduce from a `register_post_accumulate_grad_hook` as soon as its last
+gradient is ready, and waits before the step. The launch hook:
+"""),
+    code(r"""
+print(module_source("workbench.data_parallel.overlapped", "def launch_when_full",
+                    "class OverlappedSync"))
+"""),
+    md(r"""
+The same small job on the four engines, one after another (2 ranks, 12 steps, 64 KiB
+buckets). The bars split each step into computing and time blocked on gradients:
+"""),
+    code(r"""
+import workbench
+from workbench.lessons.runs import step_split
+from workbench.lessons.show import figure_widget
+from workbench.ui import charts
+
+charts.load_bokehjs()
+SAME = dict(np=2, model="mlp", width=256, dataset="digits", epochs=1, max_steps=12,
+            batch_size=32, threads_per_rank=1, bucket_mb=0.0625)
+rows, job_of = [], {}
+for engine in ("naive", "bucketed", "overlapped", "torch"):   # torch = DDP
+    job_of[engine] = workbench.start(workbench.JobConfig(engine=engine, **SAME))
+    assert job_of[engine].wait(timeout=400) == "succeeded", job_of[engine].summary
+    rows.append(step_split(job_of[engine]))
+table(rows, caption="naive → bucketed → overlapped → DDP, 2 ranks (ms per step)")
+fig, _ = charts.stacked_bar([r["engine"] for r in rows], {
+    "compute": [r["compute_ms"] for r in rows], "sync": [r["sync_ms"] for r in rows]},
+    title="Where a step's time goes (ms)")
+figure_widget(fig)
+"""),
+    md(r"""
+Read the bars from left to right. Bucketed sends a few large messages instead of one per
+tensor, and uses gloo's C++ ring instead of our Python one (run it with `bucket_mb=0` to
+separate the two). Overlapped moves part of the remaining communication under the backward
+pass: only what is still running when `backward()` returns is orange. DDP does the same in
+C++. On a shared CPU the numbers move from run to run; `benchmarks/bucket_bench.py` measures
+a 5M-parameter model side by side. The training panel (`TrainingPanel()`) has the bucket
+size as a widget, *bucket (MiB)*.
+
+## 3. Gradient accumulation
+
+When the batch you want does not fit, run $k$ micro-batches of $b$, add their gradients
+(each loss divided by $k$), and step once: the update of one batch of $k \cdot b$. With
+data parallelism only the last micro-batch should all-reduce: DDP's `no_sync()` context on
+the others, Horovod's `DistributedOptimizer(..., backward_passes_per_step=k)`. So N ranks ×
+k micro-batches × b follow one process with batch $N\cdot k\cdot b$ (the workbench's tests
+check it on real ranks), and the gradients travel once per $k\cdot b$ samples per rank. The
+overlapped engine again, with $k = 4$ micro-batches of the same 32 samples, against its run
+of section 2:
+"""),
+    code(r"""
+from workbench.records import of_kind
+
+accumulated = workbench.start(workbench.JobConfig(engine="overlapped", accumulate=4,
+                                                  **{**SAME, "max_steps": 5}))
+assert accumulated.wait(timeout=400) == "succeeded", accumulated.summary
+per_sample = []
+for run in (job_of["overlapped"], accumulated):   # k = 1 (section 2), then k = 4
+    steps = of_kind(run.metrics(), "step")
+    per_sample.append(sum(s["synced_bytes"] for s in steps) / sum(s["samples"] for s in steps))
+print(f"bytes all-reduced per sample: k=1 {per_sample[0]:.0f}, k=4 {per_sample[1]:.0f}, "
+      f"ratio {per_sample[0] / per_sample[1]:.2f}")
+"""),
+    md(r"""
+## Summary
+
+- Tensor parallelism splits each layer: Megatron's column-then-row split needs two
+  all-reduces of the activations per block and step ($g$ forward, $f$ backward). Their
+  bytes grow with the batch and block the next layer, so it wants NVLink-class links.
+- DTensor's `ColwiseParallel` / `RowwiseParallel` place the same shards (`Shard(0)`,
+  `Shard(1)`) and the same two all-reduces; a device mesh combines it with data parallelism.
+- Buckets pay the all-reduce latency once per bucket instead of once per tensor; overlap
+  starts each bucket during `backward()`, hiding the communication behind the layers below.
+- Gradient accumulation over $k$ micro-batches equals one batch $k$ times larger and
+  all-reduces once per step: $k$ times fewer bytes per sample.
+
+## Exercises
+
+1. Exercise 13, [write the launch hook](exercises/13_overlap_the_all_reduce.ipynb), checked
+   on 2 real ranks.
+2. Rerun section 2 with `bucket_mb=0` and `bucket_mb=25`. Which engine changes, and why?
+3. In `traffic.bus_table`, double `hidden`. What happens to the ratio on each link?
+
+## Check yourself
+
+1. Why is the first linear of Megatron's MLP split by columns and not by rows?
+2. How many bytes does one MLP block with $h = 1024$, 512 tokens, fp16, all-reduce per step?
+3. With gradient accumulation over 4 micro-batches, how often does DDP all-reduce?
+
+<details><summary>Answers</summary>
+
+1. Split by columns, each rank's $XA_i$ is a complete slice of the hidden layer and GeLU can
+   be applied to it alone. Split by rows, each rank would hold a partial sum, and GeLU of a
+   sum is not the sum of GeLUs: an all-reduce would be needed before the GeLU.
+2. $2 \times 512 \times 1024 \times 2 = 2\,097\,152$ bytes (2 MiB): $g$ forward and $f$
+   backward, each one $512 \times 1024$ activation.
+3. Once per optimizer step, after the 4th backward pass; the other three run in `no_sync()`.
+</details>
+"""),
+]
