@@ -79,7 +79,7 @@ def launch(bucket, pending):
   returns costs time.
 - The order matters: buckets are filled from the last parameter to the first, the order in
   which `backward()` produces gradients.
-- DDP does the same in C++, with 25 MiB buckets (`bucket_cap_mb`) and a smaller first
-  bucket; Horovod's Tensor Fusion groups ready tensors in its background thread.
+- DDP does the same in C++, with 25 MiB buckets (`bucket_cap_mb`) and a first
+  bucket of 1 MiB; Horovod's Tensor Fusion groups ready tensors in its background thread.
 """),
 ]
