@@ -55,7 +55,12 @@ def main(argv: list[str] | None = None) -> None:
 
 def run_function(payload: Path) -> Any:
     """Unpickle `(fn, args, source)` and return `fn(*args)`."""
-    fn, args, source = cloudpickle.loads(payload.read_bytes())
+    return call_pickled(payload.read_bytes())
+
+
+def call_pickled(data: bytes) -> Any:
+    """`fn(*args)` of the `(fn, args, source)` that `launch()` pickled (also pool_rank.py)."""
+    fn, args, source = cloudpickle.loads(data)
     restore_source(fn, *source)
     return fn(*args)
 
