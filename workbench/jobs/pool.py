@@ -32,10 +32,12 @@ kernel instead, and records nothing.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
@@ -151,6 +153,11 @@ class Pool:
     def alive(self) -> bool:
         return not self._closed
 
+    @property
+    def idle(self) -> bool:
+        """True when ready and no call runs: a call now starts at once."""
+        return self.ready and (self._call is None or self._call.done)
+
     def wait_ready(self, timeout: float | None = None) -> Pool:
         """Block until every rank waits for work (the first start: seconds; later: at once).
 
@@ -182,6 +189,10 @@ class Pool:
         payload = pickle_function(fn, args)
         return self._start("function", payload, name or _safe_name(
             getattr(fn, "__name__", "function")))
+
+    def run_pickled(self, payload: bytes, name: str) -> PoolCall:
+        """Run what `user_code.pickle_function` pickled (launch()'s fast path)."""
+        return self._start("function", payload, name)
 
     def run_code(self, code: str, name: str = "cell") -> PoolCall:
         """Run Python source `code` on every rank, each in a fresh namespace (`%%ranks`)."""
@@ -253,7 +264,7 @@ def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
 
     Returns at once; the first call waits until the ranks are ready (`pool.wait_ready()`).
     """
-    key = (engine, np, str(runs_dir))
+    key = (engine, np, _folder(runs_dir))
     pool = POOLS.get(key)
     if pool is None or not pool.alive:
         pool = POOLS[key] = Pool(np, engine, runs_dir, threads_per_rank)
@@ -261,6 +272,19 @@ def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
 
 
 def running_pool(engine: str, np: int, runs_dir: str = "runs") -> Pool | None:
-    """The live pool for this engine, size and runs folder, if one is ready (launch())."""
-    pool = POOLS.get((engine, np, str(runs_dir)))
-    return pool if pool is not None and pool.ready else None
+    """The pool for this engine, size and runs folder, if it is idle (for launch())."""
+    pool = POOLS.get((engine, np, _folder(runs_dir)))
+    return pool if pool is not None and pool.idle else None
+
+
+def close_all() -> None:
+    """Close every pool of this process (when Python exits: before its jobs are stopped)."""
+    for pool in list(POOLS.values()):
+        pool.close()
+
+
+atexit.register(close_all)  # after job.py's stop_all: runs before it
+
+
+def _folder(runs_dir: str | Path) -> str:
+    return str(Path(runs_dir).expanduser().resolve())

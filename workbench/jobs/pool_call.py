@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 #: How long the ranks of a stopped or failed call get to leave it after their interrupt, s.
 INTERRUPT_S = 2.0
+#: When one rank fails, how long the others get to finish by themselves before they are
+#: interrupted (and the pool restarted), s: often they are a few milliseconds from the end.
+FINISH_S = 0.5
 
 
 class PoolCall(Job):
@@ -54,6 +57,7 @@ class PoolCall(Job):
         self._proc = _CallProgress(self)
         self._started = self._asked = time.time()
         self.interrupted: list[int] = []  # ranks that had to be interrupted
+        self._ending = "running"
         _LIVE_JOBS.add(self)  # stopped when Python exits, like every job
         threading.Thread(target=self._watch, name=f"watch-{self.run_id}", daemon=True).start()
         header = {"op": "call", "id": id(self), "run_id": self.run_id, "kind": kind,
@@ -98,21 +102,31 @@ class PoolCall(Job):
                               f"({self._ranks.job.status}, run {self._ranks.job.run_id})"}
         return None
 
+    def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
+        self._ending = status
+        super()._finish(status, failure)
+
     def _end_processes(self) -> list:
         """Interrupt the ranks still in the call; have the pool restart them if any was."""
         self._stopping = True
+        if self._ending != "stopped":
+            self._await_replies(FINISH_S)
         pending = [r for r in range(self.world_size) if r not in self._replies]
         if pending and not self._ranks.job.done:
             self._ranks.send_all({"op": "interrupt", "id": id(self)}, ranks=pending)
-            deadline = time.monotonic() + INTERRUPT_S
-            while (time.monotonic() < deadline and not self._ranks.job.done
-                   and any(r not in self._replies for r in pending)):
-                time.sleep(0.01)
+            self._await_replies(INTERRUPT_S)
         self.interrupted = pending
         if pending:
             self.pool.restart(f"run {self.run_id} left rank(s) {pending} interrupted: a "
                               "collective may have been left half done", self._ranks)
         return []
+
+    def _await_replies(self, seconds: float) -> None:
+        """Wait up to `seconds` for every rank's reply (while the pool's ranks live)."""
+        deadline = time.monotonic() + seconds
+        while (len(self._replies) < self.world_size and time.monotonic() < deadline
+               and not self._ranks.job.done):
+            time.sleep(0.005)
 
     def _summary(self, status: str, failure: dict[str, Any] | None) -> dict[str, Any]:
         summary = super()._summary(status, failure)
