@@ -84,15 +84,15 @@ class PoolCall(Job):
         while not self._done.is_set():
             self._wake.wait(POLL_S)
             self._wake.clear()
-            outcome = self._check()
-            if outcome is None:
-                outcome = self._lost_rank()
+            # A lost channel first: channels close in the order the ranks died, so the rank
+            # killed first is named, not a peer that its launcher ended a moment later.
+            outcome = self._lost_rank() or self._check()
             if outcome is not None:
                 self._finish(*outcome)
 
     def _lost_rank(self) -> tuple[str, dict[str, Any]] | None:
-        """A rank the pool lost before it had written anything for this call."""
-        for rank, pid in sorted(self._ranks.lost.items()):
+        """The first rank the pool lost during this call, or the pool's end."""
+        for rank, pid in list(self._ranks.lost.items()):  # in the order they were lost
             if rank not in self._replies:
                 return "failed", {"rank": rank, "error": (
                     f"rank {rank} (pid {pid}) of the pool ended without reporting: killed "
