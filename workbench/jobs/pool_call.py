@@ -40,11 +40,13 @@ FINISH_S = 0.5
 class PoolCall(Job):
     """A call of `fn(*args)` (or a cell's code) on every rank of `pool`: see the module doc."""
 
+    durable = False  # its records are renamed into place, not fsynced: see write_json_atomic
+
     def __init__(self, pool: Pool, ranks: _Ranks, cfg: JobConfig, kind: str,
                  payload: bytes) -> None:
         self.config, self.pool, self._ranks = cfg, pool, ranks
         self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, f"{cfg.name}-np{cfg.world_size}")
-        write_json_atomic(self.run_dir / "config.json", cfg.to_dict())
+        write_json_atomic(self.run_dir / "config.json", cfg.to_dict(), durable=False)
         self.world_size = cfg.world_size
         self.warnings: list[str] = []
         self._status, self._slurm, self._stopping = "running", False, False

@@ -44,6 +44,8 @@ class CallContext(RankContext):
     """A rank's context for one call: the call's run folder, without a second watchdog
     (the pool's rank has one); output goes to the call's log until `restore()`."""
 
+    durable = False  # the exit record is renamed into place, not fsynced (write_json_atomic)
+
     def _supervise(self) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
