@@ -229,8 +229,9 @@ class Pool:
         cfg = JobConfig(engine=self.engine, np=self.np, name=name, runs_dir=self.runs_dir,
                         threads_per_rank=self.fields["threads_per_rank"]).validate()
         with self._lock:
-            self._call = PoolCall(self, self._ranks, cfg, kind, payload)
-        return self._call
+            call = self._call = PoolCall(self, self._ranks, cfg, kind, payload)
+        call.send()  # after it is the pool's call: a reply may come back at once
+        return call
 
     def replied(self, call_id: int, rank: int, ok: bool) -> None:
         call = self._call

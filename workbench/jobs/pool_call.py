@@ -61,10 +61,15 @@ class PoolCall(Job):
         self.interrupted: list[int] = []  # ranks that had to be interrupted
         self._ending = "running"
         _LIVE_JOBS.add(self)  # stopped when Python exits, like every job
+        self._work = kind, payload
+
+    def send(self) -> None:
+        """Send the work to every rank (once the pool routes this call's replies here)."""
+        kind, payload = self._work
         threading.Thread(target=self._watch, name=f"watch-{self.run_id}", daemon=True).start()
         header = {"op": "call", "id": id(self), "run_id": self.run_id, "kind": kind,
                   "dir": str(self.run_dir), "t0": self._started}
-        ranks.send_all(header, payload)
+        self._ranks.send_all(header, payload)
 
     @property
     def pool_run_id(self) -> str:
