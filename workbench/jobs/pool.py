@@ -24,6 +24,12 @@ ran) or lost: a rank stopped inside a collective would leave its peers' next col
 waiting for ever, and nothing outside the rank can tell whether it was in one. A call whose
 every rank returned or raised by itself leaves the pool as it is.
 
+While it waits, a torch pool's rank costs next to nothing (measured: 0.004 s of CPU per
+second); a Horovod rank about 0.1 s per second, as Horovod's background thread negotiates
+with its peers every cycle (HOROVOD_CYCLE_TIME) even with nothing to send. On a machine
+shared by a class, close a pool you no longer use (`pool.close()`): it also frees its
+cores, which other jobs of the same user (the per-user limit, cores.py) may wait for.
+
 This is what NERSC's interactive Jupyter set-up did with ipyparallel engines kept running
 under Horovod (Thomas et al., "Interactive Distributed Deep Learning with Jupyter
 Notebooks", ISC 2018 workshops); Hugging Face Accelerate's `notebook_launcher` forks the
