@@ -7,16 +7,41 @@
     job = workbench.launch(my_function, np=2)     # your own code on real ranks
     job.wait(); job.results()
 
+    pool = workbench.ranks(np=2, engine="torch")  # warm ranks: each call in milliseconds
+    pool.run(my_function).wait()                  # and %%ranks runs a cell on them
+
 Inside your code: `workbench.report(step=..., loss=...)`, `workbench.rank()`, `size()`,
 `local_rank()` (see workbench/jobs/rank_api.py).
 """
 
 from workbench.config import ConfigError, JobConfig
 from workbench.jobs import Job, start, start_module
+from workbench.jobs.pool import ranks
 from workbench.jobs.rank_api import local_rank, rank, report, size
 from workbench.jobs.user_code import launch
 from workbench.records import RunRecord, list_runs, load_run
 
 __version__ = "0.1.0"
 __all__ = ["ConfigError", "Job", "JobConfig", "RunRecord", "launch", "list_runs", "load_run",
-           "local_rank", "rank", "report", "size", "start", "start_module", "__version__"]
+           "local_rank", "rank", "ranks", "report", "size", "start", "start_module",
+           "__version__"]
+
+
+def load_ipython_extension(shell) -> None:
+    """`%load_ext workbench`: the `%%ranks` cell magic (workbench/ui/ranks_magic.py)."""
+    from workbench.ui.ranks_magic import load_ipython_extension as load
+
+    load(shell)
+
+
+def _register_magic() -> None:
+    """`import workbench` in IPython registers `%%ranks` too (IPython already loaded)."""
+    import sys
+
+    if "IPython" in sys.modules:
+        from workbench.ui.ranks_magic import register_in_running_shell
+
+        register_in_running_shell()
+
+
+_register_magic()

@@ -91,6 +91,9 @@ _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 class Job:
     """One launched job. Create it with `start()` or `start_module()`."""
 
+    #: Whether summary.json is fsynced (see `write_json_atomic`; a pool's call is not).
+    durable = True
+
     def __init__(self, cfg: JobConfig, module: str, args: list[str],
                  files: dict[str, bytes] | None = None) -> None:
         self.config = cfg
@@ -531,7 +534,7 @@ class Job:
                     "rank": None, "error": f"ending the job failed: {_one_line(exc)}",
                     "traceback": traceback.format_exc(), "first_outcome": failure})
             try:
-                write_json_atomic(self.run_dir / "summary.json", summary)
+                write_json_atomic(self.run_dir / "summary.json", summary, self.durable)
             except Exception as exc:  # noqa: BLE001 - read-only or full disk: say so
                 status = "failed"
                 summary.update(status=status, failure={

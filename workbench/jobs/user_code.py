@@ -14,7 +14,9 @@
 
 It is `horovodrun -np 2 python train.py`, or Horovod's `horovod.run(fn, np=2)`, going
 through the workbench's launcher: the same `Job`, records, Stop, failure reports and engines
-as every other job (the ranks run `workbench.jobs.user_rank`).
+as every other job (the ranks run `workbench.jobs.user_rank`). When a pool of warm ranks of
+that engine and size is idle (`workbench.ranks(np=2, engine=...)`, see pool.py), a function
+runs on it instead: the same kind of job, in milliseconds instead of seconds.
 
 A function is sent to the ranks *by value* with cloudpickle: one defined in a notebook cell
 works, with the globals it uses. What cannot be pickled (an open file, a lock, a live
@@ -76,12 +78,27 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
                           f"{type(fn_or_path).__name__}")
     fields.setdefault("name", _safe_name(label))
     fields.setdefault("stall_timeout", STALL_TIMEOUT_S)
-    job = start_module(engine, np, USER_RANK_MODULE, rank_args, files=files, **fields)
+    pool = warm_pool(engine, np, files, fields)
+    if pool is not None:  # a pool of warm ranks of this engine and size waits: use it
+        job = pool.run_pickled(files[PAYLOAD], fields["name"])
+    else:
+        job = start_module(engine, np, USER_RANK_MODULE, rank_args, files=files, **fields)
     if echo and _in_kernel():
         from workbench.ui.rank_output import RankOutput
 
         RankOutput(job).show()
     return job
+
+
+def warm_pool(engine: str, np: int, files: dict[str, bytes], fields: dict[str, Any]):
+    """The idle pool (`workbench.ranks`) that can run this launch, or None: a function (not
+    a script), no settings a pool does not share (hosts, threads, ...)."""
+    if PAYLOAD not in files or set(fields) - {"name", "stall_timeout", "runs_dir"}:
+        return None
+    from workbench.jobs.pool import running_pool
+
+    pool = running_pool(engine, np, fields.get("runs_dir", "runs"))
+    return pool if pool is not None and pool.fields["threads_per_rank"] == 1 else None
 
 
 def pickle_function(fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes:

@@ -30,7 +30,7 @@ from typing import Any
 import cloudpickle
 
 from workbench.jobs import rank_api
-from workbench.records.private import load_own_pickle
+from workbench.records.private import read_own
 from workbench.training.reporter import RankContext
 
 #: Where `launch()` puts the pickled (function, args) in the run folder.
@@ -59,7 +59,12 @@ def run_function(payload: Path, run_dir: Path) -> Any:
 
     Only from a run folder and a file of our own (records/private.py): a pickle runs code.
     """
-    fn, args, source = load_own_pickle(payload, run_dir, cloudpickle.loads)
+    return call_pickled(read_own(payload, run_dir))
+
+
+def call_pickled(data: bytes) -> Any:
+    """`fn(*args)` of the `(fn, args, source)` that `launch()` pickled (also pool_rank.py)."""
+    fn, args, source = cloudpickle.loads(data)
     restore_source(fn, *source)
     return fn(*args)
 

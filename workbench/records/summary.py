@@ -10,6 +10,7 @@ throughput in samples per second of the whole job (all ranks together).
 
 from __future__ import annotations
 
+import functools
 import platform
 from typing import Any
 
@@ -48,6 +49,13 @@ def training_figures(records: list[dict[str, Any]],
 
 def versions() -> dict[str, str | None]:
     """The versions that produced a run: Python, torch, Horovod and the workbench."""
+    return dict(_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _versions() -> dict[str, str | None]:
+    """Looked up once per process (about 20 ms each time: a warm pool's call is ~30 ms);
+    the packages a process has imported do not change while it runs."""
     from importlib import metadata  # here, not at the top: it costs start-up time
 
     out: dict[str, str | None] = {"python": platform.python_version()}

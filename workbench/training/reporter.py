@@ -76,6 +76,9 @@ def _env_int(*names: str, default: int = 0) -> int:
 class RankContext:
     """One rank's view of its job: identity, run folder, configuration and reporting."""
 
+    #: Whether the exit record is fsynced (see `write_json_atomic`).
+    durable = True
+
     def __init__(self, run_dir: Path, rank: int, size: int, local_rank: int,
                  t0: float | None = None) -> None:
         self.run_dir = run_dir
@@ -163,7 +166,7 @@ class RankContext:
             sys.stderr.write(record["traceback"])
         sys.stdout.flush()
         sys.stderr.flush()
-        write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json", record)
+        write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json", record, self.durable)
         return False
 
     def _supervise(self) -> None:

@@ -1,0 +1,229 @@
+"""Warm ranks (`workbench.ranks`): real horovodrun and torchrun pools, one per engine.
+
+Each engine's pool is started once for this module (a torch import per rank costs seconds)
+and every test asks it many things. The functions are defined in this file, which the ranks
+cannot import: they travel by value, as from a notebook. The pools of the two engines never
+live at the same time (the fixture is parametrized by module), so neither waits in the
+host's core queue behind the other.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import workbench
+from workbench.jobs.pool_call import PoolCall
+from workbench.jobs.processes import rank_pids
+from workbench.records import list_runs, read_json
+from workbench.ui import RunPanel
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEN = []  # a global the calls change: each call must start from a fresh copy
+
+
+def sum_of_ranks(steps):
+    """A collective of the engine, reports and a print: what a lesson's cell does."""
+    import torch
+
+    SEEN.append(workbench.rank())
+    t = torch.tensor([workbench.rank() + 1.0])
+    if os.environ.get("HOROVOD_RANK") is not None:
+        import horovod.torch as hvd
+
+        hvd.init()                       # already done by the pool: does nothing
+        t = hvd.allreduce(t, op=hvd.Sum)
+    else:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")  # already done by the pool: does nothing
+        dist.all_reduce(t)
+    for step in range(steps):
+        workbench.report(step=step, loss=1.0 / (step + 1), samples=4)
+    print("rank", workbench.rank(), "of", workbench.size(), "sum", t.item())
+    return {"rank": workbench.rank(), "sum": t.item(), "pid": os.getpid(), "seen": len(SEEN)}
+
+
+def _check_bad(x):
+    if workbench.rank() == 1:
+        raise ValueError(f"rank one dislikes {x}")
+
+
+def fails_on_rank_one(x):
+    _check_bad(x)
+    return x
+
+
+def sleeps():
+    workbench.report(step=0, loss=1.0)
+    time.sleep(600)
+
+
+@pytest.fixture(autouse=True)
+def _no_job_outlives_its_test():
+    """As in conftest.py, but the module's pool lives on from one test to the next."""
+    yield
+    from workbench.jobs.job import _LIVE_JOBS
+    from workbench.jobs.pool import POOLS
+
+    pools = {pool.job for pool in POOLS.values()}
+    for job in list(_LIVE_JOBS):
+        if job not in pools and not job.done:
+            job.stop()
+
+
+@pytest.fixture(scope="module", params=["torch", "horovod"])
+def pool(request, tmp_path_factory):
+    runs = tmp_path_factory.mktemp(f"runs-{request.param}")
+    pool = workbench.ranks(np=2, engine=request.param, runs_dir=str(runs))
+    pool.wait_ready(240)
+    yield pool
+    pool.close()
+    assert pool.job.wait(30) in ("succeeded", "stopped")
+    assert not [p for p in psutil.process_iter() if _of_job(p, pool.job.run_id)]
+
+
+def _of_job(proc: psutil.Process, run_id: str) -> bool:
+    try:
+        return proc.environ().get("WORKBENCH_RUN_ID") == run_id
+    except psutil.Error:
+        return False
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _wait_call(job, timeout=60.0):
+    assert job.wait(timeout) in ("succeeded", "failed", "stopped"), job
+    return job.status
+
+
+@pytest.mark.timeout(300)
+def test_a_warm_call_is_a_job_on_record_with_results_reports_and_a_panel(pool):
+    first = pool.run(sum_of_ranks, 3)
+    assert isinstance(first, PoolCall)
+    assert _wait_call(first) == "succeeded", first.summary
+    values = first.results()
+    assert [v["rank"] for v in values] == [0, 1] and {v["sum"] for v in values} == {3.0}
+    second = pool.run(sum_of_ranks, 3)
+    assert _wait_call(second) == "succeeded", second.summary
+    again = second.results()
+    assert [v["pid"] for v in again] == [v["pid"] for v in values]  # the same warm ranks
+    assert [v["seen"] for v in again] == [1, 1]                     # a fresh namespace
+    assert list(rank_pids(second.run_dir).values()) == [v["pid"] for v in values]
+    steps = sorted((m["rank"], m["step"]) for m in second.metrics() if m["kind"] == "step")
+    assert steps == [(r, s) for r in (0, 1) for s in range(3)]
+    assert second.record().log(1).strip().endswith("rank 1 of 2 sum 3.0")
+    summary = read_json(second.run_dir / "summary.json")
+    assert summary["status"] == "succeeded" and summary["pool"] == pool.job.run_id
+    assert summary["steps_completed"] == 3 and summary["engine"] == pool.engine
+    assert {r.run_id for r in list_runs(pool.runs_dir)} >= {first.run_id, second.run_id,
+                                                            pool.job.run_id}
+    # launch() takes the idle pool of its engine and size: the same ranks, no launcher
+    launched = workbench.launch(sum_of_ranks, 2, np=2, engine=pool.engine, echo=False,
+                                runs_dir=pool.runs_dir)
+    assert isinstance(launched, PoolCall) and _wait_call(launched) == "succeeded"
+    assert [v["pid"] for v in launched.results()] == [v["pid"] for v in values]
+    panel = RunPanel(pool.run(sum_of_ranks, 4))
+    try:
+        deadline = time.monotonic() + 60
+        while panel.running() and time.monotonic() < deadline:
+            panel.refresh()
+            time.sleep(0.1)
+        assert panel.sources["rank1"].data["loss"] == [1.0, 0.5, 1 / 3, 0.25]
+        assert "succeeded" in panel.status.value
+    finally:
+        panel.close()
+    with pytest.raises(workbench.ConfigError, match="cannot be pickled"):
+        pool.run(lambda lock: None, threading.Lock())
+    assert pool.restarts == []
+
+
+@pytest.mark.timeout(300)
+def test_a_raising_rank_is_named_and_the_pool_runs_on(pool):
+    job = pool.run(fails_on_rank_one, 7)
+    assert _wait_call(job) == "failed"
+    failure = job.summary["failure"]
+    assert failure["rank"] == 1 and failure["error"] == "ValueError: rank one dislikes 7"
+    assert "_check_bad" in failure["traceback"] and "pool_rank" not in failure["traceback"]
+    assert "ValueError: rank one dislikes 7" in job.record().log(1)
+    assert job.summary["interrupted_ranks"] == []   # rank 0 returned by itself: no restart
+    ok = pool.run(sum_of_ranks, 1)
+    assert _wait_call(ok) == "succeeded" and pool.restarts == []
+    with pytest.raises(RuntimeError, match="is running"):
+        busy = pool.run(sleeps)
+        pool.run(sum_of_ranks, 1)
+    busy.stop()
+
+
+@pytest.mark.timeout(400)
+def test_stop_interrupts_every_rank_and_a_killed_rank_is_named_and_replaced(pool):
+    pool.wait_ready(240)  # the previous test's stop restarted the ranks
+    job = pool.run(sleeps)
+    _until(lambda: len([m for m in job.metrics() if m["kind"] == "step"]) == 2, 60)
+    started = time.monotonic()
+    job.stop()
+    assert job.status == "stopped" and time.monotonic() - started < 10
+    for rank in (0, 1):  # interrupted inside time.sleep, on every rank
+        record = read_json(job.run_dir / "exit" / f"rank{rank}.json")
+        assert record["error"].startswith("KeyboardInterrupt"), record
+    assert job.summary["interrupted_ranks"] == [0, 1] and len(pool.restarts) >= 1
+    pool.wait_ready(240)
+    victim_job = pool.run(sleeps)
+    _until(lambda: len(rank_pids(victim_job.run_dir)) == 2, 60)
+    victim = rank_pids(victim_job.run_dir)[1]
+    os.kill(victim, signal.SIGKILL)
+    assert _wait_call(victim_job, 30) == "failed"
+    failure = victim_job.summary["failure"]
+    assert failure["rank"] == 1 and f"pid {victim}" in failure["error"], failure
+    assert "killed by a signal" in failure["error"]
+    pool.wait_ready(240)
+    after = pool.run(sum_of_ranks, 1)
+    assert _wait_call(after) == "succeeded"
+    assert victim not in [v["pid"] for v in after.results()]
+    assert any(f"pid {victim}" in why for why in pool.restarts), pool.restarts
+
+
+OWNER = """
+import sys, workbench
+pool = workbench.ranks(np=2, engine="horovod", runs_dir=sys.argv[1]).wait_ready(240)
+print(pool.job.run_id, flush=True)
+import time; time.sleep(600)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_kernel_leaves_no_process(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT),  # its own core queue: ours is taken
+           "WORKBENCH_SHARED_DIR": str(tmp_path / "shared")}
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path / "runs")],
+                             stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        run_id = owner.stdout.readline().strip()
+        assert run_id, "the pool did not start"
+        tree = [p.pid for p in psutil.Process(owner.pid).children(recursive=True)]
+        assert len([p for p in psutil.process_iter() if _of_job(p, run_id)]) >= 2
+    finally:
+        owner.kill()
+        owner.wait()
+    _until(lambda: not [p for p in psutil.process_iter()
+                        if _of_job(p, run_id) or (p.pid in tree and _running(p))], 30)
+
+
+def _until(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

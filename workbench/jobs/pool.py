@@ -1,0 +1,297 @@
+"""Warm ranks: start N ranks once, then run a function on all of them in milliseconds.
+
+    import workbench
+
+    pool = workbench.ranks(np=2, engine="horovod")   # horovodrun starts 2 ranks, once
+    job = pool.run(fn, 3)                            # a Job, like workbench.launch(fn, 3)
+    job.wait(); job.results()                        # [rank 0's value, rank 1's value]
+    pool.close()                                     # or let the kernel end it
+
+`workbench.launch()` starts fresh interpreters through `horovodrun` or `torchrun` each time:
+about five seconds, mostly `import torch` in every rank and the launcher's rendezvous,
+before your first line runs. A pool pays that once. Its ranks are an ordinary job of the
+workbench (pool_rank.py) started through the same launcher, guard and core queue, so they
+hold their cores while the pool lives and end with the kernel that started them; each rank
+has torch imported and its process group joined (`hvd.init()`, `init_process_group`), and
+waits on a socket (pool_channel.py) for work sent by value (cloudpickle, as `launch()` sends
+it). Each call is a run on record of its own, watched by the job's code (pool_call.py).
+
+Faults, as in any job: a rank that raises fails the call and is named with its traceback;
+the other ranks are interrupted. A rank that dies (`kill -9`) is named; the launcher then
+ends the pool's other ranks and the pool starts new ones. The pool restarts its ranks
+whenever a call ended with a rank interrupted (Stop, or a peer's failure while it still
+ran) or lost: a rank stopped inside a collective would leave its peers' next collective
+waiting for ever, and nothing outside the rank can tell whether it was in one. A call whose
+every rank returned or raised by itself leaves the pool as it is.
+
+While it waits, a torch pool's rank costs next to nothing (measured: 0.004 s of CPU per
+second); a Horovod rank about 0.1 s per second, as Horovod's background thread negotiates
+with its peers every cycle (HOROVOD_CYCLE_TIME) even with nothing to send. On a machine
+shared by a class, close a pool you no longer use (`pool.close()`): it also frees its
+cores, which other jobs of the same user (the per-user limit, cores.py) may wait for.
+
+This is what NERSC's interactive Jupyter set-up did with ipyparallel engines kept running
+under Horovod (Thomas et al., "Interactive Distributed Deep Learning with Jupyter
+Notebooks", ISC 2018 workshops); Hugging Face Accelerate's `notebook_launcher` forks the
+kernel instead, and records nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from workbench.config import ConfigError, JobConfig
+from workbench.jobs import pool_channel
+from workbench.jobs.job import start_module
+from workbench.jobs.pool_call import PoolCall
+
+POOL_RANK_MODULE = "workbench.jobs.pool_rank"
+ENGINES = ("horovod", "torch")
+#: A pool's ranks write nothing while they wait for work: never call them stalled (s).
+IDLE_FOR_EVER_S = 86_400.0
+#: The pools of this process, by (engine, np, runs folder): `ranks()` reuses a live one.
+POOLS: dict[tuple[str, int, str], Pool] = {}
+
+
+class _Ranks:
+    """One start of a pool's ranks: their job, their sockets, whether they are all there."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool, self.address = pool, pool_channel.new_address()
+        self.server = pool_channel.listen(self.address, pool.np)  # bound before the ranks
+        self.conns: dict[int, Any] = {}
+        self.lost: dict[int, int] = {}      # rank -> pid, of ranks whose channel closed
+        self.pids: dict[int, int] = {}
+        self.ready = threading.Event()
+        self.job = start_module(pool.engine, pool.np, POOL_RANK_MODULE,
+                                ["--address", self.address], name=f"pool-{pool.engine}",
+                                stall_timeout=IDLE_FOR_EVER_S, **pool.fields)
+        threading.Thread(target=self._accept, name=f"pool-{self.job.run_id}",
+                         daemon=True).start()
+
+    def _accept(self) -> None:
+        """Take one connection from each rank (of this user only), then follow each."""
+        self.server.settimeout(0.2)
+        while len(self.conns) < self.pool.np and not self.job.done:
+            try:
+                conn, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed
+            if not pool_channel.same_user(conn):
+                conn.close()
+                continue
+            conn.settimeout(None)
+            hello = pool_channel.receive(conn)
+            if hello is None or hello[0].get("op") != "hello":
+                conn.close()
+                continue
+            rank, self.pids[hello[0]["rank"]] = hello[0]["rank"], hello[0]["pid"]
+            self.conns[rank] = conn
+            threading.Thread(target=self._follow, args=(rank, conn), daemon=True).start()
+        self.server.close()
+        if len(self.conns) == self.pool.np:
+            self.ready.set()
+
+    def _follow(self, rank: int, conn: Any) -> None:
+        """Pass this rank's replies to its call; note when its channel closes."""
+        while (message := pool_channel.receive(conn)) is not None:
+            header = message[0]
+            if header.get("op") == "done":
+                self.pool.replied(header["id"], rank, bool(header["ok"]))
+        self.lost[rank] = self.pids.get(rank, -1)
+        self.pool.lost(self)
+
+    def send_all(self, header: dict[str, Any], payload: bytes = b"",
+                 ranks: list[int] | None = None) -> None:
+        for rank in range(self.pool.np) if ranks is None else ranks:
+            with contextlib.suppress(OSError, KeyError):  # a lost rank is seen by the call
+                pool_channel.send(self.conns[rank], header, payload)
+
+    def end(self) -> None:
+        """Ask the ranks to leave (they exit cleanly), then end the job for sure."""
+        self.send_all({"op": "quit"})
+        self.job.wait(3.0)
+        self.job.stop()
+        for conn in self.conns.values():
+            conn.close()
+        with contextlib.suppress(OSError):
+            self.server.close()
+
+
+class Pool:
+    """`np` warm ranks of `engine` ("horovod" or "torch"); see the module docstring."""
+
+    def __init__(self, np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
+                 threads_per_rank: int = 1) -> None:
+        if engine not in ENGINES:
+            raise ConfigError(f"a pool of warm ranks runs on engine {' or '.join(ENGINES)}, "
+                              f"not {engine!r}")
+        JobConfig(engine=engine, np=np, runs_dir=runs_dir,
+                  threads_per_rank=threads_per_rank).validate()  # one line for bad input
+        self.np, self.engine, self.runs_dir = np, engine, runs_dir
+        self.fields = {"runs_dir": runs_dir, "threads_per_rank": threads_per_rank}
+        self.restarts: list[str] = []   # why the ranks were restarted, oldest first
+        self._lock = threading.Lock()
+        self._call: PoolCall | None = None
+        self._closed = False
+        self._ranks = _Ranks(self)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def job(self):
+        """The job of the pool's current ranks (its record holds their logs)."""
+        return self._ranks.job
+
+    @property
+    def ready(self) -> bool:
+        """True while every rank waits for work."""
+        return self._ranks.ready.is_set() and not self._ranks.job.done
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed
+
+    @property
+    def idle(self) -> bool:
+        """True when ready and no call runs: a call now starts at once."""
+        return self.ready and (self._call is None or self._call.done)
+
+    def wait_ready(self, timeout: float | None = None) -> Pool:
+        """Block until every rank waits for work (the first start: seconds; later: at once).
+
+        Raises RuntimeError when the ranks fail to start, TimeoutError after `timeout` s.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.ready:
+            if self._closed:
+                raise RuntimeError("this pool is closed: start another with workbench.ranks()")
+            ranks = self._ranks
+            if ranks.job.done and not ranks.ready.is_set() and not self._restarting(ranks):
+                failure = (ranks.job.summary or {}).get("failure") or {}
+                raise RuntimeError(f"the pool's ranks could not start ({ranks.job.status}, "
+                                   f"run {ranks.job.run_id}): {failure.get('error')}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"the pool's ranks were not ready after {timeout:g} s "
+                                   f"({ranks.job.status}: run {ranks.job.run_id})")
+            ranks.ready.wait(0.05)
+        return self
+
+    def run(self, fn: Callable[..., Any], *args: Any, name: str | None = None) -> PoolCall:
+        """Run `fn(*args)` on every rank; return the call (a `Job`) at once.
+
+        Like `workbench.launch(fn, *args)`, with `fn` sent by value. Waits first for the
+        ranks to be ready, and refuses a call while another one runs.
+        """
+        from workbench.jobs.user_code import _safe_name, pickle_function
+
+        payload = pickle_function(fn, args)
+        return self._start("function", payload, name or _safe_name(
+            getattr(fn, "__name__", "function")))
+
+    def run_pickled(self, payload: bytes, name: str) -> PoolCall:
+        """Run what `user_code.pickle_function` pickled (launch()'s fast path)."""
+        return self._start("function", payload, name)
+
+    def run_code(self, code: str, name: str = "cell") -> PoolCall:
+        """Run Python source `code` on every rank, each in a fresh namespace (`%%ranks`)."""
+        return self._start("code", code.encode(), name)
+
+    def close(self) -> None:
+        """End the ranks and give back their cores (also done when Python exits)."""
+        self._closed = True
+        with self._lock:
+            ranks = self._ranks
+        if self._call is not None and not self._call.done:
+            self._call.stop()
+        ranks.end()
+        for key, pool in list(POOLS.items()):
+            if pool is self:
+                del POOLS[key]
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "ready" if self.ready else "starting"
+        return f"<Pool {self.engine} np={self.np} {state} ({self.job.run_id})>"
+
+    # ------------------------------------------------------------------ calls
+    def _start(self, kind: str, payload: bytes, name: str) -> PoolCall:
+        if self._call is not None and not self._call.done:
+            raise RuntimeError(f"the pool is running {self._call.run_id}: wait for it "
+                               "(job.wait()) or stop it (job.stop()) first")
+        self.wait_ready()
+        cfg = JobConfig(engine=self.engine, np=self.np, name=name, runs_dir=self.runs_dir,
+                        threads_per_rank=self.fields["threads_per_rank"]).validate()
+        with self._lock:
+            call = self._call = PoolCall(self, self._ranks, cfg, kind, payload)
+        call.send()  # after it is the pool's call: a reply may come back at once
+        return call
+
+    def replied(self, call_id: int, rank: int, ok: bool) -> None:
+        call = self._call
+        if call is not None and id(call) == call_id:
+            call.replied(rank, ok)
+
+    def lost(self, ranks: _Ranks) -> None:
+        """A rank of `ranks` closed its channel: tell the call; replace the ranks."""
+        if self._call is not None:
+            self._call.lost()
+        if not self._closed and ranks.ready.is_set():
+            pids = ", ".join(f"rank {r} (pid {p})" for r, p in sorted(ranks.lost.items()))
+            self.restart(f"lost {pids}", ranks)
+
+    def restart(self, why: str, ranks: _Ranks) -> None:
+        """Replace `ranks` (if they are still the current ones) by new ones."""
+        with self._lock:
+            if self._closed or ranks is not self._ranks:
+                return
+            self.restarts.append(why)
+            self._ranks = _Ranks(self)
+        threading.Thread(target=ranks.end, daemon=True).start()
+
+    def _restarting(self, ranks: _Ranks) -> bool:
+        return ranks is not self._ranks
+
+
+def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
+          threads_per_rank: int = 1) -> Pool:
+    """This process's pool of `np` warm ranks of `engine`: the running one, or a new one.
+
+    Returns at once; the first call waits until the ranks are ready (`pool.wait_ready()`).
+    """
+    key = (engine, np, _folder(runs_dir))
+    pool = POOLS.get(key)
+    if pool is None or not pool.alive:
+        pool = POOLS[key] = Pool(np, engine, runs_dir, threads_per_rank)
+    return pool
+
+
+def running_pool(engine: str, np: int, runs_dir: str = "runs") -> Pool | None:
+    """The pool for this engine, size and runs folder, if it is idle (for launch())."""
+    pool = POOLS.get((engine, np, _folder(runs_dir)))
+    return pool if pool is not None and pool.idle else None
+
+
+def close_all() -> None:
+    """Close every pool of this process (when Python exits: before its jobs are stopped)."""
+    for pool in list(POOLS.values()):
+        pool.close()
+
+
+atexit.register(close_all)  # after job.py's stop_all: runs before it
+
+
+def _folder(runs_dir: str | Path) -> str:
+    return str(Path(runs_dir).expanduser().resolve())
