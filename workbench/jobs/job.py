@@ -108,17 +108,7 @@ class Job:
             (self.run_dir / name).write_bytes(data)
         self.world_size = cfg.world_size
         self.warnings: list[str] = []
-        self._status = "running"
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-        self._reader = MetricsReader(self.run_dir)
-        self._failure: dict[str, Any] | None = None
-        self._summary_data: dict[str, Any] | None = None
-        self._rank_beats: dict[int, Staleness] = {}
-        self._first_error_at: float | None = None
-        self._alive_at: dict[int, float] = {}  # rank: when the watcher last saw it alive
-        self._seen_at: dict[int, float] = {}   # rank: when the watcher first saw its exit
-        self._stopping = False  # once set, every owner heartbeat says "stop"
+        self._watch_state()
         self._proc: subprocess.Popen[bytes] | slurm.SlurmBatch | None = None
         self._slurm = cfg.launcher == "slurm"
         self._started = self._asked = time.time()
@@ -433,6 +423,20 @@ class Job:
             if self._rank_beats[rank].changed_at <= since and age <= REMOTE_GONE_S:
                 return True
         return False
+
+    def _watch_state(self) -> None:
+        """What the watcher keeps about a running job (also a pool's call: pool_call.py)."""
+        self._status = "running"
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._reader = MetricsReader(self.run_dir)
+        self._failure: dict[str, Any] | None = None
+        self._summary_data: dict[str, Any] | None = None
+        self._rank_beats: dict[int, Staleness] = {}
+        self._first_error_at: float | None = None
+        self._alive_at: dict[int, float] = {}  # rank: when the watcher last saw it alive
+        self._seen_at: dict[int, float] = {}   # rank: when the watcher first saw its exit
+        self._stopping = False  # once set, every owner heartbeat says "stop"
 
     def _check(self) -> tuple[str, dict[str, Any]] | None:
         """The job's outcome if it has one now, else None.

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.config import JobConfig
 from workbench.jobs.job import _LIVE_JOBS, POLL_S, Job, _one_line
-from workbench.records import MetricsReader, new_run_dir, write_json_atomic
+from workbench.records import new_run_dir, write_json_atomic
 
 if TYPE_CHECKING:
     from workbench.jobs.pool import Pool, _Ranks
@@ -49,11 +49,8 @@ class PoolCall(Job):
         write_json_atomic(self.run_dir / "config.json", cfg.to_dict(), durable=False)
         self.world_size = cfg.world_size
         self.warnings: list[str] = []
-        self._status, self._slurm, self._stopping = "running", False, False
-        self._done, self._lock, self._wake = threading.Event(), threading.Lock(), threading.Event()
-        self._reader = MetricsReader(self.run_dir)
-        self._failure = self._summary_data = self._first_error_at = None
-        self._rank_beats: dict = {}
+        self._watch_state()
+        self._slurm, self._wake = False, threading.Event()
         self._replies: dict[int, bool] = {}
         self._ticket = _PoolCores(ranks.job.cores)
         self._proc = _CallProgress(self)
