@@ -17,7 +17,9 @@ from typing import Any
 from workbench.hosts.cpu import cpu_budget
 
 #: "naive" averages each gradient with the workbench's own ring after backward (naive_rank.py).
-ENGINES = ("horovod", "torch", "naive", "serial")
+#: "zero1", "zero2" and "fsdp" shard the training state between the ranks (sharded/).
+ENGINES = ("horovod", "torch", "naive", "zero1", "zero2", "fsdp", "serial")
+SHARDED_ENGINES = ("zero1", "zero2", "fsdp")
 #: Engines that run something other than the training loop, so the panels do not offer them:
 #: "fork" starts the labs' workers (workbench/jobs/workers.py).
 LAB_ENGINES = ("fork",)
@@ -261,6 +263,10 @@ class JobConfig:
         if self.model == "cnn" and self.dataset in ("digits", "synthetic"):
             raise ConfigError(_bad("model", "cnn", f"an image dataset (synthetic-images, mnist,"
                                    f" cifar10), not {self.dataset}"))
+        if self.engine in SHARDED_ENGINES and (self.checkpoint_every or self.resume):
+            raise ConfigError(_bad("engine", self.engine, "an unsharded engine (torch, "
+                                   "horovod) with --checkpoint-every or --resume: the "
+                                   "sharded engines do not save checkpoints"))
         if self.timeline and self.engine != "horovod":
             raise ConfigError(_bad("timeline", True, "only with --engine horovod"))
 

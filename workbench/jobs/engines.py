@@ -23,6 +23,9 @@ The engines:
   rendezvous on the first host.
 - `naive`: torchrun too, for ranks that average each gradient with the workbench's own
   ring allreduce after the backward pass (training/naive_rank.py).
+- `zero1`, `zero2`: torchrun too, for ranks that shard the optimizer's state (and, for
+  zero2, the gradients) between them, ZeRO's stages 1 and 2 (workbench/sharded/).
+- `fsdp`: torchrun too, for ranks that shard everything with PyTorch's FSDP2 (ZeRO-3).
 - `serial`: the module in one plain process: the sequential baseline.
 - `fork`: the labs' engine. One Python process imports the code once and forks the ranks
   from itself (one host; see workers.py for why the labs do not use torchrun).
@@ -178,6 +181,16 @@ class NaiveEngine(TorchEngine):
     rank_module = "workbench.training.naive_rank"
 
 
+class ShardedEngine(TorchEngine):
+    """`torchrun`, for ranks that shard the training state (workbench/sharded/)."""
+
+    def __init__(self, name: str, rank_module: str) -> None:
+        self.name, self.rank_module = name, rank_module
+
+    def plain_command(self, np: int) -> list[str]:
+        return [*super().plain_command(np), "--engine", self.name]
+
+
 class ForkEngine(Engine):
     """The labs' workers: one process imports their code once and forks them."""
 
@@ -197,7 +210,11 @@ def horovodrun() -> str:
 
 ENGINES: dict[str, Engine] = {
     engine.name: engine
-    for engine in (HorovodEngine(), TorchEngine(), NaiveEngine(), SerialEngine(), ForkEngine())
+    for engine in (HorovodEngine(), TorchEngine(), NaiveEngine(),
+                   ShardedEngine("zero1", "workbench.sharded.zero_rank"),
+                   ShardedEngine("zero2", "workbench.sharded.zero_rank"),
+                   ShardedEngine("fsdp", "workbench.sharded.fsdp_rank"),
+                   SerialEngine(), ForkEngine())
 }
 
 

@@ -18,6 +18,9 @@ arXiv:2006.15704):
 
 A communication hook times each bucket's allreduce, so a step can be split into time
 computing and time blocked on synchronization (on GPUs with CUDA events: see DDPSync).
+Each step line also says how many bytes this rank holds in parameters, gradients and
+optimizer state, and how many its allreduces sent (workbench/sharded/memory.py,
+traffic.py), to set beside the sharded engines' figures.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench.models import make_optimizer
+from workbench.sharded.memory import Footprint
+from workbench.sharded.traffic import Traffic
 from workbench.training.checkpoint import restore
 from workbench.training.loop import (
     CudaClock,
@@ -92,6 +97,7 @@ class DDPSync(Synchronizer):
 def main() -> None:
     with RankContext.from_env() as ctx:
         cfg = ctx.config
+        traffic = Traffic().install()  # counts the bytes the hook's allreduces send
 
         # Step 1: take this rank's device, then join the process group: gloo on CPUs,
         # NCCL on GPUs. device_id= tells NCCL our GPU now, so it builds its communicator at
@@ -118,6 +124,8 @@ def main() -> None:
 
         # Step 5: train on this rank's shards (the loop calls ddp_model through setup.model).
         setup.model = ddp_model
+        sync.measure = Footprint(setup.module, optimizer, traffic.take)
+        traffic.take()  # DDP's start-up broadcast is no step's traffic
         held_out = train(ctx, setup, optimizer, sync)
         finish(ctx, setup, sync, held_out)
         dist.destroy_process_group()

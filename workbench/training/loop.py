@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -123,6 +124,14 @@ class Synchronizer:
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         """`values` summed over every rank (one rank: itself). Every rank must call it."""
         return values
+
+    #: Measures what the rank holds and sends (workbench/sharded/memory.py's `Footprint`),
+    #: where the engine sets one: its figures join every "step" line.
+    measure: Callable[[], dict[str, int]] | None = None
+
+    def footprint(self) -> dict[str, int]:
+        """Bytes held in parameters, gradients, optimizer state, and sent since the last step."""
+        return self.measure() if self.measure else {}
 
 
 class StepTimer:
@@ -325,7 +334,7 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
             loss_sum, correct = loss_sum + step_loss, correct + hits
             ctx.metric("step", epoch=epoch, step=global_step, loss=step_loss,
                        accuracy=hits / len(y), samples=len(y),
-                       **timer.split(sync.backward_wait_s))
+                       **timer.split(sync.backward_wait_s), **sync.footprint())
         elapsed = time.perf_counter() - epoch_start  # training only: evaluation comes after
         held_out = end_epoch(ctx, setup, sync, optimizer, epoch, steps,
                              {"loss": loss_sum / steps, "correct": correct, "seconds": elapsed})
@@ -432,11 +441,25 @@ def finish(ctx: RankContext, setup: Setup, sync: Synchronizer,
     result.json with `final_loss` and `final_accuracy`, both on the held-out samples.
     """
     held_out = held_out or evaluate(ctx, setup, sync)
+    state = full_state(setup.module)  # every rank: gathering sharded parameters is collective
     if ctx.rank != 0:
         return
     tmp = ctx.run_dir / "model.pt.tmp"
-    torch.save({k: v.detach().cpu() for k, v in setup.module.state_dict().items()}, tmp)
+    torch.save(state, tmp)
     tmp.replace(ctx.run_dir / "model.pt")
     ctx.write_result({"final_loss": held_out["val_loss"],
                       "final_accuracy": held_out["val_accuracy"],
                       "val_samples": len(setup.val_idx)})
+
+
+def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's whole state_dict on the CPU. A parameter sharded between the ranks (a
+    DTensor, as FSDP2 keeps them) is all-gathered first, so every rank must call this."""
+    # Imported only where it is already loaded (FSDP2 loads it): its import takes seconds.
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    state = {}
+    for name, value in model.state_dict().items():
+        if dtensor is not None and isinstance(value, dtensor.DTensor):
+            value = value.full_tensor()
+        state[name] = value.detach().cpu()
+    return state

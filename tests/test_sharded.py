@@ -1,0 +1,116 @@
+"""Sharded data parallelism: the cost model and planner (pure), and the bytes one rank
+holds, counted from its tensors, against the model at np=1 (in this process). The runs on
+2 real ranks are checked with the engines' invariant in test_engine.py."""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from workbench.models import build_model, make_optimizer
+from workbench.sharded.costmodel import (
+    model_states,
+    optimizer_bytes_per_parameter,
+    plan,
+    sent_per_step,
+    smallest_fit,
+    transformer_activations,
+)
+from workbench.sharded.memory import held_bytes
+
+
+def printed(x: float) -> str:
+    """Three significant digits, rounded half up, as the ZeRO paper prints its tables."""
+    d = Decimal(repr(x))
+    rounded = d.quantize(Decimal(1).scaleb(d.adjusted() - 2), rounding=ROUND_HALF_UP)
+    return f"{rounded.normalize():f}"
+
+
+def test_zero_paper_table_1_for_its_7_5b_example():
+    # Rajbhandari et al. 2020, Table 1: Ψ = 7.5B, K = 12, N_d = 64 (GB of 1e9 bytes).
+    gb = {s: model_states(7.5e9, 64, s, 12).total / 1e9
+          for s in ("ddp", "zero1", "zero2", "zero3")}
+    assert [printed(gb[s]) for s in ("ddp", "zero1", "zero2", "zero3")] == \
+        ["120", "31.4", "16.6", "1.88"]
+    assert optimizer_bytes_per_parameter("adam", mixed=True) == 12
+
+
+def test_model_states_follow_each_strategy_formula():
+    psi, n, k = 1000.0, 4, 8
+    assert model_states(psi, n, "ddp", k, 4) .total == (4 + 4 + k) * psi
+    assert model_states(psi, n, "zero1", k, 4).total == (4 + 4) * psi + k * psi / n
+    assert model_states(psi, n, "zero2", k, 4).total == 4 * psi + (4 + k) * psi / n
+    assert model_states(psi, n, "zero3", k, 4).total == (4 + 4 + k) * psi / n
+    assert model_states(psi, 1, "zero3", k, 4) == model_states(psi, 1, "ddp", k, 4)
+    with pytest.raises(ValueError, match="strategy"):
+        model_states(psi, n, "zero4", k)
+
+
+def test_traffic_model_zero3_sends_one_and_a_half_times_ddp():
+    ddp = sent_per_step(1e6, 4, "ddp")
+    assert ddp == 2 * 1e6 * 4 * 3 / 4
+    assert sent_per_step(1e6, 4, "zero3") == 1.5 * ddp
+    assert sent_per_step(1e6, 4, "zero2") == ddp
+    assert sent_per_step(1e6, 1, "ddp") == 0
+
+
+def test_planner_counts_activations_and_finds_the_fewest_devices():
+    psi = 7.5e9
+    assert plan(psi, 64, 32, "zero2").fits and not plan(psi, 64, 32, "ddp").fits
+    acts = transformer_activations(layers=32, hidden=4096, seq=2048, micro_batch=1, heads=32)
+    assert acts == 32 * 2048 * 4096 * (34 + 5 * 32 * 2048 / 4096)  # 30.6 GB
+    with_acts = plan(psi, 64, 32, "zero2", activations=acts)
+    assert not with_acts.fits and "does not fit" in str(with_acts)
+    assert smallest_fit(psi, 32, "zero3") == 4             # 120/4 = 30 GB
+    assert smallest_fit(psi, 32, "ddp") is None            # 120 GB on every device
+    with pytest.raises(ValueError, match="device_gb"):
+        plan(psi, 64, 0, "zero2")
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory):
+    """A process group of one rank, in this process."""
+    store = tmp_path_factory.mktemp("pg") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def one_step(model, optimizer, reduce=None) -> dict[str, int]:
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(model(torch.randn(8, 32)), torch.randint(0, 10, (8,))
+                                      ).backward()
+    if reduce:
+        reduce()
+    optimizer.step()
+    return held_bytes(model, optimizer)
+
+
+@pytest.mark.parametrize("engine", ["torch", "zero1", "zero2", "fsdp"])
+@pytest.mark.parametrize(("opt", "momentum"), [("adam", 0.0), ("sgd", 0.9)])
+def test_one_rank_holds_what_the_model_predicts(one_rank, engine, opt, momentum):
+    from workbench.sharded.costmodel import STRATEGY_OF
+    from workbench.sharded.zero_rank import STAGES
+
+    torch.manual_seed(0)
+    model = build_model("mlp", (32,), 10, 48)
+    psi = sum(p.numel() for p in model.parameters())
+    make = lambda params: make_optimizer(opt, params, 0.01, momentum)  # noqa: E731
+    reduce = None
+    if engine in STAGES:
+        optimizer = STAGES[engine](model, make, 0, 1)
+        reduce = optimizer.reduce_gradients
+    else:
+        if engine == "fsdp":
+            from workbench.sharded.fsdp import shard_model
+            shard_model(model, torch.device("cpu"))
+        optimizer = make(list(model.parameters()))
+    got = one_step(model, optimizer, reduce)
+    want = model_states(psi, 1, STRATEGY_OF[engine], optimizer_bytes_per_parameter(
+        opt, momentum), 4)
+    for field, value in [("param_bytes", want.params), ("grad_bytes", want.grads),
+                         ("optimizer_bytes", want.optimizer)]:
+        assert abs(got[field] / value - 1) <= 0.05, (engine, field, got[field], value)
