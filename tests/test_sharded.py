@@ -114,3 +114,19 @@ def test_one_rank_holds_what_the_model_predicts(one_rank, engine, opt, momentum)
     for field, value in [("param_bytes", want.params), ("grad_bytes", want.grads),
                          ("optimizer_bytes", want.optimizer)]:
         assert abs(got[field] / value - 1) <= 0.05, (engine, field, got[field], value)
+
+
+def test_run_charts_show_each_ranks_bytes_held_and_sent():
+    from workbench.ui.run_charts import RunCharts
+
+    rows = [{"kind": "step", "rank": r, "time": 1.0, "epoch": 0, "step": 0, "loss": 1.0,
+             "param_bytes": 4e6, "grad_bytes": 2e6 / (r + 1), "optimizer_bytes": 1e6,
+             "sent_bytes": 3e6} for r in range(2)]
+    charts = RunCharts(np=2, memory=True)
+    assert charts.add(rows) == 2
+    held = charts.sources["memory"].data
+    assert held["category"] == ["rank 0", "rank 1"]
+    assert held["parameters"] == [4.0, 4.0] and held["gradients"] == [2.0, 1.0]
+    assert held["optimizer state"] == [1.0, 1.0]
+    assert charts.sources["sent"].data["value"] == [3.0, 3.0]
+    assert "memory" not in RunCharts(np=2).figures    # engines that do not count bytes
