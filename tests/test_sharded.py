@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from workbench.models import build_model, make_optimizer
+from workbench.records import of_kind
 from workbench.sharded.costmodel import (
     model_states,
     optimizer_bytes_per_parameter,
@@ -130,3 +131,59 @@ def test_run_charts_show_each_ranks_bytes_held_and_sent():
     assert held["optimizer state"] == [1.0, 1.0]
     assert charts.sources["sent"].data["value"] == [3.0, 3.0]
     assert "memory" not in RunCharts(np=2).figures    # engines that do not count bytes
+
+
+def test_compressed_gradients_halve_what_ddp_sends_not_the_gathered_parameters():
+    full = sent_per_step(1e6, 2, "ddp")
+    assert sent_per_step(1e6, 2, "ddp", grad_bytes=2) == full / 2
+    assert sent_per_step(1e6, 2, "zero2", grad_bytes=2) == 0.75 * full   # params stay fp32
+
+
+def test_bf16_autocast_and_compressed_gradients_on_real_ranks(tmp_path):
+    """DDP and ZeRO-2 on 2 ranks, gradients sent in bf16 under bf16 autocast: DDP sends half
+    the bytes, ZeRO-2 three quarters (its parameters are gathered in fp32), each rank holds
+    what it held in fp32, and the model still learns."""
+    import workbench
+    from workbench.sharded.measured import comparison, predicted
+
+    common = dict(np=2, model="mlp", width=32, dataset="digits", epochs=1, max_steps=20,
+                  threads_per_rank=1, optimizer="adam", lr=0.01, precision="bf16",
+                  grad_compression="bf16", runs_dir=str(tmp_path))
+    jobs = {e: workbench.start(workbench.JobConfig(engine=e, **common))
+            for e in ("torch", "zero2")}
+    for engine, job in jobs.items():
+        assert job.wait(300) == "succeeded", job.summary
+        for row in comparison(job):
+            assert abs(row["ratio"] - 1) <= 0.05, (engine, row)
+        psi = sum(int(v.numel()) for v in job.record().model_state().values())
+        sent = predicted(job)["sent_bytes"]
+        share = {"torch": 0.5, "zero2": 0.75}[engine]
+        assert sent == pytest.approx(share * sent_per_step(psi, 2, "ddp"))
+        losses = [r["loss"] for r in of_kind(job.metrics(), "step") if r["rank"] == 0]
+        assert sum(losses[-5:]) < sum(losses[:5])          # it trains
+        assert job.summary["final_loss"] < losses[0]
+
+
+@pytest.mark.parametrize(("fields", "flag"), [
+    (dict(engine="horovod", grad_compression="bf16"), "--grad-compression"),
+    (dict(engine="torch", grad_compression="fp8"), "--grad-compression"),
+    (dict(engine="torch", precision="bf16", dtype="float64"), "--precision"),
+    (dict(engine="zero1", checkpoint_every=1), "--engine"),
+    (dict(engine="fsdp", resume="some-run"), "--engine"),
+])
+def test_bad_sharded_or_precision_settings_are_one_line_errors(fields, flag):
+    from workbench.config import ConfigError, JobConfig
+
+    with pytest.raises(ConfigError, match=flag) as err:
+        JobConfig(**fields).validate()
+    assert "\n" not in str(err.value)
+
+
+def test_sharded_engines_start_with_torchrun_and_name_their_engine():
+    from workbench.jobs.engines import ENGINES
+
+    for engine, module in [("zero1", "zero_rank"), ("zero2", "zero_rank"),
+                           ("fsdp", "fsdp_rank")]:
+        assert ENGINES[engine].plain_command(2) == [
+            "torchrun", "--standalone", "--nproc-per-node", "2",
+            "-m", f"workbench.sharded.{module}", "--engine", engine]

@@ -34,8 +34,8 @@ STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 #: The engine that runs each strategy (`workbench run --engine ...`).
 ENGINE_OF = {"ddp": "torch", "zero1": "zero1", "zero2": "zero2", "zero3": "fsdp"}
 STRATEGY_OF = {engine: strategy for strategy, engine in ENGINE_OF.items()}
-#: Values (of the gradients' size) each rank sends per step, times (N−1)/N.
-SENT_PER_STEP = {"ddp": 2, "zero1": 3, "zero2": 2, "zero3": 3}
+#: (gradient values, parameter values) each rank sends per step, in units of Ψ(N−1)/N.
+SENT_PER_STEP = {"ddp": (2, 0), "zero1": (2, 1), "zero2": (1, 1), "zero3": (1, 2)}
 
 
 def optimizer_bytes_per_parameter(optimizer: str, momentum: float = 0.0,
@@ -79,9 +79,13 @@ def model_states(psi: float, n: int, strategy: str, k: float,
     return Memory(params, grads, optimizer)
 
 
-def sent_per_step(psi: float, n: int, strategy: str, value_bytes: int = 4) -> float:
-    """Bytes one rank sends per training step (gradients of `value_bytes` each)."""
-    return SENT_PER_STEP[strategy] * psi * value_bytes * (n - 1) / n
+def sent_per_step(psi: float, n: int, strategy: str, value_bytes: int = 4,
+                  grad_bytes: int | None = None) -> float:
+    """Bytes one rank sends per training step: parameters of `value_bytes` each, gradients
+    of `grad_bytes` (default the same; 2 when they are sent compressed to bf16)."""
+    grads, params = SENT_PER_STEP[strategy]
+    grad_bytes = value_bytes if grad_bytes is None else grad_bytes
+    return (grads * grad_bytes + params * value_bytes) * psi * (n - 1) / n
 
 
 def transformer_activations(layers: int, hidden: int, seq: int, micro_batch: int,

@@ -21,18 +21,20 @@ import torch
 from torch import nn
 
 
-def shard_model(model: nn.Module, device: torch.device) -> nn.Module:
+def shard_model(model: nn.Module, device: torch.device, compress: bool = False) -> nn.Module:
     """Apply FSDP2 to `model` in place: each block holding parameters, then the root.
 
     The blocks are the model's children (Linear and Conv2d layers of workbench.models);
     `device` is where the shards live (the CPU over gloo, or this rank's GPU over NCCL).
+    `compress`: reduce-scatter the gradients in bf16 (FSDP2's `MixedPrecisionPolicy`).
     """
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+    policy = MixedPrecisionPolicy(reduce_dtype=torch.bfloat16 if compress else None)
     for block in model.children():
         if any(p.requires_grad for p in block.parameters()):
-            fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+            fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     return model

@@ -50,7 +50,7 @@ def main() -> None:
         setup = build(cfg, device)
 
         # Step 3: shard every block's parameters (all ranks built the same model).
-        shard_model(setup.model, device)
+        shard_model(setup.model, device, compress=cfg.grad_compression == "bf16")
 
         # Step 4: an ordinary optimizer over this rank's shards.
         optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,

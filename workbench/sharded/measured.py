@@ -46,9 +46,10 @@ def predicted(run: Any) -> dict[str, float]:
     value = {"float32": 4, "float64": 8}[cfg.get("dtype", "float32")]
     k = optimizer_bytes_per_parameter(cfg["optimizer"], cfg["momentum"]) * value // 4
     states = model_states(psi, n, strategy, k, value)
+    wire = 2 if cfg.get("grad_compression") == "bf16" else value  # bytes per gradient sent
     return {"param_bytes": states.params, "grad_bytes": states.grads,
             "optimizer_bytes": states.optimizer,
-            "sent_bytes": sent_per_step(psi, n, strategy, value)}
+            "sent_bytes": sent_per_step(psi, n, strategy, value, wire)}
 
 
 def comparison(run: Any) -> list[dict[str, Any]]:

@@ -44,8 +44,9 @@ class Zero1Optimizer:
 
     def __init__(self, model: nn.Module,
                  make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer],
-                 rank: int, world: int) -> None:
+                 rank: int, world: int, compress: bool = False) -> None:
         self.rank, self.world = rank, world
+        self.compress = compress                    # send the gradients in bf16
         self.flat = FlatParameters([p for p in model.parameters() if p.requires_grad],
                                    rank, world)
         # A parameter that *is* this rank's slice of the buffer (the same memory).
@@ -68,11 +69,19 @@ class Zero1Optimizer:
 
     def reduce_gradients(self) -> None:
         """All-reduce the gradients (as DDP does), then point the shard at its slice."""
-        grad = self.flat.take_gradients()
+        grad = self.wire(self.flat.take_gradients())
         dist.all_reduce(grad)
-        grad.div_(self.world)                       # the sum over the ranks -> the mean
+        grad = self.unwire(grad).div_(self.world)   # the sum over the ranks -> the mean
         self.full_grad = grad                       # ZeRO-1 still holds every gradient
         self.shard.grad = grad[self.flat.lo:self.flat.hi]
+
+    def wire(self, grad: torch.Tensor) -> torch.Tensor:
+        """The gradients as sent: in bf16 (half the bytes) when compressing."""
+        return grad.to(torch.bfloat16) if self.compress else grad
+
+    def unwire(self, grad: torch.Tensor) -> torch.Tensor:
+        """Received gradients back in the parameters' dtype."""
+        return grad.to(self.flat.data.dtype)
 
     def step(self) -> None:
         """Shard -> step -> all-gather."""

@@ -31,8 +31,8 @@ class Zero2Optimizer(Zero1Optimizer):
     """ZeRO-1 whose gradients are reduce-scattered: this rank keeps its slice of them only."""
 
     def reduce_gradients(self) -> None:
-        grad = self.flat.take_gradients()           # whole, for a moment
+        grad = self.wire(self.flat.take_gradients())  # whole, for a moment
         mine = torch.empty(self.flat.slice_numel, dtype=grad.dtype, device=grad.device)
         dist.reduce_scatter_single(mine, grad)      # the sum of slice `rank`, only
         del grad                                    # the whole gradient is freed
-        self.shard.grad = mine.div_(self.world)     # the mean
+        self.shard.grad = self.unwire(mine).div_(self.world)  # the mean

@@ -85,7 +85,7 @@ def main() -> None:
             setup.model,
             lambda params: make_optimizer(cfg.optimizer, params, cfg.lr, cfg.momentum,
                                           cfg.weight_decay),
-            ctx.rank, ctx.size)
+            ctx.rank, ctx.size, compress=cfg.grad_compression == "bf16")
 
         # Step 5: train; each step line also says what this rank holds and sent.
         sync = ZeroSync()

@@ -59,20 +59,22 @@ class DDPSync(Synchronizer):
     so it records when the GPU really had the average.
     """
 
-    def __init__(self, clock: WallClock | CudaClock) -> None:
+    def __init__(self, clock: WallClock | CudaClock, compress: bool = False) -> None:
         self.clock = clock
+        self.compress = compress  # send bf16 gradients, as DDP's bf16_compress_hook
         self.launched: list[Any] = []
         self.completed: list[Any] = []
 
     def hook(self, _state, bucket):  # no annotations: DDP checks them, and ours are strings
         """Average one bucket (a dist.GradBucket) of gradients, as DDP does, noting when."""
         self.launched.append(self.clock.mark())
-        tensor = bucket.buffer().div_(dist.get_world_size())
-        fut = dist.all_reduce(tensor, async_op=True).get_future()
+        buffer = bucket.buffer()
+        sent = buffer.to(torch.bfloat16) if self.compress else buffer  # half the bytes
+        fut = dist.all_reduce(sent.div_(dist.get_world_size()), async_op=True).get_future()
 
         def done(f: torch.futures.Future) -> torch.Tensor:
             self.completed.append(self.clock.mark())
-            return f.value()[0]
+            return buffer.copy_(f.value()[0]) if self.compress else f.value()[0]
 
         return fut.then(done)
 
@@ -115,7 +117,7 @@ def main() -> None:
         setup = build(cfg, device)
 
         # Steps 3-4: DDP broadcasts rank 0's parameters and averages gradients in backward().
-        sync = DDPSync(setup.clock)
+        sync = DDPSync(setup.clock, compress=cfg.grad_compression == "bf16")
         ddp_model = DDP(setup.model, device_ids=[device.index] if device.type == "cuda" else None)
         ddp_model.register_comm_hook(None, sync.hook)
         optimizer = make_optimizer(cfg.optimizer, ddp_model.parameters(), cfg.lr,

@@ -319,8 +319,9 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
 
             timer.start()
             optimizer.zero_grad()
-            out = model(x)                       # forward
-            loss = loss_fn(out, y)
+            with autocast(cfg, setup.device):    # bf16 where --precision bf16
+                out = model(x)                   # forward
+                loss = loss_fn(out, y)
             loss.backward()                      # DDP averages gradients during this call
             straggle(cfg, ctx.rank)
             timer.mark()
@@ -339,6 +340,16 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
         held_out = end_epoch(ctx, setup, sync, optimizer, epoch, steps,
                              {"loss": loss_sum / steps, "correct": correct, "seconds": elapsed})
     return held_out
+
+
+def autocast(cfg: JobConfig, device: torch.device) -> AbstractContextManager[Any]:
+    """bfloat16 autocast for `precision="bf16"` (matrix products in bf16, the parameters
+    kept in float32), else nothing. bf16 has float32's exponent range, so unlike fp16 it
+    needs no loss scaling (Micikevicius et al., "Mixed Precision Training", ICLR 2018,
+    scale fp16 losses so that small gradients do not underflow)."""
+    if cfg.precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
 
 
 def steps_to_run(ctx: RankContext, n_train: int) -> int:
