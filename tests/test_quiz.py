@@ -20,6 +20,7 @@ from workbench.quiz import TOPICS, BankError, Quiz, grade, load_bank, quiz_html
 from workbench.quiz.bank import BANK_PATH, mentions, parse_number, shuffled
 from workbench.quiz.widget import PARSE_NUMBER_JS
 from workbench.scaling import costmodel, metrics
+from workbench.sharded import costmodel as sharded
 from workbench.training.checkpoint import young_interval
 
 BANK = {q.id: q for q in load_bank()}
@@ -81,6 +82,9 @@ EXPECTED = {
     "faults-young-interval": young_interval(60, 86_400) / 60,
     "parameter-server-sharded-traffic": costmodel.parameter_server_time(100, 8, 0.0, 1.0,
                                                                         servers=4),
+    "zero2-memory-7b": sharded.model_states(7.5e9, 64, "zero2", 12).total / 1e9,
+    "zero3-traffic-ratio": sharded.sent_per_step(1, 8, "zero3") / sharded.sent_per_step(
+        1, 8, "ddp"),
 }
 
 
