@@ -32,8 +32,8 @@ def test_notebooks_are_up_to_date_with_their_description():
     assert notebooks.write_all(check=True) == []
 
 
-def test_eight_notebooks_numbered_00_to_07():
-    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(8)]
+def test_nine_notebooks_numbered_00_to_08():
+    assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(9)]
     assert (REPO / "notebooks" / "00_welcome.ipynb") in NOTEBOOKS  # `make lab` opens it
 
 

@@ -62,3 +62,41 @@ def comparison(run: Any) -> list[dict[str, Any]]:
             rows.append({"rank": rank, "field": name, "measured": got, "predicted": want,
                          "ratio": got / want if want else (1.0 if got == 0 else float("inf"))})
     return rows
+
+
+def footprint_rows(run: Any) -> list[dict[str, Any]]:
+    """One row per rank, in MB: what it holds, the model's total, and what it sent per step
+    beside the model's figure (for `workbench.lessons.show.table`)."""
+    model, rec = predicted(run), record(run)
+    rows = []
+    for rank, got in sorted(last_footprint(rec).items()):
+        held = got["param_bytes"] + got["grad_bytes"] + got["optimizer_bytes"]
+        rows.append({"engine": rec.config["engine"], "rank": rank,
+                     **{f: got[f] / 1e6 for f in FIELDS}, "held": held / 1e6,
+                     "held_model": (model["param_bytes"] + model["grad_bytes"]
+                                    + model["optimizer_bytes"]) / 1e6,
+                     "sent_model": model["sent_bytes"] / 1e6})
+    return rows
+
+
+#: The columns of `footprint_rows` for `workbench.lessons.show.table`.
+COLUMNS = [("engine", "engine", "s"), ("rank", "rank", "d"),
+           ("param_bytes", "params (MB)", ".3f"), ("grad_bytes", "grads (MB)", ".3f"),
+           ("optimizer_bytes", "optimizer (MB)", ".3f"), ("held", "held (MB)", ".3f"),
+           ("held_model", "model (MB)", ".3f"), ("sent_bytes", "sent/step (MB)", ".3f"),
+           ("sent_model", "model (MB)", ".3f")]
+
+
+def held_chart(runs: list[Any]):
+    """A stacked bar per run: what its rank 0 holds, in MB (the project's chart helper)."""
+    from workbench.ui import charts
+
+    rows = [footprint_rows(run)[0] for run in runs]
+    names = [f"{r['engine']} np={record(run).config['np']}" for r, run in
+             zip(rows, runs, strict=True)]
+    fig, _ = charts.stacked_bar(
+        names, {"parameters": [r["param_bytes"] for r in rows],
+                "gradients": [r["grad_bytes"] for r in rows],
+                "optimizer state": [r["optimizer_bytes"] for r in rows]},
+        "bytes held by rank 0", y_label="MB")
+    return fig

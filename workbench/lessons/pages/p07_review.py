@@ -102,7 +102,8 @@ print(quiz.summary())
    [speedup and efficiency](exercises/03_speedup_and_efficiency.ipynb),
    [ring allreduce](exercises/04_ring_allreduce.ipynb),
    [pipeline bubble](exercises/05_pipeline_bubble.ipynb),
-   [data or model parallelism](exercises/06_data_or_model_parallelism.ipynb).
+   [data or model parallelism](exercises/06_data_or_model_parallelism.ipynb),
+   [the ZeRO-1 optimizer step](exercises/12_zero1_optimizer_step.ipynb).
 
 ## Check yourself
 
