@@ -182,8 +182,7 @@ def test_bad_sharded_or_precision_settings_are_one_line_errors(fields, flag):
 def test_sharded_engines_start_with_torchrun_and_name_their_engine():
     from workbench.jobs.engines import ENGINES
 
-    for engine, module in [("zero1", "zero_rank"), ("zero2", "zero_rank"),
-                           ("fsdp", "fsdp_rank")]:
+    for engine in ("zero1", "zero2", "fsdp"):
         assert ENGINES[engine].plain_command(2) == [
             "torchrun", "--standalone", "--nproc-per-node", "2",
-            "-m", f"workbench.sharded.{module}", "--engine", engine]
+            "-m", f"workbench.sharded.{engine}_rank"]

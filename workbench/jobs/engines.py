@@ -187,9 +187,6 @@ class ShardedEngine(TorchEngine):
     def __init__(self, name: str, rank_module: str) -> None:
         self.name, self.rank_module = name, rank_module
 
-    def plain_command(self, np: int) -> list[str]:
-        return [*super().plain_command(np), "--engine", self.name]
-
 
 class ForkEngine(Engine):
     """The labs' workers: one process imports their code once and forks them."""
@@ -211,8 +208,8 @@ def horovodrun() -> str:
 ENGINES: dict[str, Engine] = {
     engine.name: engine
     for engine in (HorovodEngine(), TorchEngine(), NaiveEngine(),
-                   ShardedEngine("zero1", "workbench.sharded.zero_rank"),
-                   ShardedEngine("zero2", "workbench.sharded.zero_rank"),
+                   ShardedEngine("zero1", "workbench.sharded.zero1_rank"),
+                   ShardedEngine("zero2", "workbench.sharded.zero2_rank"),
                    ShardedEngine("fsdp", "workbench.sharded.fsdp_rank"),
                    SerialEngine(), ForkEngine())
 }

@@ -1,4 +1,4 @@
-"""torchrun --standalone --nproc-per-node 2 -m workbench.sharded.fsdp_rank --engine fsdp
+"""torchrun --standalone --nproc-per-node 2 -m workbench.sharded.fsdp_rank
 
 One rank of a fully sharded job (ZeRO-3) with PyTorch's FSDP2, started by `torchrun`: by
 the workbench (`workbench run --engine fsdp`), or by hand as above, with any flag of

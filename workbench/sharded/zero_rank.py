@@ -1,8 +1,6 @@
-"""torchrun --standalone --nproc-per-node 2 -m workbench.sharded.zero_rank --engine zero1
-
-One rank of a ZeRO-1 or ZeRO-2 job (`--engine zero1` or `zero2`), started by `torchrun`: by
-the workbench (`workbench run --engine zero1`), or by hand as above, with any flag of
-`workbench run`; then the ranks keep their record in ./runs themselves.
+"""The steps of a ZeRO-1 or ZeRO-2 rank (`--engine zero1` or `zero2`), which
+zero1_rank.py and zero2_rank.py run (`workbench run --engine zero1`, or by hand:
+`torchrun --standalone --nproc-per-node 2 -m workbench.sharded.zero1_rank`).
 
 The steps of the DDP rank (training/ddp_rank.py), with a sharded optimizer in place of DDP:
 
@@ -65,7 +63,7 @@ def main() -> None:
     with RankContext.from_env() as ctx:
         cfg = ctx.config
         if cfg.engine not in STAGES:
-            raise SystemExit(f"zero_rank runs --engine {' or '.join(STAGES)}, "
+            raise SystemExit(f"a ZeRO rank runs --engine {' or '.join(STAGES)}, "
                              f"not {cfg.engine!r}")
         traffic = Traffic().install()                # before anything is sent
 

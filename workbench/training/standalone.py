@@ -108,10 +108,6 @@ def config_from_flags(engine: str, module: str, size: int,
                     "It takes the flags of `workbench run`.")
     add_job_flags(parser)
     args = parser.parse_args(argv)
-    from workbench.jobs.engines import ENGINES
-
-    if args.engine in ENGINES and ENGINES[args.engine].rank_module == module:
-        engine = args.engine  # a module that several engines run (zero1, zero2): the flag's
     if args.engine not in (None, engine):
         parser.error(f"--engine {args.engine}: this module is the {engine} engine's rank")
     if args.np not in (None, size):

@@ -38,7 +38,7 @@ from workbench.sharded import costmodel, measured
 from workbench.ui import charts
 
 charts.load_bokehjs()
-JOB = dict(np=2, model="mlp", width=256, dataset="digits", epochs=1, max_steps=10,  # size
+JOB = dict(np=2, model="mlp", width=256, dataset="digits", epochs=1, max_steps=6,  # size
            optimizer="adam", lr=0.01, threads_per_rank=1)
 ddp = workbench.start(workbench.JobConfig(engine="torch", **JOB))
 assert ddp.wait(timeout=400) == "succeeded", ddp.summary
