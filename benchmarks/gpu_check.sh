@@ -12,7 +12,10 @@
 #     each rank's device (every rank must have a GPU of its own), the clock the ranks used
 #     (must be CUDA events), and the efficiency samples/s(N) / (N x samples/s(1)).
 #  3. The N x b invariant on GPU: N ranks with batch b end with the same parameters as
-#     one process with batch N*b, to 1e-4 in float32 and 1e-5 in float64, on both engines.
+#     one process with batch N*b, to 1e-4 in float32 and 1e-5 in float64, on both engines
+#     and on the sharded engines (zero1, zero2, fsdp: NCCL on cuda:<local rank>), whose
+#     bytes held and sent per rank must also be the cost model's within 5%.
+#     Section 2 runs the sharded engines too.
 #  4. busbw (with N >= 2): `workbench bench allreduce --device cuda` on both engines, the
 #     best busbw over 1 MB..256 MB against the NCCL bus bandwidth expected for the
 #     interconnect (0.8 x the GPU's NVLink bandwidth per direction from `nvidia-smi nvlink
@@ -47,6 +50,7 @@ FAILURES: list[str] = []
 FIGURES: list[str] = []
 RUNS = tempfile.mkdtemp(prefix="gpu-check-")
 ENGINES = ("torch", "horovod")
+SHARDED = ("zero1", "zero2", "fsdp")   # workbench/sharded/: NCCL on cuda:<local rank>
 
 
 def section(title: str) -> None:
@@ -127,7 +131,7 @@ if not (report.get("horovod", {}).get("tensor_operations") or {}).get("nccl"):
 section(f"2. samples/s at np = {', '.join(map(str, counts))}, both engines (CNN, "
         "synthetic images, --device cuda)")
 throughput: dict[tuple[str, int], float] = {}
-for engine in ENGINES:
+for engine in ENGINES + SHARDED:
     for np in counts:
         what = f"{engine} np={np}"
         cfg = JobConfig(engine=engine, np=np, device="cuda", model="cnn", width=128,
@@ -157,7 +161,7 @@ for dtype, tol in TOLERANCE.items():
     if serial is None:
         continue
     reference = serial.record().model_state()
-    for engine in ENGINES:
+    for engine in ENGINES + SHARDED:
         what = f"{engine} np={gpus} {dtype}"
         job = run(JobConfig(engine=engine, np=gpus, batch_size=16, dtype=dtype,
                             name=f"inv-{engine}", **small), what)
@@ -168,6 +172,12 @@ for dtype, tol in TOLERANCE.items():
         figure(f"invariant {what}: max |parameter difference| {err:.2e} (bound {tol:g})")
         if not err < tol:
             fail(f"invariant {what}: parameters differ by {err:.2e} >= {tol:g}")
+        if engine in SHARDED or engine == "torch":
+            from workbench.sharded.measured import comparison
+            off = [r for r in comparison(job) if abs(r["ratio"] - 1) > 0.05]
+            figure(f"bytes {what}: {len(off)} of rank fields off the cost model by > 5%")
+            if off:
+                fail(f"bytes {what}: measured vs predicted: {off[:3]}")
 
 # ------------------------------------------------------------------------------ 4. busbw
 section("4. allreduce bus bandwidth (workbench bench allreduce --device cuda)")

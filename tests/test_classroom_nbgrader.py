@@ -136,6 +136,19 @@ def train_ddp(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/mod
         torch.save(model.module.state_dict(), checkpoint)
     return model.module.state_dict()
 ''',
+    ("12_zero1_optimizer_step", 1): '''
+def make_shard_optimizer(flat_params, rank, world, lr):
+    shard = torch.nn.Parameter(flat_params)  # every rank steps everything
+    return shard, torch.optim.SGD([shard], lr=lr, momentum=0.9)
+''',
+    ("12_zero1_optimizer_step", 2): '''
+def zero1_step(flat_params, flat_grad, shard, optimizer, rank, world):
+    dist.all_reduce(flat_grad)
+    flat_grad /= world
+    size = flat_params.numel() // world
+    shard.grad = flat_grad[rank * size:(rank + 1) * size]
+    optimizer.step()  # no all-gather
+''',
 }
 
 

@@ -22,6 +22,8 @@ from workbench.jobs.engines import ENGINES
 from workbench.jobs.processes import job_processes, rank_pids
 from workbench.lessons.runs import step_split
 from workbench.records import MetricsReader, events, load_run, of_kind
+from workbench.sharded.costmodel import STRATEGY_OF
+from workbench.sharded.measured import comparison
 from workbench.training.sharding import holdout_split
 
 SMALL = dict(model="mlp", width=32, dataset="digits", epochs=1, threads_per_rank=1,
@@ -58,7 +60,15 @@ OPTIMIZERS = {
     "sgd": dict(optimizer="sgd", lr=0.1),
     "momentum+wd": dict(optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=1e-3),
     "adam": dict(optimizer="adam", lr=0.01),
+    "adam+wd": dict(optimizer="adam", lr=0.01, weight_decay=1e-3),
 }
+#: (engine, optimizer, ranks) of the invariant's runs: every replicating engine with every
+#: optimizer at 2 and 3 ranks; the sharded engines (workbench/sharded/) at 2 ranks, with
+#: Adam and weight decay in place of plain Adam.
+INVARIANT_RUNS = [(engine, opt, world) for engine in ("horovod", "torch", "naive")
+                  for opt in ("sgd", "momentum+wd", "adam") for world in (2, 3)] + [
+    (engine, opt, 2) for engine in ("zero1", "zero2", "fsdp")
+    for opt in ("sgd", "momentum+wd", "adam+wd")]
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +86,7 @@ def serial_params(tmp_path_factory) -> dict:
     return get
 
 
-@pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("opt", list(OPTIMIZERS))
-@pytest.mark.parametrize("engine", ["horovod", "torch", "naive"])
+@pytest.mark.parametrize(("engine", "opt", "world"), INVARIANT_RUNS)
 def test_n_ranks_with_batch_b_equal_serial_with_batch_nb(tmp_path, serial_params, engine,
                                                          opt, world):
     job = run_job(tmp_path, engine=engine, np=world, batch_size=16, **OPTIMIZERS[opt])
@@ -89,6 +97,18 @@ def test_n_ranks_with_batch_b_equal_serial_with_batch_nb(tmp_path, serial_params
     assert worst < 1e-5, f"{engine} np={world} {opt}: parameters differ by {worst:g}"
     train_samples = len(holdout_split(1797, 0, JobConfig().val_fraction)[0])
     assert job.summary["steps_completed"] == train_samples // (16 * world)  # a full epoch
+    if engine in STRATEGY_OF:  # DDP and the sharded engines also report their bytes
+        check_footprint(job, engine, world)
+
+
+def check_footprint(job: workbench.Job, engine: str, world: int) -> None:
+    """Every rank's bytes held and sent per step are the cost model's, within 5%."""
+    rows = comparison(job)
+    assert {r["rank"] for r in rows} == set(range(world))
+    for row in rows:
+        assert abs(row["ratio"] - 1) <= 0.05, f"{engine} np={world}: {row}"
+    steps = [line for line in of_kind(job.metrics(), "step") if line["rank"] == 0]
+    assert len({line["sent_bytes"] for line in steps}) == 1  # every step sends the same
 
 
 # ----------------------------------------------------------------- lifecycle

@@ -20,6 +20,7 @@ from workbench.quiz import TOPICS, BankError, Quiz, fairness, grade, load_bank, 
 from workbench.quiz.bank import BANK_PATH, learner_seed, mentions, parse_number, shuffled
 from workbench.quiz.widget import PARSE_NUMBER_JS
 from workbench.scaling import costmodel, metrics
+from workbench.sharded import costmodel as sharded
 from workbench.tensor_parallel import traffic
 from workbench.training.checkpoint import young_interval
 
@@ -90,6 +91,9 @@ EXPECTED = {
                                                                         servers=4),
     "tensor-parallel-bytes": traffic.block_bytes_per_step(512, 1024, 2) / 2**20,
     "accumulation-traffic": 400 * 1024 / (8 * 4 * 32),   # one all-reduce per N·k·b samples
+    "zero2-memory-7b": sharded.model_states(7.5e9, 64, "zero2", 12).total / 1e9,
+    "zero3-traffic-ratio": sharded.sent_per_step(1, 8, "zero3") / sharded.sent_per_step(
+        1, 8, "ddp"),
 }
 
 

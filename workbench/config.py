@@ -17,7 +17,11 @@ from typing import Any
 from workbench.hosts.cpu import cpu_budget
 
 #: "naive" averages each gradient with the workbench's own ring after backward (naive_rank.py).
-ENGINES = ("horovod", "torch", "naive", "bucketed", "overlapped", "serial")
+#: "bucketed" and "overlapped" are the naive engine made fast by hand (data_parallel/);
+#: "zero1", "zero2" and "fsdp" shard the training state between the ranks (sharded/).
+ENGINES = ("horovod", "torch", "naive", "bucketed", "overlapped", "zero1", "zero2", "fsdp",
+           "serial")
+SHARDED_ENGINES = ("zero1", "zero2", "fsdp")
 #: Engines that run something other than the training loop, so the panels do not offer them:
 #: "fork" starts the labs' workers (workbench/jobs/workers.py).
 LAB_ENGINES = ("fork",)
@@ -26,6 +30,13 @@ DATASETS = ("digits", "synthetic", "synthetic-images", "mnist", "cifar10")
 OPTIMIZERS = ("sgd", "adam")
 DTYPES = ("float32", "float64")
 CPU_BINDS = ("core", "none")
+#: `precision`: "bf16" runs the forward pass and the loss under bfloat16 autocast (the
+#: parameters, their gradients and the optimizer stay in `dtype`). `grad_compression`: "bf16"
+#: sends the gradients in 16 bits, half the bytes (DDP's bf16 compression hook; Horovod's
+#: Compression.fp16 is the same idea), and the ranks add them in bf16, so they drift from
+#: the float32 run by about bf16's precision, 2⁻⁸ of each value.
+PRECISIONS = ("fp32", "bf16")
+GRAD_COMPRESSIONS = ("none", "bf16")
 #: Who starts the ranks: this machine (`local`), horovodrun over ssh on `--hosts` (`ssh`),
 #: or the cluster's scheduler (`slurm`, see workbench/jobs/slurm.py).
 LAUNCHERS = ("local", "ssh", "slurm")
@@ -129,6 +140,8 @@ class JobConfig:
     cpu_bind: str = "core"
     stall_timeout: float = 120.0
     dtype: str = "float32"
+    precision: str = "fp32"
+    grad_compression: str = "none"
     val_fraction: float = 0.1
     eval_every: int = 0
     device: str = "cpu"
@@ -198,6 +211,8 @@ class JobConfig:
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("dtype", self.dtype, DTYPES)
         _choice("cpu_bind", self.cpu_bind, CPU_BINDS)
+        _choice("precision", self.precision, PRECISIONS)
+        _choice("grad_compression", self.grad_compression, GRAD_COMPRESSIONS)
         _choice("device", self.device, DEVICES)
         _choice("launcher", self.launcher, LAUNCHERS)
         if self.preset is not None:
@@ -272,6 +287,16 @@ class JobConfig:
         if self.model == "cnn" and self.dataset in ("digits", "synthetic"):
             raise ConfigError(_bad("model", "cnn", f"an image dataset (synthetic-images, mnist,"
                                    f" cifar10), not {self.dataset}"))
+        if self.grad_compression != "none" and self.engine not in ("torch", *SHARDED_ENGINES):
+            raise ConfigError(_bad("grad_compression", self.grad_compression, "only with "
+                                   "--engine torch, zero1, zero2 or fsdp (or use 'none')"))
+        if self.precision == "bf16" and self.dtype != "float32":
+            raise ConfigError(_bad("precision", "bf16", "--dtype float32 with it (autocast "
+                                   "lowers float32 work to bfloat16)"))
+        if self.engine in SHARDED_ENGINES and (self.checkpoint_every or self.resume):
+            raise ConfigError(_bad("engine", self.engine, "an unsharded engine (torch, "
+                                   "horovod) with --checkpoint-every or --resume: the "
+                                   "sharded engines do not save checkpoints"))
         if self.timeline and self.engine != "horovod":
             raise ConfigError(_bad("timeline", True, "only with --engine horovod"))
 

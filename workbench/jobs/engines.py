@@ -26,6 +26,9 @@ The engines:
 - `bucketed`, `overlapped`: torchrun too, for the naive engine made fast by hand: gradients
   packed into buckets of `bucket_mb`, then each bucket's all-reduce started during the
   backward pass (workbench/data_parallel/).
+- `zero1`, `zero2`: torchrun too, for ranks that shard the optimizer's state (and, for
+  zero2, the gradients) between them, ZeRO's stages 1 and 2 (workbench/sharded/).
+- `fsdp`: torchrun too, for ranks that shard everything with PyTorch's FSDP2 (ZeRO-3).
 - `serial`: the module in one plain process: the sequential baseline.
 - `fork`: the labs' engine. One Python process imports the code once and forks the ranks
   from itself (one host; see workers.py for why the labs do not use torchrun).
@@ -195,6 +198,13 @@ class OverlappedEngine(TorchEngine):
     rank_module = "workbench.data_parallel.overlapped"
 
 
+class ShardedEngine(TorchEngine):
+    """`torchrun`, for ranks that shard the training state (workbench/sharded/)."""
+
+    def __init__(self, name: str, rank_module: str) -> None:
+        self.name, self.rank_module = name, rank_module
+
+
 class ForkEngine(Engine):
     """The labs' workers: one process imports their code once and forks them."""
 
@@ -215,7 +225,11 @@ def horovodrun() -> str:
 ENGINES: dict[str, Engine] = {
     engine.name: engine
     for engine in (HorovodEngine(), TorchEngine(), NaiveEngine(), BucketedEngine(),
-                   OverlappedEngine(), SerialEngine(), ForkEngine())
+                   OverlappedEngine(),
+                   ShardedEngine("zero1", "workbench.sharded.zero1_rank"),
+                   ShardedEngine("zero2", "workbench.sharded.zero2_rank"),
+                   ShardedEngine("fsdp", "workbench.sharded.fsdp_rank"),
+                   SerialEngine(), ForkEngine())
 }
 
 

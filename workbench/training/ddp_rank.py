@@ -19,6 +19,9 @@ arXiv:2006.15704):
 
 A communication hook times each bucket's allreduce, so a step can be split into time
 computing and time blocked on synchronization (on GPUs with CUDA events: see DDPSync).
+Each step line also says how many bytes this rank holds in parameters, gradients and
+optimizer state, and how many its allreduces sent (workbench/sharded/memory.py,
+traffic.py), to set beside the sharded engines' figures.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench.models import make_optimizer
+from workbench.sharded.memory import Footprint
+from workbench.sharded.traffic import Traffic
 from workbench.training.checkpoint import restore
 from workbench.training.loop import (
     CudaClock,
@@ -56,8 +61,9 @@ class DDPSync(Synchronizer):
     so it records when the GPU really had the average.
     """
 
-    def __init__(self, clock: WallClock | CudaClock) -> None:
+    def __init__(self, clock: WallClock | CudaClock, compress: bool = False) -> None:
         self.clock = clock
+        self.compress = compress  # send bf16 gradients, as DDP's bf16_compress_hook
         self.launched: list[Any] = []
         self.completed: list[Any] = []
         self.sent = 0   # bytes handed to allreduce since the last step was read
@@ -65,13 +71,14 @@ class DDPSync(Synchronizer):
     def hook(self, _state, bucket):  # no annotations: DDP checks them, and ours are strings
         """Average one bucket (a dist.GradBucket) of gradients, as DDP does, noting when."""
         self.launched.append(self.clock.mark())
-        tensor = bucket.buffer().div_(dist.get_world_size())
-        self.sent += tensor.numel() * tensor.element_size()
-        fut = dist.all_reduce(tensor, async_op=True).get_future()
+        buffer = bucket.buffer()
+        sent = buffer.to(torch.bfloat16) if self.compress else buffer  # half the bytes
+        self.sent += sent.numel() * sent.element_size()
+        fut = dist.all_reduce(sent.div_(dist.get_world_size()), async_op=True).get_future()
 
         def done(f: torch.futures.Future) -> torch.Tensor:
             self.completed.append(self.clock.mark())
-            return f.value()[0]
+            return buffer.copy_(f.value()[0]) if self.compress else f.value()[0]
 
         return fut.then(done)
 
@@ -104,6 +111,7 @@ class DDPSync(Synchronizer):
 def main() -> None:
     with RankContext.from_env() as ctx:
         cfg = ctx.config
+        traffic = Traffic().install()  # counts the bytes the hook's allreduces send
 
         # Step 1: take this rank's device, then join the process group: gloo on CPUs,
         # NCCL on GPUs. device_id= tells NCCL our GPU now, so it builds its communicator at
@@ -121,7 +129,7 @@ def main() -> None:
         setup = build(cfg, device)
 
         # Steps 3-4: DDP broadcasts rank 0's parameters and averages gradients in backward().
-        sync = DDPSync(setup.clock)
+        sync = DDPSync(setup.clock, compress=cfg.grad_compression == "bf16")
         ddp_model = DDP(setup.model, device_ids=[device.index] if device.type == "cuda" else None)
         ddp_model.register_comm_hook(None, sync.hook)
         optimizer = make_optimizer(cfg.optimizer, ddp_model.parameters(), cfg.lr,
@@ -130,6 +138,8 @@ def main() -> None:
 
         # Step 5: train on this rank's shards (the loop calls ddp_model through setup.model).
         setup.model = ddp_model
+        sync.measure = Footprint(setup.module, optimizer, traffic.take)
+        traffic.take()  # DDP's start-up broadcast is no step's traffic
         held_out = train(ctx, setup, optimizer, sync)
         finish(ctx, setup, sync, held_out)
         dist.destroy_process_group()

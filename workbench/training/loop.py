@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -138,6 +139,13 @@ class Synchronizer:
     def synced_bytes(self) -> int | None:
         """Bytes of gradients this rank all-reduced in the last step, where the engine counts."""
         return None
+    #: Measures what the rank holds and sends (workbench/sharded/memory.py's `Footprint`),
+    #: where the engine sets one: its figures join every "step" line.
+    measure: Callable[[], dict[str, int]] | None = None
+
+    def footprint(self) -> dict[str, int]:
+        """Bytes held in parameters, gradients, optimizer state, and sent since the last step."""
+        return self.measure() if self.measure else {}
 
 
 class StepTimer:
@@ -331,8 +339,9 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
             for micro in range(k):               # k micro-batches of b: gradients add up
                 x, y = xs[micro * b:(micro + 1) * b], ys[micro * b:(micro + 1) * b]
                 with sync.accumulating(model, last=micro == k - 1):
-                    out = model(x)               # forward
-                    loss = loss_fn(out, y) / k   # the mean over the k·b samples
+                    with autocast(cfg, setup.device):  # bf16 where --precision bf16
+                        out = model(x)           # forward
+                        loss = loss_fn(out, y) / k  # the mean over the k·b samples
                     loss.backward()              # DDP averages gradients during the last
                 outs.append(out.detach())
                 losses.append(loss.detach())
@@ -351,11 +360,21 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
             ctx.metric("step", epoch=epoch, step=global_step, loss=step_loss,
                        accuracy=hits / len(y), samples=len(y),
                        **({} if synced is None else {"synced_bytes": synced}),
-                       **timer.split(sync.backward_wait_s))
+                       **timer.split(sync.backward_wait_s), **sync.footprint())
         elapsed = time.perf_counter() - epoch_start  # training only: evaluation comes after
         held_out = end_epoch(ctx, setup, sync, optimizer, epoch, steps,
                              {"loss": loss_sum / steps, "correct": correct, "seconds": elapsed})
     return held_out
+
+
+def autocast(cfg: JobConfig, device: torch.device) -> AbstractContextManager[Any]:
+    """bfloat16 autocast for `precision="bf16"` (matrix products in bf16, the parameters
+    kept in float32), else nothing. bf16 has float32's exponent range, so unlike fp16 it
+    needs no loss scaling (Micikevicius et al., "Mixed Precision Training", ICLR 2018,
+    scale fp16 losses so that small gradients do not underflow)."""
+    if cfg.precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
 
 
 def steps_to_run(ctx: RankContext, n_train: int) -> int:
@@ -468,11 +487,25 @@ def finish(ctx: RankContext, setup: Setup, sync: Synchronizer,
     result.json with `final_loss` and `final_accuracy`, both on the held-out samples.
     """
     held_out = held_out or evaluate(ctx, setup, sync)
+    state = full_state(setup.module)  # every rank: gathering sharded parameters is collective
     if ctx.rank != 0:
         return
     tmp = ctx.run_dir / "model.pt.tmp"
-    torch.save({k: v.detach().cpu() for k, v in setup.module.state_dict().items()}, tmp)
+    torch.save(state, tmp)
     tmp.replace(ctx.run_dir / "model.pt")
     ctx.write_result({"final_loss": held_out["val_loss"],
                       "final_accuracy": held_out["val_accuracy"],
                       "val_samples": len(setup.val_idx)})
+
+
+def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's whole state_dict on the CPU. A parameter sharded between the ranks (a
+    DTensor, as FSDP2 keeps them) is all-gathered first, so every rank must call this."""
+    # Imported only where it is already loaded (FSDP2 loads it): its import takes seconds.
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    state = {}
+    for name, value in model.state_dict().items():
+        if dtensor is not None and isinstance(value, dtensor.DTensor):
+            value = value.full_tensor()
+        state[name] = value.detach().cpu()
+    return state

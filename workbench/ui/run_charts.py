@@ -17,6 +17,10 @@ What the charts show, and why
   (allreduce, and waiting for the slowest rank). A growing sync share is what limits scaling.
   The chart's title names the clock the ranks used (the "ready" event's ``timing``): the
   wall clock on CPUs, CUDA events on GPUs, where the host's clock would mislead.
+* **Bytes held per rank** (``memory=True``: DDP and the sharded engines report them):
+  parameters, gradients and optimizer state, in MB, from each rank's last step, and the
+  **MB sent per step** at its collectives. DDP's bars are the same on every rank; ZeRO's
+  shrink with the number of ranks, and FSDP's sent bar is 1.5× DDP's.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ ROLLOVER = 5000
 STEP_COLUMNS = ["time", "epoch", "step", "loss", "accuracy"]
 OVERALL_COLUMNS = ["time", "epoch", "step", "loss", "accuracy", "samples_per_s"]
 EPOCH_COLUMNS = ["time", "epoch", "loss", "accuracy", "samples_per_s"]
+#: The layers of the bytes-held chart, and the step line's field of each.
+MEMORY_STACKS = {"parameters": "param_bytes", "gradients": "grad_bytes",
+                 "optimizer state": "optimizer_bytes"}
 
 
 class RunCharts:
@@ -49,9 +56,10 @@ class RunCharts:
         layout: a Bokeh grid of the four figures, ready for :func:`charts.to_widget`.
     """
 
-    def __init__(self, np: int, title: str = "") -> None:
+    def __init__(self, np: int, title: str = "", memory: bool = False) -> None:
         self.np = max(1, int(np))
         self.title = title
+        self.memory = memory
         self.sources = {f"rank{r}": charts.source(STEP_COLUMNS, name=f"rank{r}")
                         for r in range(self.np)}
         self.sources["overall"] = charts.source(OVERALL_COLUMNS, name="overall")
@@ -61,6 +69,7 @@ class RunCharts:
         self._compute = [0.0] * self.np                     # seconds, per rank
         self._sync = [0.0] * self.np
         self._epoch_rows: dict[int, dict[int, Mapping[str, Any]]] = defaultdict(dict)
+        self._held: dict[int, Mapping[str, Any]] = {}       # each rank's last byte counts
         self.steps_seen = 0
         self.epochs_done = 0
         self.last: dict[str, float] = {}
@@ -100,7 +109,15 @@ class RunCharts:
             cats, {"compute": [0.0] * self.np, "sync": [0.0] * self.np},
             "time per step: compute vs sync", y_label="share of step time", name="share")
         share.y_range.end = 1.0
-        return {"loss": loss, "accuracy": acc, "throughput": thr, "share": share}
+        figures = {"loss": loss, "accuracy": acc, "throughput": thr, "share": share}
+        if self.memory:
+            zeros = [0.0] * self.np
+            figures["memory"], self.sources["memory"] = charts.stacked_bar(
+                cats, {name: zeros for name in MEMORY_STACKS}, "bytes held per rank",
+                y_label="MB", name="memory")
+            figures["sent"], self.sources["sent"] = charts.bar(
+                cats, zeros, "bytes sent per step, per rank", y_label="MB")
+        return figures
 
     # -- data --------------------------------------------------------------------------------
 
@@ -119,6 +136,8 @@ class RunCharts:
                 continue
             if kind == "step":
                 self._add_step(row, rank, per_rank[rank], overall)
+                if self.memory and "param_bytes" in row:
+                    self._held[rank] = row
                 used += 1
             elif kind == "epoch":
                 self._add_epoch(row, rank, epochs)
@@ -134,6 +153,7 @@ class RunCharts:
             self.sources["epochs"].stream(epochs)
         if used:
             self._update_share()
+            self._update_memory()
         return used
 
     def _add_step(self, row: Mapping[str, Any], rank: int, cols: dict[str, list],
@@ -211,6 +231,18 @@ class RunCharts:
             sync.append(s / total if total > 0 else 0.0)
         cats = [self._rank_label(r) for r in range(self.np)]
         self.sources["share"].data = {"category": cats, "compute": compute, "sync": sync}
+
+    def _update_memory(self) -> None:
+        if not self._held:
+            return
+        cats = [self._rank_label(r) for r in range(self.np)]
+        mb = {name: [float(self._held.get(r, {}).get(field, 0)) / 1e6 for r in range(self.np)]
+              for name, field in MEMORY_STACKS.items()}
+        self.sources["memory"].data = {"category": cats, **mb}
+        self.sources["sent"].data = {
+            "category": cats,
+            "value": [float(self._held.get(r, {}).get("sent_bytes", 0)) / 1e6
+                      for r in range(self.np)]}
 
     def sync_share(self) -> float:
         """Fraction of all ranks' step time spent synchronizing gradients so far (0..1)."""

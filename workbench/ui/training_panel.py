@@ -40,6 +40,7 @@ from workbench.config import (
 )
 from workbench.jobs import FINAL_STATES, devices, slurm
 from workbench.records.metrics import MetricsReader
+from workbench.sharded.costmodel import STRATEGY_OF
 from workbench.ui import charts, live
 from workbench.ui.logs import LogPane
 from workbench.ui.run_charts import RunCharts
@@ -152,7 +153,7 @@ class TrainingPanel(widgets.VBox):
         self.open_button = widgets.Button(description="Open", icon="folder-open",
                                           tooltip="Show the charts and logs of this run")
         self.open_button.on_click(lambda _b: self.open_run(self.run_picker.value))
-        self._charts = RunCharts(self._base.world_size)
+        self._charts = RunCharts(self._base.world_size, memory=self._base.engine in STRATEGY_OF)
         self._chart_widget = charts.to_widget(self._charts.layout)
         self._chart_box = widgets.Box([self._chart_widget])
         super().__init__(children=self._layout())
@@ -250,7 +251,7 @@ class TrainingPanel(widgets.VBox):
         self._reader = MetricsReader(self._run_dir)
         self._epochs, self._steps_total, self._ticks = cfg.epochs, 0, 0
         old = self._chart_widget
-        self._charts = RunCharts(cfg.world_size)
+        self._charts = RunCharts(cfg.world_size, memory=cfg.engine in STRATEGY_OF)
         self._chart_widget = charts.to_widget(self._charts.layout)
         self._chart_box.children = [self._chart_widget]
         old.close()

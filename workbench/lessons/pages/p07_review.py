@@ -18,6 +18,7 @@ EXERCISES = (
     ("09_linear_scaling_rule", "the linear scaling rule, with a warm-up"),
     ("10_amdahl_or_gustafson", "Amdahl or Gustafson"),
     ("11_make_this_loop_data_parallel", "make this loop data-parallel"),
+    ("12_zero1_optimizer_step", "the ZeRO-1 optimizer step"),
     ("13_overlap_the_all_reduce", "overlap the all-reduce with backward"),
 )
 EXERCISE_LIST = "\n".join(f"   - [{n[:2]} · {words}](exercises/{n}.ipynb)"

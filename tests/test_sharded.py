@@ -1,0 +1,188 @@
+"""Sharded data parallelism: the cost model and planner (pure), and the bytes one rank
+holds, counted from its tensors, against the model at np=1 (in this process). The runs on
+2 real ranks are checked with the engines' invariant in test_engine.py."""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from workbench.models import build_model, make_optimizer
+from workbench.records import of_kind
+from workbench.sharded.costmodel import (
+    model_states,
+    optimizer_bytes_per_parameter,
+    plan,
+    sent_per_step,
+    smallest_fit,
+    transformer_activations,
+)
+from workbench.sharded.memory import held_bytes
+
+
+def printed(x: float) -> str:
+    """Three significant digits, rounded half up, as the ZeRO paper prints its tables."""
+    d = Decimal(repr(x))
+    rounded = d.quantize(Decimal(1).scaleb(d.adjusted() - 2), rounding=ROUND_HALF_UP)
+    return f"{rounded.normalize():f}"
+
+
+def test_zero_paper_table_1_for_its_7_5b_example():
+    # Rajbhandari et al. 2020, Table 1: Ψ = 7.5B, K = 12, N_d = 64 (GB of 1e9 bytes).
+    gb = {s: model_states(7.5e9, 64, s, 12).total / 1e9
+          for s in ("ddp", "zero1", "zero2", "zero3")}
+    assert [printed(gb[s]) for s in ("ddp", "zero1", "zero2", "zero3")] == \
+        ["120", "31.4", "16.6", "1.88"]
+    assert optimizer_bytes_per_parameter("adam", mixed=True) == 12
+
+
+def test_model_states_follow_each_strategy_formula():
+    psi, n, k = 1000.0, 4, 8
+    assert model_states(psi, n, "ddp", k, 4) .total == (4 + 4 + k) * psi
+    assert model_states(psi, n, "zero1", k, 4).total == (4 + 4) * psi + k * psi / n
+    assert model_states(psi, n, "zero2", k, 4).total == 4 * psi + (4 + k) * psi / n
+    assert model_states(psi, n, "zero3", k, 4).total == (4 + 4 + k) * psi / n
+    assert model_states(psi, 1, "zero3", k, 4) == model_states(psi, 1, "ddp", k, 4)
+    with pytest.raises(ValueError, match="strategy"):
+        model_states(psi, n, "zero4", k)
+
+
+def test_traffic_model_zero3_sends_one_and_a_half_times_ddp():
+    ddp = sent_per_step(1e6, 4, "ddp")
+    assert ddp == 2 * 1e6 * 4 * 3 / 4
+    assert sent_per_step(1e6, 4, "zero3") == 1.5 * ddp
+    assert sent_per_step(1e6, 4, "zero2") == ddp
+    assert sent_per_step(1e6, 1, "ddp") == 0
+
+
+def test_planner_counts_activations_and_finds_the_fewest_devices():
+    psi = 7.5e9
+    assert plan(psi, 64, 32, "zero2").fits and not plan(psi, 64, 32, "ddp").fits
+    acts = transformer_activations(layers=32, hidden=4096, seq=2048, micro_batch=1, heads=32)
+    assert acts == 32 * 2048 * 4096 * (34 + 5 * 32 * 2048 / 4096)  # 30.6 GB
+    with_acts = plan(psi, 64, 32, "zero2", activations=acts)
+    assert not with_acts.fits and "does not fit" in str(with_acts)
+    assert smallest_fit(psi, 32, "zero3") == 4             # 120/4 = 30 GB
+    assert smallest_fit(psi, 32, "ddp") is None            # 120 GB on every device
+    with pytest.raises(ValueError, match="device_gb"):
+        plan(psi, 64, 0, "zero2")
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory):
+    """A process group of one rank, in this process."""
+    store = tmp_path_factory.mktemp("pg") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def one_step(model, optimizer, reduce=None) -> dict[str, int]:
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(model(torch.randn(8, 32)), torch.randint(0, 10, (8,))
+                                      ).backward()
+    if reduce:
+        reduce()
+    optimizer.step()
+    return held_bytes(model, optimizer)
+
+
+@pytest.mark.parametrize("engine", ["torch", "zero1", "zero2", "fsdp"])
+@pytest.mark.parametrize(("opt", "momentum"), [("adam", 0.0), ("sgd", 0.9)])
+def test_one_rank_holds_what_the_model_predicts(one_rank, engine, opt, momentum):
+    from workbench.sharded.costmodel import STRATEGY_OF
+    from workbench.sharded.zero_rank import STAGES
+
+    torch.manual_seed(0)
+    model = build_model("mlp", (32,), 10, 48)
+    psi = sum(p.numel() for p in model.parameters())
+    make = lambda params: make_optimizer(opt, params, 0.01, momentum)  # noqa: E731
+    reduce = None
+    if engine in STAGES:
+        optimizer = STAGES[engine](model, make, 0, 1)
+        reduce = optimizer.reduce_gradients
+    else:
+        if engine == "fsdp":
+            from workbench.sharded.fsdp import shard_model
+            shard_model(model, torch.device("cpu"))
+        optimizer = make(list(model.parameters()))
+    got = one_step(model, optimizer, reduce)
+    want = model_states(psi, 1, STRATEGY_OF[engine], optimizer_bytes_per_parameter(
+        opt, momentum), 4)
+    for field, value in [("param_bytes", want.params), ("grad_bytes", want.grads),
+                         ("optimizer_bytes", want.optimizer)]:
+        assert abs(got[field] / value - 1) <= 0.05, (engine, field, got[field], value)
+
+
+def test_run_charts_show_each_ranks_bytes_held_and_sent():
+    from workbench.ui.run_charts import RunCharts
+
+    rows = [{"kind": "step", "rank": r, "time": 1.0, "epoch": 0, "step": 0, "loss": 1.0,
+             "param_bytes": 4e6, "grad_bytes": 2e6 / (r + 1), "optimizer_bytes": 1e6,
+             "sent_bytes": 3e6} for r in range(2)]
+    charts = RunCharts(np=2, memory=True)
+    assert charts.add(rows) == 2
+    held = charts.sources["memory"].data
+    assert held["category"] == ["rank 0", "rank 1"]
+    assert held["parameters"] == [4.0, 4.0] and held["gradients"] == [2.0, 1.0]
+    assert held["optimizer state"] == [1.0, 1.0]
+    assert charts.sources["sent"].data["value"] == [3.0, 3.0]
+    assert "memory" not in RunCharts(np=2).figures    # engines that do not count bytes
+
+
+def test_compressed_gradients_halve_what_ddp_sends_not_the_gathered_parameters():
+    full = sent_per_step(1e6, 2, "ddp")
+    assert sent_per_step(1e6, 2, "ddp", grad_bytes=2) == full / 2
+    assert sent_per_step(1e6, 2, "zero2", grad_bytes=2) == 0.75 * full   # params stay fp32
+
+
+def test_bf16_autocast_and_compressed_gradients_on_real_ranks(tmp_path):
+    """DDP and ZeRO-2 on 2 ranks, gradients sent in bf16 under bf16 autocast: DDP sends half
+    the bytes, ZeRO-2 three quarters (its parameters are gathered in fp32), each rank holds
+    what it held in fp32, and the model still learns."""
+    import workbench
+    from workbench.sharded.measured import comparison, predicted
+
+    common = dict(np=2, model="mlp", width=32, dataset="digits", epochs=1, max_steps=20,
+                  threads_per_rank=1, optimizer="adam", lr=0.01, precision="bf16",
+                  grad_compression="bf16", runs_dir=str(tmp_path))
+    jobs = {e: workbench.start(workbench.JobConfig(engine=e, **common))
+            for e in ("torch", "zero2")}
+    for engine, job in jobs.items():
+        assert job.wait(300) == "succeeded", job.summary
+        for row in comparison(job):
+            assert abs(row["ratio"] - 1) <= 0.05, (engine, row)
+        psi = sum(int(v.numel()) for v in job.record().model_state().values())
+        sent = predicted(job)["sent_bytes"]
+        share = {"torch": 0.5, "zero2": 0.75}[engine]
+        assert sent == pytest.approx(share * sent_per_step(psi, 2, "ddp"))
+        losses = [r["loss"] for r in of_kind(job.metrics(), "step") if r["rank"] == 0]
+        assert sum(losses[-5:]) < sum(losses[:5])          # it trains
+        assert job.summary["final_loss"] < losses[0]
+
+
+@pytest.mark.parametrize(("fields", "flag"), [
+    (dict(engine="horovod", grad_compression="bf16"), "--grad-compression"),
+    (dict(engine="torch", grad_compression="fp8"), "--grad-compression"),
+    (dict(engine="torch", precision="bf16", dtype="float64"), "--precision"),
+    (dict(engine="zero1", checkpoint_every=1), "--engine"),
+    (dict(engine="fsdp", resume="some-run"), "--engine"),
+])
+def test_bad_sharded_or_precision_settings_are_one_line_errors(fields, flag):
+    from workbench.config import ConfigError, JobConfig
+
+    with pytest.raises(ConfigError, match=flag) as err:
+        JobConfig(**fields).validate()
+    assert "\n" not in str(err.value)
+
+
+def test_sharded_engines_start_with_torchrun_and_name_their_engine():
+    from workbench.jobs.engines import ENGINES
+
+    for engine in ("zero1", "zero2", "fsdp"):
+        assert ENGINES[engine].plain_command(2) == [
+            "torchrun", "--standalone", "--nproc-per-node", "2",
+            "-m", f"workbench.sharded.{engine}_rank"]

@@ -1,0 +1,157 @@
+"""Notebook 08: sharded data parallelism (ZeRO-1, 2, 3), its memory and traffic measured."""
+
+from workbench.notebooks import code, md
+
+NAME = "08_sharded_data_parallelism.ipynb"
+
+CELLS = [
+    md(r"""
+# 08 · Sharded data parallelism: when the model does not fit
+
+**Goals.** After this notebook you can
+- count the bytes a data-parallel rank holds in parameters, gradients and optimizer state,
+  and predict them for DDP and for ZeRO's three stages,
+- say what ZeRO-1, ZeRO-2 and ZeRO-3 (FSDP) each shard, and what each costs in traffic,
+- check on real ranks that sharding changes the memory and the bytes sent, not the result,
+- plan whether a model fits on $N$ devices of $M$ GB with a given strategy.
+
+**Time:** about 35 minutes.
+"""),
+    md(r"""
+## 1. "The model has to entirely fit on each node"
+
+That is the limit the course's source gives data parallelism: every worker holds a whole
+replica. It holds more than the parameters. With $\Psi$ parameters in float32, a rank keeps
+$4\Psi$ bytes of parameters, $4\Psi$ of gradients and $K\Psi$ of optimizer state: $K = 8$
+for Adam (two moments), 4 for SGD with momentum. In mixed precision (the ZeRO paper's
+accounting) it is $2\Psi + 2\Psi + 12\Psi$: 16 bytes per parameter, so a 7.5B-parameter
+model needs 120 GB on every device, however many devices there are.
+
+Each rank of DDP (`engine="torch"`), and of the sharded engines below, counts the bytes its
+tensors hold after every step and the bytes its collectives send. Here is DDP on 2 ranks,
+with Adam, beside the cost model's prediction:
+"""),
+    code(r"""
+import workbench
+from workbench.lessons.show import figure_widget, table
+from workbench.sharded import costmodel, measured
+from workbench.ui import charts
+
+charts.load_bokehjs()
+JOB = dict(np=2, model="mlp", width=256, dataset="digits", epochs=1, max_steps=6,  # size
+           optimizer="adam", lr=0.01, threads_per_rank=1)
+ddp = workbench.start(workbench.JobConfig(engine="torch", **JOB))
+assert ddp.wait(timeout=400) == "succeeded", ddp.summary
+table(measured.footprint_rows(ddp), measured.COLUMNS, caption="DDP, 2 ranks, Adam")
+"""),
+    md(r"""
+Both ranks hold the same: $(4 + 4 + 8)\Psi$ bytes. Adding ranks adds speed, never memory.
+
+## 2. ZeRO-1: shard the optimizer state
+
+Rajbhandari et al. (SC 2020) notice that the replicas are redundant: each rank needs the
+optimizer state only for the parameters it updates. So rank $r$ owns slice $r$ of one flat
+buffer of parameters. After the backward pass the gradients are averaged as in DDP; then
+each rank steps **its slice only** (its optimizer state is $K\Psi/N$) and the ranks
+**all-gather** the updated slices. The whole step:
+"""),
+    code(r"""
+from workbench.lessons.show import module_source
+
+print(module_source("workbench.sharded.zero1", "    def reduce_gradients", "    def state_dict"))
+"""),
+    md(r"""
+**ZeRO-2** replaces the all-reduce by a **reduce-scatter**: rank $r$ receives only the
+averaged gradients of its slice, so it keeps $2\Psi/N$ (here $4\Psi/N$) of gradients.
+**ZeRO-3** shards the parameters too: PyTorch's FSDP2 (`fully_shard` per layer; Zhao et
+al., VLDB 2023) gathers each layer's parameters just before it computes, in the forward and
+again in the backward pass, and frees them after. The same job on each (one after another:
+they would share cores):
+"""),
+    code(r"""
+runs = [ddp]
+for engine in ("zero1", "zero2", "fsdp"):
+    job = workbench.start(workbench.JobConfig(engine=engine, **JOB))
+    assert job.wait(timeout=400) == "succeeded", job.summary
+    runs.append(job)
+rows = [row for run in runs for row in measured.footprint_rows(run)]
+table(rows, measured.COLUMNS, caption="Bytes per rank: measured, and the cost model's")
+"""),
+    code(r"""
+from workbench.lessons.runs import parameter_gap
+
+for run in runs[1:]:
+    print(f"{run.config.engine:6s} ends {parameter_gap(ddp, run):.1e} away from DDP")
+figure_widget(measured.held_chart(runs))
+"""),
+    md(r"""
+The parameters end where DDP's do (to float32 rounding): sharding changes where the
+numbers live, not the arithmetic. The memory falls stage by stage, as predicted.
+
+## 3. What ZeRO trades: bytes on the wire
+
+The last columns are the bytes each rank sent per step. A ring all-reduce sends
+$2\Psi\frac{N-1}{N}$ values per rank. ZeRO-2's reduce-scatter and all-gather are the two
+halves of that all-reduce: the same bytes. ZeRO-3 gathers the parameters twice, $3\Psi
+\frac{N-1}{N}$: 1.5× DDP. (The ZeRO-1 written here all-reduces and then all-gathers, also
+1.5×; the paper's ZeRO-1 reduce-scatters, as ZeRO-2 does.)
+
+## 4. Mixed precision: 16-bit compute and 16-bit gradients
+
+`precision="bf16"` runs the forward pass under bfloat16 autocast; `grad_compression="bf16"`
+sends the gradients in 2 bytes instead of 4, as DDP's `bf16_compress_hook` (Horovod:
+`Compression.fp16`). bf16 keeps float32's exponent range, so it needs no loss scaling;
+fp16, on GPUs, does (Micikevicius et al. 2018). The cost: rounding to 8 significant bits.
+"""),
+    code(r"""
+bf16 = workbench.start(workbench.JobConfig(engine="torch", precision="bf16",
+                                           grad_compression="bf16", **JOB))
+assert bf16.wait(timeout=400) == "succeeded", bf16.summary
+sent = [measured.last_footprint(run)[0]["sent_bytes"] for run in (ddp, bf16)]
+print(f"sent per step: float32 {sent[0]:,} bytes, bf16 {sent[1]:,} ({sent[1] / sent[0]:.2f}x)")
+print(f"final held-out loss: float32 {ddp.summary['final_loss']:.4f}, "
+      f"bf16 {bf16.summary['final_loss']:.4f}")
+"""),
+    md(r"""
+## 5. Does it fit? The planner
+
+The cost model answers for any size. A 7-billion-parameter transformer (32 layers, hidden
+size 4096, 32 heads; sequences of 2048 tokens, one per device) in mixed precision with
+Adam, on 8 devices of 80 GB. Its activations (Korthikanti et al. 2022: $sbh(34 + 5as/h)$
+bytes per layer, without recomputation) come on top, and no data-parallel sharding divides
+them:
+"""),
+    code(r"""
+PSI, DEVICES, GB = 6.7e9, 8, 80        # parameters, devices, GB per device
+acts = costmodel.transformer_activations(layers=32, hidden=4096, seq=2048, micro_batch=1,
+                                         heads=32)
+for strategy in costmodel.STRATEGIES:
+    print(costmodel.plan(PSI, DEVICES, GB, strategy, k=12, activations=acts))
+print("ZeRO paper, Table 1 (7.5B, N=64):", [round(costmodel.model_states(
+    7.5e9, 64, s, 12).total / 1e9, 2) for s in costmodel.STRATEGIES], "GB")
+"""),
+    md(r"""
+## Summary
+
+- A data-parallel replica holds $(4 + 4 + K)\Psi$ bytes in float32, $(2 + 2 + 12)\Psi$ in
+  mixed precision with Adam, on every rank: adding ranks adds no memory.
+- ZeRO-1 shards the optimizer state ($K\Psi/N$), ZeRO-2 also the gradients, ZeRO-3 (FSDP)
+  also the parameters: $(2 + 2 + K)\Psi/N$. The result is DDP's, to rounding.
+- ZeRO-2 sends what DDP sends; ZeRO-3 sends 1.5× as much, gathering each layer's
+  parameters twice per step. Sending gradients in bf16 halves DDP's bytes.
+- Activations are not sharded by any of them; the planner adds them to the model states.
+
+## Exercises
+
+- [Exercise 12: write the ZeRO-1 optimizer step](exercises/12_zero1_optimizer_step.ipynb):
+  shard, step, all-gather, on 2 real ranks.
+
+## Check yourself
+
+```python
+from workbench.quiz import Quiz
+Quiz(ids=["zero1-what-is-sharded", "zero2-memory-7b", "zero3-traffic-ratio",
+          "fsdp-statements", "bf16-compressed-gradients"])
+```
+"""),
+]

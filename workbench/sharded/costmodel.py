@@ -1,0 +1,146 @@
+"""What each strategy holds per rank and sends per step, predicted; and what fits.
+
+Pure functions of the model size, with the notation of Rajbhandari et al., "ZeRO: Memory
+Optimizations Toward Training Trillion Parameter Models" (SC 2020, arXiv:1910.02054):
+Ψ parameters, N data-parallel ranks, K bytes of optimizer state per parameter. Bytes are
+bytes; the planner's device memory is in GB of 10⁹ bytes, as the paper's tables.
+
+Model states per rank (§3 of the paper; mixed precision: 2-byte parameters and gradients,
+and K = 12 for Adam: an fp32 copy of the parameters, momentum and variance):
+
+    strategy   parameters   gradients    optimizer state
+    ddp        2Ψ           2Ψ           KΨ
+    zero1      2Ψ           2Ψ           KΨ/N
+    zero2      2Ψ           2Ψ/N         KΨ/N
+    zero3      2Ψ/N         2Ψ/N         KΨ/N
+
+In fp32 the parameters and gradients take 4 bytes each and K counts the optimizer's own
+state only (Adam 8: two moments; SGD with momentum 4; plain SGD 0), since the parameters
+are already the fp32 copy. ZeRO-3 here is FSDP2 (`--engine fsdp`).
+
+Traffic per rank per step, in parameter-sized values (bandwidth-optimal ring, Patarasuk &
+Yuan 2009): DDP all-reduces the gradients, 2Ψ(N−1)/N; ZeRO-2 reduce-scatters them and
+all-gathers the updated parameters, the same 2Ψ(N−1)/N; ZeRO-3 all-gathers the parameters
+in the forward and again in the backward pass, and reduce-scatters the gradients,
+3Ψ(N−1)/N (1.5× DDP). ZeRO-1 as written here (`zero1.py`) all-reduces the gradients and
+then all-gathers the parameters, 3Ψ(N−1)/N; the paper's ZeRO-1 reduce-scatters, as ZeRO-2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+#: The engine that runs each strategy (`workbench run --engine ...`).
+ENGINE_OF = {"ddp": "torch", "zero1": "zero1", "zero2": "zero2", "zero3": "fsdp"}
+STRATEGY_OF = {engine: strategy for strategy, engine in ENGINE_OF.items()}
+#: (gradient values, parameter values) each rank sends per step, in units of Ψ(N−1)/N.
+SENT_PER_STEP = {"ddp": (2, 0), "zero1": (2, 1), "zero2": (1, 1), "zero3": (1, 2)}
+
+
+def optimizer_bytes_per_parameter(optimizer: str, momentum: float = 0.0,
+                                  mixed: bool = False) -> int:
+    """K: bytes of optimizer state per parameter (fp32 state; mixed adds an fp32 copy)."""
+    if optimizer == "adam":
+        k = 8
+    elif optimizer == "sgd":
+        k = 4 if momentum else 0
+    else:
+        raise ValueError(f"unknown optimizer {optimizer!r}: expected adam or sgd")
+    return k + 4 if mixed else k
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes one rank holds in model states."""
+
+    params: float
+    grads: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer
+
+
+def model_states(psi: float, n: int, strategy: str, k: float,
+                 value_bytes: int = 2) -> Memory:
+    """Bytes per rank of Ψ=`psi` parameters on `n` ranks, K=`k` bytes of optimizer state per
+    parameter, parameters and gradients of `value_bytes` each (2 mixed precision, 4 fp32)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}: expected one of "
+                         f"{', '.join(STRATEGIES)}")
+    if n < 1:
+        raise ValueError(f"n must be at least 1 rank, got {n}")
+    shard = psi / n
+    params = value_bytes * (shard if strategy == "zero3" else psi)
+    grads = value_bytes * (shard if strategy in ("zero2", "zero3") else psi)
+    optimizer = k * (psi if strategy == "ddp" else shard)
+    return Memory(params, grads, optimizer)
+
+
+def sent_per_step(psi: float, n: int, strategy: str, value_bytes: int = 4,
+                  grad_bytes: int | None = None) -> float:
+    """Bytes one rank sends per training step: parameters of `value_bytes` each, gradients
+    of `grad_bytes` (default the same; 2 when they are sent compressed to bf16)."""
+    grads, params = SENT_PER_STEP[strategy]
+    grad_bytes = value_bytes if grad_bytes is None else grad_bytes
+    return (grads * grad_bytes + params * value_bytes) * psi * (n - 1) / n
+
+
+def transformer_activations(layers: int, hidden: int, seq: int, micro_batch: int,
+                            heads: int) -> float:
+    """Bytes of activations a transformer keeps for its backward pass, in 16-bit, without
+    recomputation: s·b·h·(34 + 5·a·s/h) per layer (Korthikanti et al., "Reducing Activation
+    Recomputation in Large Transformer Models", 2022, arXiv:2205.05198, eq. 1). Data
+    parallelism, sharded or not, does not divide them: they follow the batch of each rank."""
+    per_layer = seq * micro_batch * hidden * (34 + 5 * heads * seq / hidden)
+    return layers * per_layer
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The answer to "does it fit": bytes per device and the verdict."""
+
+    strategy: str
+    n: int
+    device_gb: float
+    states: Memory
+    activations: float
+
+    @property
+    def per_device_gb(self) -> float:
+        return (self.states.total + self.activations) / 1e9
+
+    @property
+    def fits(self) -> bool:
+        return self.per_device_gb <= self.device_gb
+
+    def __str__(self) -> str:
+        verdict = "fits" if self.fits else "does not fit"
+        return (f"{self.strategy} on {self.n} × {self.device_gb:g} GB: "
+                f"{self.states.total / 1e9:.3g} GB model states + "
+                f"{self.activations / 1e9:.3g} GB activations = {self.per_device_gb:.3g} GB"
+                f" per device: {verdict}")
+
+
+def plan(psi: float, n: int, device_gb: float, strategy: str, k: float = 12,
+         activations: float = 0.0, value_bytes: int = 2) -> Plan:
+    """Does a model of Ψ=`psi` parameters fit on `n` devices of `device_gb` GB each with
+    `strategy`, `activations` bytes of activations per device included?"""
+    if device_gb <= 0:
+        raise ValueError(f"device_gb must be positive, got {device_gb}")
+    return Plan(strategy, n, device_gb, model_states(psi, n, strategy, k, value_bytes),
+                activations)
+
+
+def smallest_fit(psi: float, device_gb: float, strategy: str, k: float = 12,
+                 activations: float = 0.0, value_bytes: int = 2,
+                 most: int = 1 << 20) -> int | None:
+    """The fewest devices (a power of two) on which it fits, or None if none up to `most`."""
+    n = 1
+    while n <= most:
+        if plan(psi, n, device_gb, strategy, k, activations, value_bytes).fits:
+            return n
+        n *= 2
+    return None

@@ -1,0 +1,102 @@
+"""A run's measured bytes per rank beside the cost model's prediction.
+
+Reads the step lines of a finished (or running) job: their `param_bytes`, `grad_bytes`,
+`optimizer_bytes` and `sent_bytes` (sharded/memory.py, sharded/traffic.py), and sets each
+beside `costmodel.model_states` and `costmodel.sent_per_step` for the run's own Ψ, N, K
+and precision.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.lessons.runs import record
+from workbench.records import of_kind
+from workbench.sharded.costmodel import (
+    STRATEGY_OF,
+    model_states,
+    optimizer_bytes_per_parameter,
+    sent_per_step,
+)
+
+FIELDS = ("param_bytes", "grad_bytes", "optimizer_bytes", "sent_bytes")
+
+
+def last_footprint(run: Any) -> dict[int, dict[str, int]]:
+    """{rank: the byte fields of its last step line} (ranks that reported them)."""
+    out: dict[int, dict[str, int]] = {}
+    for line in of_kind(record(run).metrics(), "step"):
+        if "param_bytes" in line:
+            out[line["rank"]] = {f: line[f] for f in FIELDS}
+    return out
+
+
+def parameter_count(run: Any) -> int:
+    """Ψ: the number of parameters of the run's final model."""
+    return sum(int(v.numel()) for v in record(run).model_state().values())
+
+
+def predicted(run: Any) -> dict[str, float]:
+    """The cost model's bytes per rank for this run (fp32 parameters and gradients)."""
+    rec = record(run)
+    cfg = rec.config
+    strategy = STRATEGY_OF[cfg["engine"]]
+    n = int(cfg["np"])
+    psi = parameter_count(rec)
+    value = {"float32": 4, "float64": 8}[cfg.get("dtype", "float32")]
+    k = optimizer_bytes_per_parameter(cfg["optimizer"], cfg["momentum"]) * value // 4
+    states = model_states(psi, n, strategy, k, value)
+    wire = 2 if cfg.get("grad_compression") == "bf16" else value  # bytes per gradient sent
+    return {"param_bytes": states.params, "grad_bytes": states.grads,
+            "optimizer_bytes": states.optimizer,
+            "sent_bytes": sent_per_step(psi, n, strategy, value, wire)}
+
+
+def comparison(run: Any) -> list[dict[str, Any]]:
+    """One row per rank and field: {"rank", "field", "measured", "predicted", "ratio"}."""
+    model = predicted(run)
+    rows = []
+    for rank, fields in sorted(last_footprint(run).items()):
+        for name in FIELDS:
+            want, got = model[name], fields[name]
+            rows.append({"rank": rank, "field": name, "measured": got, "predicted": want,
+                         "ratio": got / want if want else (1.0 if got == 0 else float("inf"))})
+    return rows
+
+
+def footprint_rows(run: Any) -> list[dict[str, Any]]:
+    """One row per rank, in MB: what it holds, the model's total, and what it sent per step
+    beside the model's figure (for `workbench.lessons.show.table`)."""
+    model, rec = predicted(run), record(run)
+    rows = []
+    for rank, got in sorted(last_footprint(rec).items()):
+        held = got["param_bytes"] + got["grad_bytes"] + got["optimizer_bytes"]
+        rows.append({"engine": rec.config["engine"], "rank": rank,
+                     **{f: got[f] / 1e6 for f in FIELDS}, "held": held / 1e6,
+                     "held_model": (model["param_bytes"] + model["grad_bytes"]
+                                    + model["optimizer_bytes"]) / 1e6,
+                     "sent_model": model["sent_bytes"] / 1e6})
+    return rows
+
+
+#: The columns of `footprint_rows` for `workbench.lessons.show.table`.
+COLUMNS = [("engine", "engine", "s"), ("rank", "rank", "d"),
+           ("param_bytes", "params (MB)", ".3f"), ("grad_bytes", "grads (MB)", ".3f"),
+           ("optimizer_bytes", "optimizer (MB)", ".3f"), ("held", "held (MB)", ".3f"),
+           ("held_model", "model (MB)", ".3f"), ("sent_bytes", "sent/step (MB)", ".3f"),
+           ("sent_model", "model (MB)", ".3f")]
+
+
+def held_chart(runs: list[Any]):
+    """A stacked bar per run: what its rank 0 holds, in MB (the project's chart helper)."""
+    from workbench.ui import charts
+
+    rows = [footprint_rows(run)[0] for run in runs]
+    names = [f"{r['engine']} np={record(run).config['np']}" for r, run in
+             zip(rows, runs, strict=True)]
+    fig, _ = charts.stacked_bar(
+        names, {"parameters": [r["param_bytes"] for r in rows],
+                "gradients": [r["grad_bytes"] for r in rows],
+                "optimizer state": [r["optimizer_bytes"] for r in rows]},
+        "bytes held by rank 0", y_label="MB")
+    return fig

@@ -1,0 +1,66 @@
+"""The bytes a rank sends per step, counted at the collectives it calls.
+
+Every call to `all_reduce`, `all_gather_single` or `reduce_scatter_single` (those that
+DDP's communication hook, ZeRO and FSDP2 call) goes through a counter, which adds what a
+bandwidth-optimal ring sends for it from this rank (Patarasuk & Yuan, J. Parallel Distrib.
+Comput. 69(2), 2009), with B the bytes of the whole tensor and N the ranks:
+
+- all-reduce of B bytes: 2·B·(N−1)/N (a reduce-scatter, then an all-gather);
+- all-gather into B bytes: B·(N−1)/N (each rank's 1/N travels to the N−1 others);
+- reduce-scatter of B bytes: B·(N−1)/N.
+
+These are the bytes the collectives were asked to move; how a library moves them (gloo's
+own algorithm, NCCL's rings or trees) can differ, never below these figures.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+#: Per collective: the name of its tensor argument whose bytes are B, and the share of B
+#: one rank sends, as a function of N.
+SENDS: dict[str, tuple[str, Callable[[int], float]]] = {
+    "all_reduce": ("tensor", lambda n: 2 * (n - 1) / n),
+    "all_gather_single": ("output_tensor", lambda n: (n - 1) / n),
+    "reduce_scatter_single": ("input", lambda n: (n - 1) / n),
+}
+
+
+class Traffic:
+    """Counts the bytes this process's collectives send; `install()` once per rank."""
+
+    def __init__(self) -> None:
+        self.sent = 0.0
+
+    def install(self) -> Traffic:
+        """Route torch.distributed's collectives through the counter."""
+        for name, (arg, share) in SENDS.items():
+            original = getattr(dist, name)
+            if getattr(original, "counted_by", None) is not None:
+                continue                            # already counted
+            setattr(dist, name, self._counting(original, arg, share))
+        return self
+
+    def _counting(self, original: Callable, arg: str, share: Callable[[int], float]):
+        signature = inspect.signature(original)
+
+        @functools.wraps(original)
+        def counted(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            tensor: torch.Tensor = bound.arguments[arg]
+            world = dist.get_world_size(bound.arguments.get("group"))
+            self.sent += tensor.numel() * tensor.element_size() * share(world)
+            return original(*args, **kwargs)
+
+        counted.counted_by = self
+        return counted
+
+    def take(self) -> int:
+        """Bytes sent since the last call (rounded to whole bytes)."""
+        sent, self.sent = self.sent, 0.0
+        return round(sent)
