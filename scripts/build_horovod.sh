@@ -27,10 +27,12 @@
 # that shares the home folder, and later set-ups install in seconds instead of compiling
 # for about 2 minutes. The checked sdist is kept in .cache/wheels/sdist/.
 #
-# Usage: scripts/build_horovod.sh PYTHON [--dry-run]
-#   PYTHON     the interpreter of the target environment
-#   --dry-run  print the cache folder, the HOROVOD_* build settings and the build command,
-#              then stop: nothing is downloaded, compiled or installed
+# Usage: scripts/build_horovod.sh PYTHON [--dry-run | --wheel-only]
+#   PYTHON        the interpreter of the target environment
+#   --dry-run     print the cache folder, the HOROVOD_* build settings and the build command,
+#                 then stop: nothing is downloaded, compiled or installed
+#   --wheel-only  build the wheel into the cache (or find it there) and stop: nothing is
+#                 installed, so scripts/setup.sh can compile while pip installs the rest
 # Environment: WORKBENCH_WHEEL_CACHE (cache folder, default .cache/wheels),
 #              WORKBENCH_HOROVOD_SDIST (a local horovod-0.28.1.tar.gz to use instead of
 #              downloading it; its sha256 is checked all the same),
@@ -38,9 +40,14 @@
 #              CXX (C++ compiler, default g++), MAKEFLAGS (default -j<cores>).
 set -euo pipefail
 
-PY=${1:?usage: build_horovod.sh PYTHON [--dry-run]}
-DRY_RUN=0
-if [ "${2:-}" = "--dry-run" ]; then DRY_RUN=1; fi
+PY=${1:?usage: build_horovod.sh PYTHON [--dry-run | --wheel-only]}
+DRY_RUN=0 WHEEL_ONLY=0
+case "${2:-}" in
+    --dry-run) DRY_RUN=1 ;;
+    --wheel-only) WHEEL_ONLY=1 ;;
+    "") ;;
+    *) echo "build_horovod.sh: unknown option ${2} (use --dry-run or --wheel-only)" >&2; exit 2 ;;
+esac
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VERSION=0.28.1
 # sha256 of horovod-0.28.1.tar.gz, as PyPI publishes it (https://pypi.org/simple/horovod/).
@@ -275,6 +282,10 @@ if [ -n "$wheel" ]; then
 else
     build_wheel
     wheel=$(ls "$CACHE"/horovod-"$VERSION"-*.whl | head -n 1)
+fi
+if [ "$WHEEL_ONLY" = 1 ]; then
+    note "wheel ready: ${wheel#"$ROOT"/} (not installed: --wheel-only)."
+    exit 0
 fi
 pipq install -q --no-deps "$wheel" || fail "pip could not install $wheel" "delete it and run: make horovod"
 # Horovod's own run-time dependencies (its wheel was installed with --no-deps).

@@ -62,11 +62,30 @@ OPTIMIZERS = {
     "adam": dict(optimizer="adam", lr=0.01),
     "adam+wd": dict(optimizer="adam", lr=0.01, weight_decay=1e-3),
 }
-#: (engine, optimizer, ranks) of the invariant's runs: every replicating engine with every
-#: optimizer at 2 and 3 ranks; the sharded engines (workbench/sharded/) at 2 ranks, with
-#: Adam and weight decay in place of plain Adam.
+#: The (optimizer, N) cases, each run on every engine: each catches bugs the others cannot.
+CASES = [
+    # Plain SGD is linear in the gradient, so it catches every mistake in the average
+    # itself: summed instead of averaged, divided by a fixed 2, a rank left out; and N = 3
+    # (an odd world, not a power of two, 48 samples a step) catches sharding that drops or
+    # repeats samples and a ring whose chunks are cut for two ranks only.
+    ("sgd", 3),
+    # Momentum and weight decay carry state from step to step: they catch a momentum buffer
+    # fed the local gradient instead of the average, or weight decay applied twice (once
+    # per rank before the average and again in the step).
+    ("momentum+wd", 2),
+    # Adam is not linear: averaging the *parameters* after local steps equals averaging the
+    # gradients for SGD and momentum, but not for Adam, so only this case catches it. (Adam
+    # is scale-invariant, so it could not catch a sum instead of an average: SGD does.)
+    ("adam", 2),
+]
+
+
+#: (engine, optimizer, ranks) of the invariant's runs: every replicating engine on each of the
+#: CASES; the sharded engines (workbench/sharded/) at 2 ranks with SGD, momentum and Adam with
+#: weight decay (Adam's state is what ZeRO shards, weight decay what a shard-local step could
+#: apply to the wrong slice).
 INVARIANT_RUNS = [(engine, opt, world) for engine in ("horovod", "torch", "naive")
-                  for opt in ("sgd", "momentum+wd", "adam") for world in (2, 3)] + [
+                  for opt, world in CASES] + [
     (engine, opt, 2) for engine in ("zero1", "zero2", "fsdp")
     for opt in ("sgd", "momentum+wd", "adam+wd")]
 
@@ -86,7 +105,8 @@ def serial_params(tmp_path_factory) -> dict:
     return get
 
 
-@pytest.mark.parametrize(("engine", "opt", "world"), INVARIANT_RUNS)
+@pytest.mark.parametrize(("engine", "opt", "world"), INVARIANT_RUNS,
+                         ids=[f"{e}-{o}-np{w}" for e, o, w in INVARIANT_RUNS])
 def test_n_ranks_with_batch_b_equal_serial_with_batch_nb(tmp_path, serial_params, engine,
                                                          opt, world):
     job = run_job(tmp_path, engine=engine, np=world, batch_size=16, **OPTIMIZERS[opt])

@@ -132,6 +132,22 @@ def test_second_setup_run_takes_seconds() -> None:
     assert elapsed < 10, f"a second set-up took {elapsed:.1f} s"
 
 
+def test_setup_refuses_an_unknown_option_in_one_line() -> None:
+    result = run(["bash", "scripts/setup.sh", "--with-everything"], timeout=30, cwd=ROOT)
+    assert result.returncode == 2
+    assert result.stdout.strip() == ("setup: unknown option --with-everything (the only one "
+                                     "is --with-system-deps)")
+
+
+def test_make_test_installs_the_system_packages_during_the_set_up() -> None:
+    """make test's set-up starts the Debian packages' install beside the Horovod build;
+    make lab's does not (it installs nothing as root)."""
+    assert "scripts/setup.sh --with-system-deps" in run(["make", "-n", "test"], timeout=60,
+                                                         cwd=ROOT).stdout
+    lab = run(["make", "-n", "lab"], timeout=60, cwd=ROOT).stdout
+    assert "scripts/setup.sh" in lab and "--with-system-deps" not in lab
+
+
 def test_install_system_deps_is_instant_when_present() -> None:
     script = ROOT / "scripts" / "install_system_deps.sh"
     if run(["bash", str(script), "--check"], timeout=30).returncode != 0:
@@ -163,6 +179,19 @@ def test_cached_horovod_wheel_installs_without_building(venv_without_horovod: Pa
         [str(venv_without_horovod), "-c", "import horovod.torch, horovod; print(horovod.__file__)"],
         text=True)
     assert where.startswith(str(venv_without_horovod.parents[1]))
+
+
+def test_wheel_only_finds_the_cached_wheel_and_installs_nothing(
+        venv_without_horovod: Path) -> None:
+    """What scripts/setup.sh runs in the background while pip installs the rest."""
+    if cached_wheel() is None:
+        pytest.skip("no cached Horovod wheel (the set-up's Horovod build failed or never ran)")
+    result = run(["bash", str(BUILD_SCRIPT), str(venv_without_horovod), "--wheel-only"],
+                 timeout=120)
+    assert result.returncode == 0, result.stdout
+    assert "using the cached wheel" in result.stdout and "wheel ready" in result.stdout
+    assert subprocess.run([str(venv_without_horovod), "-c", "import horovod"],
+                          capture_output=True).returncode != 0, "--wheel-only installed it"
 
 
 def test_failed_horovod_build_says_why_and_how_to_fix(venv_without_horovod: Path,

@@ -81,7 +81,7 @@ The runs record Horovod's timeline too (section 4).
 """),
     code(r"""
 WORKERS = "1,2"   # worker counts to compare; "1,2,3" oversubscribes a 2-core machine
-STEPS = 30        # training steps per run: more steps give steadier numbers
+STEPS = 20        # training steps per run: more steps give steadier numbers
 
 panel = ScalingPanel(engine="horovod", np_values=WORKERS, preset="comm-bound", mode="strong",
                      epochs=1, max_steps=STEPS, timeline=True)
@@ -268,7 +268,7 @@ from workbench.scaling.sweep import Sweep, Target, compare_to_first
 
 TARGET = Target(accuracy=0.93)   # held-out accuracy to reach; 0.95 takes longer
 base = JobConfig(engine="torch", model="mlp", width=64, dataset="digits", batch_size=32,
-                 lr=0.05, epochs=5, threads_per_rank=1)
+                 lr=0.1, epochs=3, threads_per_rank=1)  # weak runs: epochs x 2, same steps
 sweeps = {"strong": Sweep(base, [1, 2], "strong", target=TARGET),
           "weak, same lr": Sweep(base, [2], "weak", target=TARGET),
           "weak, lr x 2 + warm-up": Sweep(dataclasses.replace(base, warmup_epochs=0.5), [2],
