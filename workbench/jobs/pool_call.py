@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import threading
 import time
-import traceback
 from typing import TYPE_CHECKING, Any
 
 from workbench.config import JobConfig
-from workbench.jobs.job import _LIVE_JOBS, POLL_S, Job, _one_line
+from workbench.jobs.job import _LIVE_JOBS, POLL_S, Job
 from workbench.records import new_run_dir, write_json_atomic
 
 if TYPE_CHECKING:
@@ -137,15 +136,6 @@ class PoolCall(Job):
         summary.update(pool=self._ranks.job.run_id, launcher_process=None,
                        interrupted_ranks=self.interrupted)
         return summary
-
-    def _watch(self) -> None:
-        try:
-            self._watch_loop()
-        except Exception as exc:  # noqa: BLE001 - any bug or I/O error must end the call
-            self._finish("failed", {"rank": None,
-                                    "error": f"the call's watcher failed: {_one_line(exc)}",
-                                    "traceback": traceback.format_exc()})
-
 
 class _CallProgress:
     """What a job's watcher asks of its launcher, answered for a call: it "exits" (0) once
