@@ -79,8 +79,17 @@ def test_accumulation_equals_serial_with_batch_nkb(tmp_path, serial, engine):
     """DDP's no_sync() and Horovod's backward_passes_per_step: 2 ranks × 2 × 8 ≡ 1 × 32."""
     job = run_job(tmp_path, engine=engine, np=2, batch_size=8, accumulate=2)
     assert worst_gap(job, serial(32)) < 1e-5
-    if engine == "torch":   # the comm hook counts DDP's buckets: one allreduce of all per step
-        assert {s["synced_bytes"] for s in steps_of(job)} == {PARAM_BYTES}
+    # Counted where the gradients leave (DDP's comm hook, Horovod's compressor): every
+    # gradient once per step of k micro-batches, so the bytes per sample fall by k.
+    assert {s["synced_bytes"] for s in steps_of(job)} == {PARAM_BYTES}
+
+
+def test_horovod_fp16_compression_halves_the_bytes_and_stays_near_serial(tmp_path, serial):
+    """Horovod's Compression.fp16: each gradient sent in 16 bits, half the bytes, and the
+    parameters within half precision's rounding of the serial run, not equal to it."""
+    job = run_job(tmp_path, engine="horovod", np=2, batch_size=16, grad_compression="fp16")
+    assert {s["synced_bytes"] for s in steps_of(job)} == {PARAM_BYTES // 2}
+    assert 1e-7 < worst_gap(job, serial(32)) < 1e-2
 
 
 def test_the_training_panel_sets_the_bucket_size_and_micro_batches(tmp_path):

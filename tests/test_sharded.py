@@ -166,6 +166,7 @@ def test_bf16_autocast_and_compressed_gradients_on_real_ranks(tmp_path):
 
 @pytest.mark.parametrize(("fields", "flag"), [
     (dict(engine="horovod", grad_compression="bf16"), "--grad-compression"),
+    (dict(engine="torch", grad_compression="fp16"), "--grad-compression"),
     (dict(engine="torch", grad_compression="fp8"), "--grad-compression"),
     (dict(engine="torch", precision="bf16", dtype="float64"), "--precision"),
     (dict(engine="zero1", checkpoint_every=1), "--engine"),

@@ -32,11 +32,12 @@ DTYPES = ("float32", "float64")
 CPU_BINDS = ("core", "none")
 #: `precision`: "bf16" runs the forward pass and the loss under bfloat16 autocast (the
 #: parameters, their gradients and the optimizer stay in `dtype`). `grad_compression`: "bf16"
-#: sends the gradients in 16 bits, half the bytes (DDP's bf16 compression hook; Horovod's
-#: Compression.fp16 is the same idea), and the ranks add them in bf16, so they drift from
-#: the float32 run by about bf16's precision, 2⁻⁸ of each value.
+#: sends the gradients in 16 bits, half the bytes (DDP's bf16 compression hook, and the
+#: sharded engines), and the ranks add them in bf16, so they drift from the float32 run by
+#: about bf16's precision, 2⁻⁸ of each value; "fp16" is Horovod's `Compression.fp16`, the
+#: same idea in IEEE half precision (10 bits of mantissa, but a narrower range than bf16).
 PRECISIONS = ("fp32", "bf16")
-GRAD_COMPRESSIONS = ("none", "bf16")
+GRAD_COMPRESSIONS = ("none", "bf16", "fp16")
 #: Who starts the ranks: this machine (`local`), horovodrun over ssh on `--hosts` (`ssh`),
 #: or the cluster's scheduler (`slurm`, see workbench/jobs/slurm.py).
 LAUNCHERS = ("local", "ssh", "slurm")
@@ -287,9 +288,12 @@ class JobConfig:
         if self.model == "cnn" and self.dataset in ("digits", "synthetic"):
             raise ConfigError(_bad("model", "cnn", f"an image dataset (synthetic-images, mnist,"
                                    f" cifar10), not {self.dataset}"))
-        if self.grad_compression != "none" and self.engine not in ("torch", *SHARDED_ENGINES):
-            raise ConfigError(_bad("grad_compression", self.grad_compression, "only with "
-                                   "--engine torch, zero1, zero2 or fsdp (or use 'none')"))
+        if self.grad_compression == "bf16" and self.engine not in ("torch", *SHARDED_ENGINES):
+            raise ConfigError(_bad("grad_compression", "bf16", "only with --engine torch, "
+                                   "zero1, zero2 or fsdp (with horovod: fp16, or 'none')"))
+        if self.grad_compression == "fp16" and self.engine != "horovod":
+            raise ConfigError(_bad("grad_compression", "fp16", "only with --engine horovod "
+                                   "(Horovod's Compression.fp16; the others: bf16, or 'none')"))
         if self.precision == "bf16" and self.dtype != "float32":
             raise ConfigError(_bad("precision", "bf16", "--dtype float32 with it (autocast "
                                    "lowers float32 work to bfloat16)"))

@@ -100,7 +100,7 @@ halves of that all-reduce: the same bytes. ZeRO-3 gathers the parameters twice, 
 
 `precision="bf16"` runs the forward pass under bfloat16 autocast; `grad_compression="bf16"`
 sends the gradients in 2 bytes instead of 4, as DDP's `bf16_compress_hook` (Horovod:
-`Compression.fp16`). bf16 keeps float32's exponent range, so it needs no loss scaling;
+`grad_compression="fp16"`, its `Compression.fp16`). bf16 keeps float32's exponent range, so it needs no loss scaling;
 fp16, on GPUs, does (Micikevicius et al. 2018). The cost: rounding to 8 significant bits.
 """),
     code(r"""
