@@ -172,7 +172,9 @@ GOOD_WAITING = {"run_id": "b", "user": "bob", "owner": OWNER, "n_cores": 1, "sin
      {"held": [], "waiting": [GOOD_WAITING]}, "repeats run 'b'"),
     (json.dumps({"held": [{**GOOD_HELD, "extra": "x" * 10}]}).encode(),
      {"held": [GOOD_HELD], "waiting": []}, None),  # unknown fields are dropped, not kept
-])
+], ids=["empty", "good", "list", "garbage", "held-not-list", "no-owner", "shared-cores",
+        "bool-n-cores", "repeated-run", "unknown-field"])  # (ids without this process's pid,
+# which differs between pytest-xdist's workers)
 def test_parse_state_keeps_only_well_formed_entries(data, kept, problem):
     state, problems = cores.parse_state(data)
     assert state == kept
