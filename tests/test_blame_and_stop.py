@@ -209,7 +209,7 @@ assert holder.poll()
 job = workbench.start(workbench.JobConfig(runs_dir=sys.argv[1], **json.loads(sys.argv[2])))
 queued = job.status
 write = job_module.write_json_atomic
-job_module.write_json_atomic = lambda path, doc: (time.sleep(0.3), write(path, doc))
+job_module.write_json_atomic = lambda *a, **kw: (time.sleep(0.3), write(*a, **kw))
 
 def ctrl_c_twice():
     time.sleep(0.2)

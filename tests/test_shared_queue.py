@@ -273,8 +273,8 @@ def test_a_queued_job_stopped_during_a_slow_summary_write_leaves_the_queue(
     job = queued_job(tmp_path)
     monkeypatch.setattr(job_module, "QUEUE_POLL_S", 0.02)  # it polls often while we stop
     write = job_module.write_json_atomic
-    monkeypatch.setattr(job_module, "write_json_atomic",
-                        lambda path, doc: (time.sleep(0.6), write(path, doc)))  # as on NFS
+    monkeypatch.setattr(job_module, "write_json_atomic",  # slow, as on NFS
+                        lambda *a, **kw: (time.sleep(0.6), write(*a, **kw)))
     job.stop()
     assert job.status == "stopped"
     time.sleep(0.2)
