@@ -71,7 +71,8 @@ def launch(bucket, pending):
   tensor, what would each all-reduce cost?
 - Why does the engine launch nothing during the first $k-1$ micro-batches of a step with
   gradient accumulation (DDP's `no_sync()`)?
-
+"""),
+    md(r"""
 ## Summary
 
 - A bucket is sent as soon as its last gradient exists; the all-reduce runs while autograd
