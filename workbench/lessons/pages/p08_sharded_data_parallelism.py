@@ -100,8 +100,9 @@ halves of that all-reduce: the same bytes. ZeRO-3 gathers the parameters twice, 
 
 `precision="bf16"` runs the forward pass under bfloat16 autocast; `grad_compression="bf16"`
 sends the gradients in 2 bytes instead of 4, as DDP's `bf16_compress_hook` (Horovod:
-`grad_compression="fp16"`, its `Compression.fp16`). bf16 keeps float32's exponent range, so it needs no loss scaling;
-fp16, on GPUs, does (Micikevicius et al. 2018). The cost: rounding to 8 significant bits.
+`grad_compression="fp16"`, its `Compression.fp16`). bf16 keeps float32's exponent range,
+so it needs no loss scaling; fp16, on GPUs, does (Micikevicius et al. 2018). The cost:
+rounding to 8 significant bits.
 """),
     code(r"""
 bf16 = workbench.start(workbench.JobConfig(engine="torch", precision="bf16",
