@@ -415,6 +415,8 @@ class Job:
         """True while a remote rank without an exit record might have died at about
         `since` (time.monotonic()): its heartbeat has not changed since, but not for long
         enough yet to call it gone. A live rank beats again within a second."""
+        if self._slurm:  # a killed task's record (tasks/) may land moments after a peer's
+            return len(exits) < self.world_size  # error, which its death caused
         here = this_host()
         for rank, (_, host) in rank_hosts(self.run_dir).items():
             if rank in exits or host == here:
