@@ -4,6 +4,7 @@ the worker, and no process survives a failure, a timeout, Ctrl-C or a killed cal
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -76,7 +77,10 @@ def test_a_hung_run_times_out_with_the_workers_named(tmp_path, monkeypatch):
 
 
 def _caller(tmp_path: Path) -> subprocess.Popen:
-    """A Python process that runs two never-ending workers; returns once both are up."""
+    """A Python process that runs two never-ending workers; returns once both are up.
+    It queues in a core queue of its own (its state is out of sight in another process):
+    behind other tests' jobs, a fixed wait for its workers would fail on a busy machine."""
+    env = dict(os.environ, WORKBENCH_SHARED_DIR=str(tmp_path / "shared"))
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {TESTS!r})
@@ -86,7 +90,7 @@ def _caller(tmp_path: Path) -> subprocess.Popen:
                     timeout=600)
     """)
     caller = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE,
-                              text=True)
+                              text=True, env=env)
     wait_for(lambda: list_runs(tmp_path) and len(rank_pids(list_runs(tmp_path)[0].run_dir)) == 2,
              what="both workers to start")
     return caller

@@ -49,6 +49,13 @@ def until(predicate, timeout: float = 30.0, what: str = "condition") -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def until_ranks(job, n: int = 1) -> None:
+    """Wait for `job`'s n ranks to start. Time queued for cores behind other tests' jobs
+    (the suite's workers share one core queue) is waited out by state, not counted."""
+    until(lambda: job.status != "queued", 900, "the job's turn for cores")
+    until(lambda: len(rank_pids(job.run_dir)) >= n, 60, f"{n} rank(s) to start")
+
+
 WAIT_FOR_GO = """
     import os, pathlib, time
     from workbench.training.reporter import RankContext
@@ -85,7 +92,7 @@ def test_protocol_minimal_step_lines_are_enough(tmp_path, modules):
 def test_an_unwritable_summary_ends_the_job_failed_not_running(tmp_path, modules):
     name = modules("waiting_rank", WAIT_FOR_GO)
     job = start_module("serial", 1, name, runs_dir=str(tmp_path / "runs"))
-    until(lambda: rank_pids(job.run_dir), what="the rank to start")
+    until_ranks(job)
     blocker = job.run_dir / "summary.json"     # a folder where the file must go: even root
     blocker.mkdir()                            # cannot replace it with a file
     (blocker / "keep").write_text("")
@@ -169,7 +176,10 @@ def test_an_old_single_file_run_folder_still_loads(tmp_path):
     assert MetricsReader(run / "metrics.jsonl").all() == record.metrics()
 
 
-def test_a_run_whose_owner_died_is_listed_as_lost(tmp_path, modules, capsys):
+def test_a_run_whose_owner_died_is_listed_as_lost(tmp_path, modules, capsys, monkeypatch):
+    # The owner is another process, whose queue state is out of sight: it gets a core
+    # queue of its own, so its rank starts without waiting behind other tests' jobs.
+    monkeypatch.setenv("WORKBENCH_SHARED_DIR", str(tmp_path / "shared"))
     name = modules("waiting_rank2", WAIT_FOR_GO)
     script = textwrap.dedent(f"""
         import time
@@ -202,7 +212,7 @@ def test_ranks_get_an_allow_listed_environment_and_the_env_field(tmp_path, modul
     job = start_module("horovod", 2, name, runs_dir=str(tmp_path / "runs"),
                        env=["WB_FORWARDED=forwarded-value", "WB_NAMED"])
     try:
-        until(lambda: len(rank_pids(job.run_dir)) == 2, 60, "both ranks to start")
+        until_ranks(job, 2)
         procs = job_processes(job.run_id, job.run_dir, job.launcher_pid)
         pids = set(rank_pids(job.run_dir).values())
         assert pids <= {p.pid for p in procs}
@@ -231,7 +241,7 @@ def test_stop_reaches_a_rank_through_the_owners_heartbeat(tmp_path, modules):
             time.sleep(120)
     """)
     job = start_module("serial", 1, name, runs_dir=str(tmp_path / "runs"))
-    until(lambda: rank_pids(job.run_dir), what="the rank to start")
+    until_ranks(job)
     began = time.monotonic()
     job.stop()
     assert time.monotonic() - began <= 5.0
