@@ -151,6 +151,42 @@ def test_a_warm_call_is_a_job_on_record_with_results_reports_and_a_panel(pool):
     assert pool.restarts == []
 
 
+#: The training engines each pool runs: every torch.distributed engine on torchrun's ranks.
+TRAINED_ON = {"torch": ("torch", "zero1", "fsdp", "overlapped"), "horovod": ("horovod",)}
+
+
+@pytest.mark.timeout(300)
+def test_training_jobs_run_on_the_warm_ranks_and_match_fresh_ranks(pool):
+    """workbench.start() takes the waiting pool: the engine's own rank module on the same
+    ranks, a record like any job's, the traffic counted afresh each time; and the same
+    parameters, bit for bit, as the same job on ranks of its own."""
+    job = dict(np=2, model="mlp", width=32, dataset="digits", epochs=1, max_steps=4,
+               threads_per_rank=1, runs_dir=pool.runs_dir)
+    pids = [p for _, p in sorted(pool._ranks.pids.items())]
+    warm = {}
+    for engine in TRAINED_ON[pool.engine] * 2:   # twice: a second job starts clean too
+        run = workbench.start(workbench.JobConfig(engine=engine, **job))
+        assert isinstance(run, PoolCall) and _wait_call(run) == "succeeded", run.summary
+        assert list(rank_pids(run.run_dir).values()) == pids
+        assert run.summary["steps_completed"] == 4 and run.summary["engine"] == engine
+        steps = [m for m in run.metrics() if m["kind"] == "step"]
+        assert len(steps) == 8 and all(m.get("sent_bytes", 1) > 0 for m in steps)
+        assert engine not in warm or run.summary["final_loss"] == warm[engine]["final_loss"]
+        warm[engine] = run.summary
+    last = run.record().model_state()
+    # cpu_bind is fixed when a rank starts: that job needs ranks of its own (and, binding
+    # no cores, it does not queue behind the pool's)
+    with pytest.raises(workbench.ConfigError, match="cpu_bind, fixed when a rank"):
+        pool.start(workbench.JobConfig(engine=engine, cpu_bind="none", **job))
+    with pytest.raises(workbench.ConfigError, match="has 3 ranks and the pool 2"):
+        pool.start(workbench.JobConfig(engine=engine, **{**job, "np": 3}))
+    fresh = workbench.start(workbench.JobConfig(engine=engine, cpu_bind="none", **job))
+    assert not isinstance(fresh, PoolCall) and fresh.wait(240) == "succeeded", fresh.summary
+    state = fresh.record().model_state()
+    assert state.keys() == last.keys() and all((state[k] == last[k]).all() for k in state)
+    assert pool.restarts == []
+
+
 @pytest.mark.timeout(300)
 def test_a_raising_rank_is_named_and_the_pool_runs_on(pool):
     job = pool.run(fails_on_rank_one, 7)

@@ -40,7 +40,7 @@ import traceback
 import warnings
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.config import ConfigError, JobConfig, parse_hosts
 from workbench.hosts.cpu import cpu_budget
@@ -77,6 +77,9 @@ from workbench.records.private import load_own_pickle
 from workbench.records.summary import training_figures, versions
 from workbench.training.checkpoint import apply_resume
 from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0, owner_id
+
+if TYPE_CHECKING:
+    from workbench.jobs.pool import Pool
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
 POLL_S = 0.2
@@ -133,10 +136,24 @@ class Job:
                 raise
         else:
             self._status = "queued"
+            self._warn_of_own_pools(module)
             owner_beat(self.run_dir)  # a queued run is looked after too: not "lost"
             _LIVE_JOBS.add(self)      # and stopped when Python exits, before it launches
             threading.Thread(target=self._wait_for_cores, args=(module, args),
                              name=f"queue-{self.run_id}", daemon=True).start()
+
+    def _warn_of_own_pools(self, module: str) -> None:
+        """A job queued behind cores that this process's own warm ranks hold would wait
+        until the pool is closed: say so (not to a pool's new ranks, which wait for its old
+        ones to leave)."""
+        from workbench.jobs.pool import POOL_RANK_MODULE, holding_cores
+
+        pools = holding_cores()
+        if pools and module != POOL_RANK_MODULE:
+            self.warnings.append(
+                f"this job waits for cores that your warm ranks hold "
+                f"({', '.join(map(repr, pools))}): close the pool (pool.close()) to free them")
+            warnings.warn(self.warnings[-1], stacklevel=4)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -635,12 +652,16 @@ class SlurmTicket:
 
 
 # ---------------------------------------------------------------------- starting jobs
-def start(cfg: JobConfig) -> Job:
+def start(cfg: JobConfig, pool: Pool | None = None) -> Job:
     """Validate `cfg` and launch a training job; returns at once (see `Job`).
 
     With `cfg.resume` set, the job continues that run from its last checkpoint, taking its
     configuration for every field left at its default (see `training/checkpoint.py`).
+    While this process has a pool of warm ranks (`workbench.ranks`) that can run the job,
+    it runs there, in milliseconds instead of seconds (see pool.py); `pool` insists on one.
     """
+    from workbench.jobs.pool import pool_for
+
     cfg = apply_preset(apply_resume(cfg)).validate()
     _check_engine(cfg.engine)
     module = ENGINES[cfg.engine].rank_module
@@ -650,7 +671,11 @@ def start(cfg: JobConfig) -> Job:
     if cfg.launcher == "slurm":
         slurm.check(cfg)
     cfg, note = resolve_device(cfg)     # "auto" settles here; "cuda" is checked here
-    job = Job(cfg, module, [])
+    if pool is not None and (why := pool.why_not(cfg)):
+        raise ConfigError(f"this job cannot run on {pool!r}: {why}; start it with "
+                          "workbench.start(cfg), on ranks of its own")
+    pool = pool or pool_for(cfg)
+    job = pool._train(cfg, module) if pool is not None else Job(cfg, module, [])
     _note(job, note)
     return job
 

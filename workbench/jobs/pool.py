@@ -5,6 +5,7 @@
     pool = workbench.ranks(np=2, engine="horovod")   # horovodrun starts 2 ranks, once
     job = pool.run(fn, 3)                            # a Job, like workbench.launch(fn, 3)
     job.wait(); job.results()                        # [rank 0's value, rank 1's value]
+    job = workbench.start(JobConfig(engine="horovod", np=2))  # training, on the pool too
     pool.close()                                     # or let the kernel end it
 
 `workbench.launch()` starts fresh interpreters through `horovodrun` or `torchrun` each time:
@@ -15,6 +16,13 @@ hold their cores while the pool lives and end with the kernel that started them;
 has torch imported and its process group joined (`hvd.init()`, `init_process_group`), and
 waits on a socket (pool_channel.py) for work sent by value (cloudpickle, as `launch()` sends
 it). Each call is a run on record of its own, watched by the job's code (pool_call.py).
+
+Training jobs use the pool too. While a pool waits, `workbench.start(cfg)` runs a job of
+the same size on it when the job's engine launches like the pool's (torchrun: DDP and
+every torch.distributed engine of the workbench; horovodrun: Horovod) and the job sets
+nothing that is fixed when processes start (hosts, Slurm, `env`, threads, binding, a
+GPU, Horovod's timeline or cycle time); the ranks then run the engine's rank module, the
+same code, from the same record. `pool.start(cfg)` does it on purpose and says why not.
 
 Faults, as in any job: a rank that raises fails the call and is named with its traceback;
 the other ranks are interrupted. A rank that dies (`kill -9`) is named; the launcher then
@@ -53,6 +61,9 @@ from workbench.jobs.pool_call import PoolCall
 
 POOL_RANK_MODULE = "workbench.jobs.pool_rank"
 ENGINES = ("horovod", "torch")
+#: Settings fixed when a rank's process starts: a job that changes one needs fresh ranks.
+AT_PROCESS_START = ("hosts", "env", "launcher", "timeline", "cycle_time_ms", "cpu_bind",
+                    "device")
 #: A pool's ranks write nothing while they wait for work: never call them stalled (s).
 IDLE_FOR_EVER_S = 86_400.0
 #: The pools of this process, by (engine, np, runs folder): `ranks()` reuses a live one.
@@ -200,6 +211,42 @@ class Pool:
         """Run what `user_code.pickle_function` pickled (launch()'s fast path)."""
         return self._start("function", payload, name)
 
+    def start(self, cfg: JobConfig) -> PoolCall:
+        """Run the training job `cfg` on these ranks; return it (a `Job`) at once.
+
+        Raises ConfigError, in one line, when the job needs ranks of its own (see `why_not`).
+        """
+        from workbench.jobs.job import start
+
+        return start(cfg, pool=self)
+
+    def why_not(self, cfg: JobConfig) -> str | None:
+        """Why the (validated) training job `cfg` cannot run on this pool; None if it can."""
+        from workbench.jobs.engines import ENGINES as ALL_ENGINES
+        from workbench.jobs.engines import TorchEngine
+
+        engine = ALL_ENGINES[cfg.engine]
+        family = "torch" if isinstance(engine, TorchEngine) else engine.name
+        mine = JobConfig(engine=self.engine, np=self.np, runs_dir=self.runs_dir,
+                         threads_per_rank=self.fields["threads_per_rank"])
+        if family != self.engine:
+            return f"--engine {cfg.engine} is not launched by this {self.engine} pool's launcher"
+        if cfg.world_size != self.np:
+            return f"the job has {cfg.world_size} ranks and the pool {self.np}"
+        if cfg.resolved_threads() != mine.resolved_threads():
+            return (f"the job asks {cfg.resolved_threads()} threads per rank and the pool's "
+                    f"ranks have {mine.resolved_threads()}")
+        if _folder(cfg.runs_dir) != _folder(self.runs_dir):
+            return f"the job's runs folder is {cfg.runs_dir}, the pool's {self.runs_dir}"
+        changed = [f for f in AT_PROCESS_START if getattr(cfg, f) != getattr(mine, f)]
+        if changed:
+            return f"the job sets {', '.join(changed)}, fixed when a rank's process starts"
+        return None
+
+    def _train(self, cfg: JobConfig, module: str) -> PoolCall:
+        """Run rank module `module` of the training job `cfg` (checked by `why_not`)."""
+        return self._start("module", module.encode(), cfg.name, cfg)
+
     def run_code(self, code: str, name: str = "cell") -> PoolCall:
         """Run Python source `code` on every rank, each in a fresh namespace (`%%ranks`)."""
         return self._start("code", code.encode(), name)
@@ -227,13 +274,14 @@ class Pool:
         return f"<Pool {self.engine} np={self.np} {state} ({self.job.run_id})>"
 
     # ------------------------------------------------------------------ calls
-    def _start(self, kind: str, payload: bytes, name: str) -> PoolCall:
+    def _start(self, kind: str, payload: bytes, name: str,
+               cfg: JobConfig | None = None) -> PoolCall:
         if self._call is not None and not self._call.done:
             raise RuntimeError(f"the pool is running {self._call.run_id}: wait for it "
                                "(job.wait()) or stop it (job.stop()) first")
         self.wait_ready()
-        cfg = JobConfig(engine=self.engine, np=self.np, name=name, runs_dir=self.runs_dir,
-                        threads_per_rank=self.fields["threads_per_rank"]).validate()
+        cfg = cfg or JobConfig(engine=self.engine, np=self.np, name=name, runs_dir=self.runs_dir,
+                               threads_per_rank=self.fields["threads_per_rank"]).validate()
         with self._lock:
             call = self._call = PoolCall(self, self._ranks, cfg, kind, payload)
         call.send()  # after it is the pool's call: a reply may come back at once
@@ -282,6 +330,25 @@ def running_pool(engine: str, np: int, runs_dir: str = "runs") -> Pool | None:
     """The pool for this engine, size and runs folder, if it is idle (for launch())."""
     pool = POOLS.get((engine, np, _folder(runs_dir)))
     return pool if pool is not None and pool.idle else None
+
+
+def pool_for(cfg: JobConfig) -> Pool | None:
+    """A pool of this process that can run the training job `cfg` now (for start()).
+
+    A pool still starting counts: the job waits for its ranks, not for fresh ones, which
+    would queue behind the cores the pool holds.
+    """
+    for pool in POOLS.values():
+        free = pool._call is None or pool._call.done
+        if pool.alive and free and pool.why_not(cfg) is None:
+            return pool
+    return None
+
+
+def holding_cores() -> list[Pool]:
+    """The pools of this process that hold cores of this host (a queued job may wait for
+    them)."""
+    return [pool for pool in POOLS.values() if pool.alive and pool.job.cores]
 
 
 def close_all() -> None:

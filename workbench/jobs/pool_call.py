@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from workbench.config import JobConfig
-from workbench.jobs.job import _LIVE_JOBS, POLL_S, Job
+from workbench.jobs.job import _LIVE_JOBS, POLL_S, Job, _label
 from workbench.records import new_run_dir, write_json_atomic
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class PoolCall(Job):
     def __init__(self, pool: Pool, ranks: _Ranks, cfg: JobConfig, kind: str,
                  payload: bytes) -> None:
         self.config, self.pool, self._ranks = cfg, pool, ranks
-        self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, f"{cfg.name}-np{cfg.world_size}")
+        self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, _label(cfg))
         write_json_atomic(self.run_dir / "config.json", cfg.to_dict(), durable=False)
         self.world_size = cfg.world_size
         self.warnings: list[str] = []

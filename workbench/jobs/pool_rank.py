@@ -17,12 +17,17 @@ a function is unpickled anew (with fresh globals), a cell's code runs in a new d
 The process group stays up between calls, so `init_process_group()`, `hvd.init()`,
 `destroy_process_group()` and `hvd.shutdown()` in your code do nothing here: the code that
 runs under `launch()` runs unchanged in a pool.
+
+A training job (`workbench.start` while a pool waits, or `pool.start(cfg)`) is a call too:
+the rank runs the engine's own rank module (`ddp_rank`, `horovod_rank`, `zero1_rank`, ...),
+whose `with RankContext.from_env() as ctx:` then gets the call's context, already open.
 """
 
 from __future__ import annotations
 
 import argparse
 import builtins
+import importlib
 import linecache
 import os
 import queue
@@ -111,7 +116,7 @@ class Rank:
                 rank_api.attach(call)
                 self.running = header["id"]
                 try:
-                    value = execute(header, payload)
+                    value = execute(header, payload, call)
                 except BaseException as exc:
                     exc.rank_traceback = user_traceback(exc)  # see RankContext.__exit__
                     raise
@@ -126,10 +131,33 @@ class Rank:
             call.restore()
 
 
-def execute(header: dict[str, Any], payload: bytes) -> Any:
-    """Run the call's function, or the cell's code in a fresh namespace (returns None)."""
+class _OpenCall:
+    """What `RankContext.from_env()` gives a rank module run as a call: the call's
+    context, entered and closed by `Rank.run_call` (which writes the exit record)."""
+
+    def __init__(self, call: RankContext) -> None:
+        self.call = call
+
+    def __enter__(self) -> RankContext:
+        return self.call
+
+    def __exit__(self, *_: Any) -> bool:
+        return False  # an error goes on to run_call, which records it
+
+
+def execute(header: dict[str, Any], payload: bytes, call: RankContext) -> Any:
+    """Run the call's function, a training job's rank module (returns None), or the cell's
+    code in a fresh namespace (returns None)."""
     if header["kind"] == "function":
         return call_pickled(payload)
+    if header["kind"] == "module":
+        from_env = RankContext.__dict__["from_env"]
+        RankContext.from_env = classmethod(lambda cls: _OpenCall(call))
+        try:
+            importlib.import_module(payload.decode()).main()
+        finally:
+            RankContext.from_env = from_env
+        return None
     code = payload.decode()
     lines = code.splitlines(keepends=True)
     linecache.cache[CELL_FILE] = (len(code), None, lines, CELL_FILE)

@@ -32,7 +32,8 @@ SENDS: dict[str, tuple[str, Callable[[int], float]]] = {
 
 
 class Traffic:
-    """Counts the bytes this process's collectives send; `install()` once per rank."""
+    """Counts the bytes this process's collectives send; `install()` once per job: the
+    latest counter counts (a warm rank runs job after job, pool_rank.py)."""
 
     def __init__(self) -> None:
         self.sent = 0.0
@@ -42,7 +43,7 @@ class Traffic:
         for name, (arg, share) in SENDS.items():
             original = getattr(dist, name)
             if getattr(original, "counted_by", None) is not None:
-                continue                            # already counted
+                original = original.__wrapped__     # counted before (a warm rank's last job)
             setattr(dist, name, self._counting(original, arg, share))
         return self
 

@@ -29,7 +29,10 @@ model needs 120 GB on every device, however many devices there are.
 
 Each rank of DDP (`engine="torch"`), and of the sharded engines below, counts the bytes its
 tensors hold after every step and the bytes its collectives send. Here is DDP on 2 ranks,
-with Adam, beside the cost model's prediction:
+with Adam, beside the cost model's prediction. Every job of this notebook runs on the same
+two **warm ranks** (`workbench.ranks`), started once by `torchrun` with the process group
+joined: each job then takes a fraction of a second instead of seconds of start-up, and is
+the same code and the same record as on fresh ranks.
 """),
     code(r"""
 import workbench
@@ -38,6 +41,7 @@ from workbench.sharded import costmodel, measured
 from workbench.ui import charts
 
 charts.load_bokehjs()
+pool = workbench.ranks(np=2, engine="torch")   # the jobs below (np=2, torchrun) run on it
 JOB = dict(np=2, model="mlp", width=256, dataset="digits", epochs=1, max_steps=6,  # size
            optimizer="adam", lr=0.01, threads_per_rank=1)
 ddp = workbench.start(workbench.JobConfig(engine="torch", **JOB))
@@ -130,6 +134,9 @@ for strategy in costmodel.STRATEGIES:
     print(costmodel.plan(PSI, DEVICES, GB, strategy, k=12, activations=acts))
 print("ZeRO paper, Table 1 (7.5B, N=64):", [round(costmodel.model_states(
     7.5e9, 64, s, 12).total / 1e9, 2) for s in costmodel.STRATEGIES], "GB")
+"""),
+    code(r"""
+pool.close()   # frees its two cores for other jobs
 """),
     md(r"""
 ## Summary

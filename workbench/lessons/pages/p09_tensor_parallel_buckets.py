@@ -84,7 +84,9 @@ print(module_source("workbench.data_parallel.overlapped", "def launch_when_full"
 """),
     md(r"""
 The same small job on the four engines, one after another (2 ranks, 12 steps, 64 KiB
-buckets). The bars split each step into computing and time blocked on gradients:
+buckets), each on the same two warm ranks (`workbench.ranks`: started once by `torchrun`,
+they run job after job without seconds of start-up). The bars split each step into
+computing and time blocked on gradients:
 """),
     code(r"""
 import workbench
@@ -93,6 +95,7 @@ from workbench.lessons.show import figure_widget
 from workbench.ui import charts
 
 charts.load_bokehjs()
+pool = workbench.ranks(np=2, engine="torch")   # the jobs below (np=2, torchrun) run on it
 SAME = dict(np=2, model="mlp", width=256, dataset="digits", epochs=1, max_steps=12,
             batch_size=32, threads_per_rank=1, bucket_mb=0.0625)
 rows, job_of = [], {}
@@ -138,6 +141,7 @@ for run in (job_of["overlapped"], accumulated):   # k = 1 (section 2), then k = 
     per_sample.append(sum(s["synced_bytes"] for s in steps) / sum(s["samples"] for s in steps))
 print(f"bytes all-reduced per sample: k=1 {per_sample[0]:.0f}, k=4 {per_sample[1]:.0f}, "
       f"ratio {per_sample[0] / per_sample[1]:.2f}")
+pool.close()   # frees its two cores for other jobs
 """),
     md(r"""
 ## Summary
