@@ -7,7 +7,8 @@ sharing itself set their own values.
 
 A job must not outlive the test that started it: a test that fails half-way would otherwise
 leave its job training (and holding cores, so later tests queue behind it) until the session
-ends. After each test, every job this process started and that still runs is stopped.
+ends. After each test, every job this process started and that still runs is stopped;
+pools of warm ranks, at the end of the module.
 
 The whole suite has a time budget (tests/_budget.py): `make test` fails when it takes longer.
 """
@@ -21,6 +22,8 @@ from pathlib import Path
 import pytest
 from _budget import register
 
+import workbench
+
 if "WORKBENCH_SHARED_DIR" not in os.environ:  # (pytest-xdist's workers inherit the folder)
     os.environ["WORKBENCH_SHARED_DIR"] = tempfile.mkdtemp(prefix="workbench-tests-")
     atexit.register(shutil.rmtree, os.environ["WORKBENCH_SHARED_DIR"], ignore_errors=True)
@@ -33,7 +36,46 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _no_job_outlives_its_test():
+    """Every job a test started is stopped after it, but the ranks of a pool of warm ranks
+    (workbench.ranks), which a module's fixture keeps from one test to the next."""
     yield
-    from workbench.jobs import stop_all
+    from workbench.jobs.job import _LIVE_JOBS
+    from workbench.jobs.pool import POOLS
 
-    stop_all()
+    pools = {pool.job for pool in POOLS.values()}
+    for job in list(_LIVE_JOBS):
+        if job not in pools and not job.done:
+            job.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_pool_outlives_its_module():
+    """Pools end with the module that started them."""
+    yield
+    from workbench.jobs.pool import close_all
+
+    close_all()
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """Warm ranks for a module's 2-rank training runs: `warm(engine)` makes sure a pool of
+    that engine's launcher waits (torchrun for every torch.distributed engine, horovodrun
+    for Horovod; one at a time, so run one launcher's jobs together) and returns the folder
+    whose runs/ it keeps. A job started there with `cpu_bind="none"` runs as a call, the
+    engine's own rank module on ranks already started (jobs/pool.py; test_pool.py checks
+    that it equals the job on fresh ranks): no torchrun or horovodrun start-up per job. The
+    pools bind no cores, so other jobs never queue behind their idle ranks."""
+    root = tmp_path_factory.mktemp("warm")
+    pools: dict = {}
+
+    def get(engine: str) -> Path:
+        family = "horovod" if engine == "horovod" else "torch"
+        for other in [f for f in pools if f != family]:
+            pools.pop(other).close()
+        if family not in pools:
+            pools[family] = workbench.ranks(np=2, engine=family, runs_dir=str(root / "runs"),
+                                            cpu_bind="none")
+        return root
+
+    return get

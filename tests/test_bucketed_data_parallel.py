@@ -23,6 +23,14 @@ def run_job(tmp_path, **fields) -> workbench.Job:
     return job
 
 
+def warm_job(warm, **fields) -> workbench.Job:
+    """A 2-rank run on warm ranks (conftest.py's `warm`): the torch engines' runs first,
+    then Horovod's, so each launcher starts once for the module."""
+    job = run_job(warm(fields["engine"]) / "runs", np=2, cpu_bind="none", **fields)
+    assert job.summary.get("pool"), "a call on the warm ranks"
+    return job
+
+
 @pytest.fixture(scope="module")
 def serial(tmp_path_factory):
     """The serial run's parameters for a global batch, each run once."""
@@ -52,18 +60,17 @@ def test_the_model_has_more_bytes_than_one_bucket():
     assert PARAM_BYTES > 3 * BUCKET_MB * 2**20
 
 
-def test_bucketed_engine_equals_serial_and_sends_every_gradient_once(tmp_path, serial):
-    job = run_job(tmp_path, engine="bucketed", np=2, batch_size=8, bucket_mb=BUCKET_MB)
+def test_bucketed_engine_equals_serial_and_sends_every_gradient_once(warm, serial):
+    job = warm_job(warm, engine="bucketed", batch_size=8, bucket_mb=BUCKET_MB)
     assert worst_gap(job, serial(16)) < 1e-5
     assert {s["synced_bytes"] for s in steps_of(job)} == {PARAM_BYTES}
 
 
-def test_overlapped_engine_equals_serial_with_and_without_accumulation(tmp_path, serial):
-    plain = run_job(tmp_path / "k1", engine="overlapped", np=2, batch_size=8,
-                    bucket_mb=BUCKET_MB)
+def test_overlapped_engine_equals_serial_with_and_without_accumulation(warm, serial):
+    plain = warm_job(warm, engine="overlapped", batch_size=8, bucket_mb=BUCKET_MB)
     assert worst_gap(plain, serial(16)) < 1e-5
-    accumulated = run_job(tmp_path / "k2", engine="overlapped", np=2, batch_size=8,
-                          bucket_mb=BUCKET_MB, accumulate=2)
+    accumulated = warm_job(warm, engine="overlapped", batch_size=8, bucket_mb=BUCKET_MB,
+                           accumulate=2)
     assert worst_gap(accumulated, serial(32)) < 1e-5
     # Measured: bytes all-reduced per sample trained, with k = 1 and k = 2 micro-batches.
     per_sample = [sum(s["synced_bytes"] for s in steps_of(j)) / sum(s["samples"] for s in
@@ -75,19 +82,19 @@ def test_overlapped_engine_equals_serial_with_and_without_accumulation(tmp_path,
 
 
 @pytest.mark.parametrize("engine", ["torch", "horovod"])
-def test_accumulation_equals_serial_with_batch_nkb(tmp_path, serial, engine):
+def test_accumulation_equals_serial_with_batch_nkb(warm, serial, engine):
     """DDP's no_sync() and Horovod's backward_passes_per_step: 2 ranks × 2 × 8 ≡ 1 × 32."""
-    job = run_job(tmp_path, engine=engine, np=2, batch_size=8, accumulate=2)
+    job = warm_job(warm, engine=engine, batch_size=8, accumulate=2)
     assert worst_gap(job, serial(32)) < 1e-5
     # Counted where the gradients leave (DDP's comm hook, Horovod's compressor): every
     # gradient once per step of k micro-batches, so the bytes per sample fall by k.
     assert {s["synced_bytes"] for s in steps_of(job)} == {PARAM_BYTES}
 
 
-def test_horovod_fp16_compression_halves_the_bytes_and_stays_near_serial(tmp_path, serial):
+def test_horovod_fp16_compression_halves_the_bytes_and_stays_near_serial(warm, serial):
     """Horovod's Compression.fp16: each gradient sent in 16 bits, half the bytes, and the
     parameters within half precision's rounding of the serial run, not equal to it."""
-    job = run_job(tmp_path, engine="horovod", np=2, batch_size=16, grad_compression="fp16")
+    job = warm_job(warm, engine="horovod", batch_size=16, grad_compression="fp16")
     assert {s["synced_bytes"] for s in steps_of(job)} == {PARAM_BYTES // 2}
     assert 1e-7 < worst_gap(job, serial(32)) < 1e-2
 

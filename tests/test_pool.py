@@ -67,19 +67,6 @@ def sleeps():
     time.sleep(600)
 
 
-@pytest.fixture(autouse=True)
-def _no_job_outlives_its_test():
-    """As in conftest.py, but the module's pool lives on from one test to the next."""
-    yield
-    from workbench.jobs.job import _LIVE_JOBS
-    from workbench.jobs.pool import POOLS
-
-    pools = {pool.job for pool in POOLS.values()}
-    for job in list(_LIVE_JOBS):
-        if job not in pools and not job.done:
-            job.stop()
-
-
 @pytest.fixture(scope="module", params=["torch", "horovod"])
 def pool(request, tmp_path_factory):
     runs = tmp_path_factory.mktemp(f"runs-{request.param}")

@@ -141,14 +141,15 @@ class Pool:
     """`np` warm ranks of `engine` ("horovod" or "torch"); see the module docstring."""
 
     def __init__(self, np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
-                 threads_per_rank: int = 1) -> None:
+                 threads_per_rank: int = 1, cpu_bind: str = "core") -> None:
         if engine not in ENGINES:
             raise ConfigError(f"a pool of warm ranks runs on engine {' or '.join(ENGINES)}, "
                               f"not {engine!r}")
-        JobConfig(engine=engine, np=np, runs_dir=runs_dir,
-                  threads_per_rank=threads_per_rank).validate()  # one line for bad input
+        JobConfig(engine=engine, np=np, runs_dir=runs_dir, threads_per_rank=threads_per_rank,
+                  cpu_bind=cpu_bind).validate()  # one line for bad input
         self.np, self.engine, self.runs_dir = np, engine, runs_dir
-        self.fields = {"runs_dir": runs_dir, "threads_per_rank": threads_per_rank}
+        self.fields = {"runs_dir": runs_dir, "threads_per_rank": threads_per_rank,
+                       "cpu_bind": cpu_bind}
         self.restarts: list[str] = []   # why the ranks were restarted, oldest first
         self._lock = threading.Lock()
         self._call: PoolCall | None = None
@@ -227,8 +228,7 @@ class Pool:
 
         engine = ALL_ENGINES[cfg.engine]
         family = "torch" if isinstance(engine, TorchEngine) else engine.name
-        mine = JobConfig(engine=self.engine, np=self.np, runs_dir=self.runs_dir,
-                         threads_per_rank=self.fields["threads_per_rank"])
+        mine = JobConfig(engine=self.engine, np=self.np, **self.fields)
         if family != self.engine:
             return f"--engine {cfg.engine} is not launched by this {self.engine} pool's launcher"
         if cfg.world_size != self.np:
@@ -280,8 +280,8 @@ class Pool:
             raise RuntimeError(f"the pool is running {self._call.run_id}: wait for it "
                                "(job.wait()) or stop it (job.stop()) first")
         self.wait_ready()
-        cfg = cfg or JobConfig(engine=self.engine, np=self.np, name=name, runs_dir=self.runs_dir,
-                               threads_per_rank=self.fields["threads_per_rank"]).validate()
+        cfg = cfg or JobConfig(engine=self.engine, np=self.np, name=name,
+                               **self.fields).validate()
         with self._lock:
             call = self._call = PoolCall(self, self._ranks, cfg, kind, payload)
         call.send()  # after it is the pool's call: a reply may come back at once
@@ -314,15 +314,17 @@ class Pool:
 
 
 def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
-          threads_per_rank: int = 1) -> Pool:
+          threads_per_rank: int = 1, cpu_bind: str = "core") -> Pool:
     """This process's pool of `np` warm ranks of `engine`: the running one, or a new one.
 
     Returns at once; the first call waits until the ranks are ready (`pool.wait_ready()`).
+    With `cpu_bind="none"` the ranks hold no cores in the host's queue while they wait (and
+    serve jobs that bind none): the kernel places them among everyone's processes.
     """
     key = (engine, np, _folder(runs_dir))
     pool = POOLS.get(key)
     if pool is None or not pool.alive:
-        pool = POOLS[key] = Pool(np, engine, runs_dir, threads_per_rank)
+        pool = POOLS[key] = Pool(np, engine, runs_dir, threads_per_rank, cpu_bind)
     return pool
 
 
