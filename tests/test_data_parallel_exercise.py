@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from workbench.exercises import check_data_parallel
 from workbench.exercises.data_parallel import make_model
+from workbench.records import list_runs
 
 
 def horovod_version(data, batch_size, lr, epochs, seed, checkpoint, *, broadcast=True,
@@ -106,15 +107,16 @@ def no_distribution(data, batch_size, lr, epochs, seed, checkpoint):
     return model.state_dict()
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("engine, fn", [
-    ("horovod", horovod_version), ("torch", ddp_version),
-    ("horovod", _with(horovod_version, strided=True)),
-    ("horovod", _with(horovod_version, average_params=True))],
-    ids=["horovod", "ddp", "horovod-strided-shards", "horovod-parameter-averaging"])
-def test_both_solutions_pass(tmp_path, engine, fn):
-    feedback = check_data_parallel(fn, engine=engine, runs_dir=str(tmp_path))
-    assert feedback.passed, str(feedback)
+def check_warm(warm, fn, engine: str):
+    """check_data_parallel on warm ranks (conftest.py's `warm`), as when a student keeps a
+    pool (`workbench.ranks`): `launch()` takes it, and each check is a call, not a start-up.
+    The Horovod checks come first, then the DDP ones, so each launcher starts once."""
+    runs = warm(engine) / "runs"
+    before = {r.run_id for r in list_runs(runs)}
+    feedback = check_data_parallel(fn, engine=engine, runs_dir=str(runs))
+    (check,) = [r for r in list_runs(runs) if r.run_id not in before and "check" in r.run_id]
+    assert check.summary["pool"], "the check ran on the warm ranks"
+    return feedback
 
 
 WRONG = {
@@ -129,26 +131,35 @@ WRONG = {
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mistake", list(WRONG))
-def test_each_wrong_horovod_conversion_is_rejected_for_its_reason(tmp_path, mistake):
+def test_each_wrong_horovod_conversion_is_rejected_for_its_reason(warm, mistake):
     switches, reason = WRONG[mistake]
-    feedback = check_data_parallel(_with(horovod_version, **switches), engine="horovod",
-                                   runs_dir=str(tmp_path))
+    feedback = check_warm(warm, _with(horovod_version, **switches), "horovod")
     assert not feedback.passed
     assert reason in str(feedback), str(feedback)
 
 
 @pytest.mark.timeout(120)
-def test_an_answer_with_no_distributed_work_is_named(tmp_path):
-    feedback = check_data_parallel(no_distribution, engine="horovod", runs_dir=str(tmp_path))
+def test_an_answer_with_no_distributed_work_is_named(warm):
+    feedback = check_warm(warm, no_distribution, "horovod")
     assert not feedback.passed
     assert "each rank trained the whole global batch by itself" in str(feedback), str(feedback)
     assert "no distributed work" in str(feedback)
 
 
 @pytest.mark.timeout(120)
-def test_a_wrong_ddp_conversion_is_rejected_for_its_reason(tmp_path):
-    feedback = check_data_parallel(_with(ddp_version, shard=False), engine="torch",
-                                   runs_dir=str(tmp_path))
+@pytest.mark.parametrize("engine, fn", [
+    ("horovod", horovod_version),
+    ("horovod", _with(horovod_version, strided=True)),
+    ("horovod", _with(horovod_version, average_params=True)), ("torch", ddp_version)],
+    ids=["horovod", "horovod-strided-shards", "horovod-parameter-averaging", "ddp"])
+def test_both_solutions_pass(warm, engine, fn):
+    feedback = check_warm(warm, fn, engine)
+    assert feedback.passed, str(feedback)
+
+
+@pytest.mark.timeout(120)
+def test_a_wrong_ddp_conversion_is_rejected_for_its_reason(warm):
+    feedback = check_warm(warm, _with(ddp_version, shard=False), "torch")
     assert not feedback.passed
     assert "every rank trained on the whole data set" in str(feedback), str(feedback)
 

@@ -67,6 +67,11 @@ def sleeps():
     time.sleep(600)
 
 
+def naps(seconds):
+    time.sleep(seconds)
+    return workbench.rank()
+
+
 @pytest.fixture(scope="module", params=["torch", "horovod"])
 def pool(request, tmp_path_factory):
     runs = tmp_path_factory.mktemp(f"runs-{request.param}")
@@ -123,6 +128,13 @@ def test_a_warm_call_is_a_job_on_record_with_results_reports_and_a_panel(pool):
                                 runs_dir=pool.runs_dir)
     assert isinstance(launched, PoolCall) and _wait_call(launched) == "succeeded"
     assert [v["pid"] for v in launched.results()] == [v["pid"] for v in values]
+    # ... also while a call still runs there: it waits for that call, not for fresh ranks
+    # (which would queue behind the cores the pool holds)
+    napping = pool.run(naps, 1.0)
+    after_nap = workbench.launch(sum_of_ranks, 1, np=2, engine=pool.engine, echo=False,
+                                 runs_dir=pool.runs_dir)
+    assert napping.status == "succeeded" and napping.results() == [0, 1]
+    assert isinstance(after_nap, PoolCall) and _wait_call(after_nap) == "succeeded"
     panel = RunPanel(pool.run(sum_of_ranks, 4))
     try:
         deadline = time.monotonic() + 60

@@ -171,10 +171,23 @@ class Pool:
     def alive(self) -> bool:
         return not self._closed
 
+    def _once_free(self) -> Pool:
+        """Wait for the call in progress, if any, to end; return the pool. (Ctrl-C stops
+        the waiting, not that call.)"""
+        call = self._call
+        if call is not None:
+            call._done.wait()
+        return self
+
+    @property
+    def free(self) -> bool:
+        """True while open and running no call: a call now starts once the ranks are ready."""
+        return self.alive and (self._call is None or self._call.done)
+
     @property
     def idle(self) -> bool:
         """True when ready and no call runs: a call now starts at once."""
-        return self.ready and (self._call is None or self._call.done)
+        return self.ready and self.free
 
     def wait_ready(self, timeout: float | None = None) -> Pool:
         """Block until every rank waits for work (the first start: seconds; later: at once).
@@ -329,21 +342,19 @@ def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
 
 
 def running_pool(engine: str, np: int, runs_dir: str = "runs") -> Pool | None:
-    """The pool for this engine, size and runs folder, if it is idle (for launch())."""
+    """The open pool for this engine, size and runs folder (for launch()), once it runs no
+    call: one still starting, or still running the last call, is waited for. Fresh ranks
+    instead would queue behind the cores the pool holds."""
     pool = POOLS.get((engine, np, _folder(runs_dir)))
-    return pool if pool is not None and pool.idle else None
+    return pool._once_free() if pool is not None and pool.alive else None
 
 
 def pool_for(cfg: JobConfig) -> Pool | None:
-    """A pool of this process that can run the training job `cfg` now (for start()).
-
-    A pool still starting counts: the job waits for its ranks, not for fresh ones, which
-    would queue behind the cores the pool holds.
-    """
-    for pool in POOLS.values():
-        free = pool._call is None or pool._call.done
-        if pool.alive and free and pool.why_not(cfg) is None:
-            return pool
+    """The open pool of this process that can run the training job `cfg` (for start()),
+    once it runs no call, as for `running_pool`."""
+    for pool in list(POOLS.values()):
+        if pool.alive and pool.why_not(cfg) is None:
+            return pool._once_free()
     return None
 
 

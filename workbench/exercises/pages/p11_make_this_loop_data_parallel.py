@@ -82,13 +82,20 @@ Your code: `import horovod.torch as hvd`, then the Horovod steps around the loop
 """),
     md(r"""
 Run it on 2 Horovod ranks and watch them: the thin lines are each rank's loss on its own
-shard. Then check it.
+shard. Then check it. Both run on two **warm ranks** (`workbench.ranks`), which
+`horovodrun` starts once: the first run waits for them, and every later run and check
+(after you change your function, say) starts in a fraction of a second.
 """),
     code(r"""
+pool = workbench.ranks(np=2, engine="horovod")   # launch() and the checker use it
 job = workbench.launch(train_horovod, make_data(), np=2, engine="horovod")
 RunPanel(job)
 """),
-    code('ex.check_data_parallel(train_horovod, engine="horovod")'),
+    code(r"""
+feedback = ex.check_data_parallel(train_horovod, engine="horovod")
+pool.close()   # done with Horovod: frees its two cores for the DDP ranks of task 2
+feedback
+"""),
     md(r"""
 ## Task 2: PyTorch DDP
 
