@@ -28,6 +28,15 @@ def never_packs(bucket, pending):
         pending.append((bucket, dist.all_reduce(bucket.buffer, async_op=True)))
 
 
+def waits_at_once(bucket, pending):
+    """Started in time, but waited for inside the hook: backward stands still meanwhile."""
+    bucket.ready += 1
+    if bucket.ready == len(bucket.params):
+        handle = dist.all_reduce(bucket.pack(), async_op=True)
+        handle.wait()
+        pending.append((bucket, handle))
+
+
 def blank(bucket, pending):
     """Start the bucket's all-reduce once its last gradient is ready."""
     # Your code here
@@ -52,6 +61,13 @@ def test_all_reducing_an_unpacked_buffer_fails_on_the_parameters(tmp_path):
     assert "differ from one process" in feedback.message, feedback
 
 
+def test_a_hook_that_waits_for_its_own_all_reduce_fails(tmp_path):
+    feedback = check_launch_hook(waits_at_once, runs_dir=str(tmp_path))
+    assert not feedback.passed
+    assert "waited for" in feedback.message and "nothing overlapped" in feedback.message, \
+        feedback
+
+
 def test_a_blank_answer_fails_without_starting_ranks(tmp_path):
     feedback = check_launch_hook(blank, runs_dir=str(tmp_path))
     assert not feedback.passed and "not written yet" in feedback.message
@@ -68,3 +84,7 @@ def test_all_reduces_started_after_backward_are_refused():
     assert not at_the_end.passed and "last gradient" in at_the_end.message
     step = {"launches": [1.2, 1.56], "grads": [1.0, 1.5], "backward_end": 1.6}
     assert judge([{"gap": 0.0, "steps": [step], "buckets": 2}] * 2).passed
+    waited = {**step, "waits": [1.25, 1.6]}   # the engine's waits come after backward
+    assert not judge([{"gap": 0.0, "steps": [waited], "buckets": 2}] * 2).passed
+    assert judge([{"gap": 0.0, "steps": [{**step, "waits": [1.7, 1.8]}],
+                   "buckets": 2}] * 2).passed

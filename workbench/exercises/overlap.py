@@ -12,7 +12,10 @@ SGD steps of a 4-layer MLP whose gradients fill several buckets, and requires
 1. the serial parameters: 2 ranks × batch b equal one process with batch 2·b;
 2. every bucket's all-reduce started *before* `backward()` returned, and the first one
    before the backward pass had produced its last gradient: observed, from the times at
-   which the engine saw each launch, each gradient finish, and backward return.
+   which the engine saw each launch, each gradient finish, and backward return;
+3. no handle waited on before `backward()` returned: a hook that waits for its own
+   all-reduce starts it in time but makes backward stand still while it travels. Each
+   handle `dist.all_reduce` returns on the ranks notes when its `wait()` is called.
 """
 
 from __future__ import annotations
@@ -57,10 +60,39 @@ def serial_params(ranks: int) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
 
+class _Watched:
+    """An all-reduce handle that notes when it is waited on (`waits`, perf_counter s)."""
+
+    def __init__(self, work: Any, waits: list[float]) -> None:
+        self._work, self._waits = work, waits
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        self._waits.append(time.perf_counter())
+        return self._work.wait(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
+def _watch_waits(waits: list[float]) -> None:
+    """Make this rank's `dist.all_reduce(..., async_op=True)` return watched handles."""
+    import torch.distributed as dist
+
+    all_reduce = dist.all_reduce
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        work = all_reduce(*args, **kwargs)
+        return None if work is None else _Watched(work, waits)
+
+    dist.all_reduce = watched
+
+
 def _rank(rank: int, size: int, pickled: bytes) -> dict[str, Any]:
     """One rank: train with the student's hook, noting when things happened."""
     from workbench.data_parallel.overlapped import OverlappedSync
 
+    waits: list[float] = []
+    _watch_waits(waits)
     torch.set_num_threads(1)
     model, (x, y) = make_model(), make_data(size)
     sync = OverlappedSync(model, size, BUCKET_MB, launch=cloudpickle.loads(pickled))
@@ -73,6 +105,7 @@ def _rank(rank: int, size: int, pickled: bytes) -> dict[str, Any]:
         rows = slice((step * size + rank) * BATCH, (step * size + rank + 1) * BATCH)
         opt.zero_grad()
         grad_times.clear()
+        waits.clear()
         try:
             nn.functional.cross_entropy(model(x[rows]), y[rows]).backward()
             backward_end = time.perf_counter()
@@ -81,7 +114,7 @@ def _rank(rank: int, size: int, pickled: bytes) -> dict[str, Any]:
             return {"error": f"{type(exc).__name__}: {exc}", "step": step}
         opt.step()
         steps.append({"launches": list(sync.last_launch_times), "grads": list(grad_times),
-                      "backward_end": backward_end})
+                      "backward_end": backward_end, "waits": list(waits)})
     want = serial_params(size)
     gap = max(float((p.detach() - w).abs().max()) for p, w in zip(model.parameters(), want,
                                                                  strict=True))
@@ -124,6 +157,13 @@ def judge(results: list[dict[str, Any]]) -> Feedback:
                                "backward() had returned: nothing overlapped.",
                                "Start the all-reduce inside the hook, as soon as the bucket's "
                                "last gradient is ready.")
+            early = [t for t in step.get("waits", []) if t <= step["backward_end"]]
+            if early:
+                return not_yet(f"rank {r}, step {s}: your hook waited for {len(early)} "
+                               "all-reduce(s) before backward() returned: backward stood "
+                               "still while the gradients travelled, so nothing overlapped.",
+                               "Append the handle without calling its wait(): the engine "
+                               "waits on every handle before the optimizer steps.")
             if min(step["launches"]) >= max(step["grads"]):
                 return not_yet(f"rank {r}, step {s}: the first all-reduce started only after "
                                "the backward pass had produced its last gradient.",

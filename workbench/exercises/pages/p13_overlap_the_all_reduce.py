@@ -53,7 +53,8 @@ append `(bucket, handle)` to `pending`. The engine divides by the number of rank
 unpacks.
 
 The checker trains a 4-layer MLP on 2 real ranks with your hook. It requires the parameters
-of one process with batch $2b$, and it times each launch against the end of `backward()`.
+of one process with batch $2b$, it times each launch against the end of `backward()`, and
+it notes when each handle is waited on: only the engine may wait, after `backward()`.
 """),
     function_task(r'''
 def launch(bucket, pending):
