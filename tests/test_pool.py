@@ -74,8 +74,11 @@ def naps(seconds):
 
 @pytest.fixture(scope="module", params=["torch", "horovod"])
 def pool(request, tmp_path_factory):
+    """The module's pool. It binds no cores: holding the host's cores for minutes, it would
+    make every other test worker's job queue behind it (the cores a pool holds are
+    checked in a queue of their own below)."""
     runs = tmp_path_factory.mktemp(f"runs-{request.param}")
-    pool = workbench.ranks(np=2, engine=request.param, runs_dir=str(runs))
+    pool = workbench.ranks(np=2, engine=request.param, runs_dir=str(runs), cpu_bind="none")
     pool.wait_ready(240)
     yield pool
     pool.close()
@@ -160,7 +163,7 @@ def test_training_jobs_run_on_the_warm_ranks_and_match_fresh_ranks(pool):
     ranks, a record like any job's, the traffic counted afresh each time; and the same
     parameters, bit for bit, as the same job on ranks of its own."""
     job = dict(np=2, model="mlp", width=32, dataset="digits", epochs=1, max_steps=4,
-               threads_per_rank=1, runs_dir=pool.runs_dir)
+               threads_per_rank=1, runs_dir=pool.runs_dir, cpu_bind="none")
     pids = [p for _, p in sorted(pool._ranks.pids.items())]
     warm = {}
     for engine in TRAINED_ON[pool.engine] * 2:   # twice: a second job starts clean too
@@ -173,17 +176,40 @@ def test_training_jobs_run_on_the_warm_ranks_and_match_fresh_ranks(pool):
         assert engine not in warm or run.summary["final_loss"] == warm[engine]["final_loss"]
         warm[engine] = run.summary
     last = run.record().model_state()
-    # cpu_bind is fixed when a rank starts: that job needs ranks of its own (and, binding
-    # no cores, it does not queue behind the pool's)
+    # cpu_bind is fixed when a rank starts: a job binding cores needs ranks of its own
+    bound = {**job, "cpu_bind": "core"}
     with pytest.raises(workbench.ConfigError, match="cpu_bind, fixed when a rank"):
-        pool.start(workbench.JobConfig(engine=engine, cpu_bind="none", **job))
+        pool.start(workbench.JobConfig(engine=engine, **bound))
     with pytest.raises(workbench.ConfigError, match="has 3 ranks and the pool 2"):
         pool.start(workbench.JobConfig(engine=engine, **{**job, "np": 3}))
-    fresh = workbench.start(workbench.JobConfig(engine=engine, cpu_bind="none", **job))
+    fresh = workbench.start(workbench.JobConfig(engine=engine, **bound))
     assert not isinstance(fresh, PoolCall) and fresh.wait(240) == "succeeded", fresh.summary
     state = fresh.record().model_state()
     assert state.keys() == last.keys() and all((state[k] == last[k]).all() for k in state)
     assert pool.restarts == []
+
+
+@pytest.mark.timeout(300)
+def test_a_pool_holds_its_cores_and_a_job_queued_behind_them_is_told(tmp_path, monkeypatch):
+    """A pool's ranks hold their cores in the host's queue while they live (here a queue of
+    its own: the suite's other workers must not wait behind it); a job of the same process
+    that then queues is told why, and starts once the pool is closed."""
+    from workbench.hosts.cpu import affinity
+
+    monkeypatch.setenv("WORKBENCH_SHARED_DIR", str(tmp_path / "shared"))
+    host = len(affinity())
+    threads = max(1, host // 2)       # the pool holds every core (all but one, if odd)
+    pool = workbench.ranks(np=2, engine="torch", runs_dir=str(tmp_path / "runs"),
+                           threads_per_rank=threads)
+    pool.wait_ready(240)
+    assert len(set(pool.job.cores)) == 2 * threads
+    with pytest.warns(UserWarning, match="waits for cores that your warm ranks hold"):
+        job = workbench.start(workbench.JobConfig(  # one core more than the pool leaves
+            engine="serial", np=1, model="logreg", epochs=1, max_steps=2,
+            threads_per_rank=host - 2 * threads + 1, runs_dir=str(tmp_path / "runs")))
+    assert job.status == "queued" and not isinstance(job, PoolCall)
+    pool.close()
+    assert job.wait(120) == "succeeded", job.summary
 
 
 @pytest.mark.timeout(300)
