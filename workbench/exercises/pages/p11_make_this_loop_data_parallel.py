@@ -91,10 +91,9 @@ pool = workbench.ranks(np=2, engine="horovod")   # launch() and the checker use 
 job = workbench.launch(train_horovod, make_data(), np=2, engine="horovod")
 RunPanel(job)
 """),
+    code('ex.check_data_parallel(train_horovod, engine="horovod")'),
     code(r"""
-feedback = ex.check_data_parallel(train_horovod, engine="horovod")
 pool.close()   # done with Horovod: frees its two cores for the DDP ranks of task 2
-feedback
 """),
     md(r"""
 ## Task 2: PyTorch DDP
