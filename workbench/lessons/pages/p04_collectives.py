@@ -262,8 +262,10 @@ from workbench.synchronization.ring_lab import run_ring_lab
 
 RING_PROCESSES = 2
 lab = run_ring_lab(RING_PROCESSES, sizes=(7, 1001, 65536, 1 << 18), repeats=3)
+beta = lab["beta_s_per_byte"]   # 0 when the timings were too noisy to show a slope
 print(f"measured α = {lab['alpha_s'] * 1e6:.0f} µs per message, "
-      f"1/β = {1 / lab['beta_s_per_byte'] / 1e9:.2f} GB/s")
+      + (f"1/β = {1 / beta / 1e9:.2f} GB/s" if beta > 0 else
+         "β: no slope in these timings (a busy machine): run the cell again"))
 table([{**c, **r} for c, r in zip(lab["checks"], lab["rows"], strict=True)],
       [("n", "values", "d"), ("max_abs_diff", "|ring − library|", ".1e"),
        ("ring_s", "ring (s)", ".2e"), ("library_s", "torch.distributed (s)", ".2e"),
