@@ -179,16 +179,6 @@ class Pool:
             call._done.wait()
         return self
 
-    @property
-    def free(self) -> bool:
-        """True while open and running no call: a call now starts once the ranks are ready."""
-        return self.alive and (self._call is None or self._call.done)
-
-    @property
-    def idle(self) -> bool:
-        """True when ready and no call runs: a call now starts at once."""
-        return self.ready and self.free
-
     def wait_ready(self, timeout: float | None = None) -> Pool:
         """Block until every rank waits for work (the first start: seconds; later: at once).
 
