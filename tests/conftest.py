@@ -11,6 +11,8 @@ ends. After each test, every job this process started and that still runs is sto
 pools of warm ranks, at the end of the module.
 
 The whole suite has a time budget (tests/_budget.py): `make test` fails when it takes longer.
+A notebook whose kernel died before it ran a cell (a port taken between jupyter_client's
+choice and the kernel's bind) is run again (tests/_kernel_start.py).
 """
 
 import atexit
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from _budget import register
+from _kernel_start import pytest_collection_modifyitems  # noqa: F401 (a pytest hook)
 
 import workbench
 
