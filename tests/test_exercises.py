@@ -13,14 +13,17 @@ import torch
 from workbench.exercises import (
     Feedback,
     allreduce,
+    data_parallel,
     laws,
     lr_scaling,
+    overlap,
     parallelism,
     pipeline,
     ring,
     scaling,
     sharding,
     staleness,
+    zero,
 )
 from workbench.exercises.feedback import call_student
 from workbench.notebooks import write_all
@@ -642,17 +645,27 @@ def _returning(value):
 
 ODD_FUNCTIONS = [_raises, lambda: 1, lambda a, b, c, d, e, f, g: 1, print,
                  *[_returning(v) for v in ODD_VALUES]]
-FUNCTION_CHECKERS = [*CHECKERS, lambda fn: __import__(
-    "workbench.exercises", fromlist=["x"]).check_data_parallel(fn, engine="torch")]
+
+
+#: Checkers that run the answer on real ranks, by name: each is given only answers it must
+#: refuse before starting any (not a function, or one it cannot call as the exercise does).
+RANK_CHECKERS = {
+    "check_data_parallel": lambda fn: data_parallel.check_data_parallel(fn, engine="torch"),
+    "check_zero1": lambda fn: zero.check_zero1(fn, fn),
+    "check_launch_hook": lambda fn: overlap.check_launch_hook(fn),
+}
+FUNCTION_CHECKERS = [*CHECKERS, zero.check_shard_optimizer, *RANK_CHECKERS.values()]
+_NAMES = {id(c): name for name, c in RANK_CHECKERS.items()}
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("checker", FUNCTION_CHECKERS, ids=lambda c: getattr(c, "__name__", "dp"))
+@pytest.mark.parametrize("checker", FUNCTION_CHECKERS,
+                         ids=lambda c: _NAMES.get(id(c), getattr(c, "__name__", "?")))
 def test_every_checker_answers_odd_inputs_with_feedback(checker):
-    dp = checker is FUNCTION_CHECKERS[-1]
-    answers = ODD_VALUES if dp else ODD_VALUES + ODD_FUNCTIONS   # dp: no ranks started
-    if dp:
-        answers = answers + [lambda: 1, lambda x: 1]             # refused by their signature
+    on_ranks = id(checker) in _NAMES
+    answers = ODD_VALUES if on_ranks else ODD_VALUES + ODD_FUNCTIONS   # no ranks started
+    if on_ranks:
+        answers = answers + [lambda: 1, lambda x: 1, lambda *, x: 1]  # refused by signature
     for answer in answers:
         fb = checker(answer)
         assert isinstance(fb, Feedback), (answer, fb)

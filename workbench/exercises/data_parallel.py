@@ -36,7 +36,6 @@ separate machines would start from different random weights.
 
 from __future__ import annotations
 
-import inspect
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +46,14 @@ import torch.nn.functional as F
 from torch import nn
 
 import workbench
-from workbench.exercises.feedback import Feedback, correct, guarded, not_yet
+from workbench.exercises.feedback import (
+    Feedback,
+    correct,
+    guarded,
+    not_written,
+    not_yet,
+    refuse_before_ranks,
+)
 from workbench.exercises.watch import watching
 
 #: The exercise's sizes: 128 samples, batch 8 per rank (16 global), 2 epochs = 16 steps.
@@ -98,20 +104,11 @@ def check_data_parallel(fn: Callable[..., Any], engine: str = "horovod", *, np: 
     `fn` must return its model's `state_dict()` (or the model). Returns a Feedback; a wrong
     answer gets a hint naming the mistake (see the module docstring).
     """
-    if not callable(fn):
-        return not_yet(f"expected a function, got {type(fn).__name__}.",
-                       "Pass the function itself: check_data_parallel(train_horovod).")
-    if _still_blank(fn):  # said at once, without starting ranks that would only raise it
-        return _not_written()
-    try:
-        inspect.signature(fn).bind(data=None, batch_size=BATCH, lr=LR, epochs=EPOCHS,
-                                   seed=SEED, checkpoint="")
-    except TypeError as err:   # said at once too: every rank would fail the same way
-        return not_yet(f"your function cannot be called as train is: {err}.",
-                       "Keep train's signature: (data, batch_size, lr, epochs, seed, "
-                       "checkpoint), with those names.")
-    except ValueError:         # no signature to read (a builtin): let the run tell
-        pass
+    refused = refuse_before_ranks(fn, "train(data, batch_size, lr, epochs, seed, checkpoint)",
+                                  data=None, batch_size=BATCH, lr=LR, epochs=EPOCHS,
+                                  seed=SEED, checkpoint="")
+    if refused:
+        return refused
     with tempfile.TemporaryDirectory(prefix="dp-check-") as folder:  # for the checkpoint
         return _run_and_judge(fn, engine, np, runs_dir, timeout_s, Path(folder))
 
@@ -138,25 +135,12 @@ def _run_and_judge(fn: Callable[..., Any], engine: str, np: int, runs_dir: str,
     if job.status != "succeeded":
         failure = (job.summary or {}).get("failure") or {}
         if str(failure.get("error", "")).startswith("NotImplementedError"):
-            return _not_written()
+            return not_written()
         return not_yet(f"the job {job.status}: rank {failure.get('rank')} "
                        f"{failure.get('error')}",
                        "Read the traceback above (or `workbench show " + job.run_id + "`); "
                        "run the function once in the notebook to find the line.")
     return judge(job.results(), kwargs, np)
-
-
-def _not_written() -> Feedback:
-    return not_yet("your function is not written yet (it raises NotImplementedError).",
-                   "Replace the line `raise NotImplementedError` with your code, then run the "
-                   "check again.")
-
-
-def _still_blank(fn: Callable[..., Any]) -> bool:
-    """True for the exercise's blank: a function whose only global name is
-    NotImplementedError (its body is `raise NotImplementedError` and comments)."""
-    code = getattr(fn, "__code__", None)
-    return code is not None and set(code.co_names) == {"NotImplementedError"}
 
 
 def run_on_rank(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import html
+import inspect
 import itertools
 import traceback
 from collections.abc import Callable, Iterable
@@ -130,17 +131,46 @@ def call_student(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, Feedback | No
     try:
         return fn(*args, **kwargs), None
     except NotImplementedError:
-        return None, not_yet(
-            "your function is not written yet (it raises NotImplementedError).",
-            "Replace the line `raise NotImplementedError` with your code, then run the check "
-            "again.",
-        )
+        return None, not_written()
     except Exception as exc:  # a student's bug is feedback, not a crash of the notebook
         return None, not_yet(
             f"your function raised {type(exc).__name__}: {exc}",
             f"The error happened at {_where(exc)}. Read the message, fix that line, and run "
             "the cell that defines the function again before checking.",
         )
+
+
+def not_written() -> Feedback:
+    """What a blank gets: the function still raises NotImplementedError."""
+    return not_yet("your function is not written yet (it raises NotImplementedError).",
+                   "Replace the line `raise NotImplementedError` with your code, then run the "
+                   "check again.")
+
+
+def is_blank(fn: Any) -> bool:
+    """True for an exercise's blank: a function whose only global name is
+    NotImplementedError (its body is `raise NotImplementedError` and comments)."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and set(code.co_names) == {"NotImplementedError"}
+
+
+def refuse_before_ranks(fn: Any, called_as: str, *args: Any, **kwargs: Any) -> Feedback | None:
+    """What to say at once, without starting ranks that would only fail the same way: `fn`
+    is not a function, is still the exercise's blank, or cannot be called with `args` and
+    `kwargs` as `called_as` (e.g. "launch(bucket, pending)") is. None: run it on the ranks."""
+    if not callable(fn):
+        return not_yet(f"expected a function, got {type(fn).__name__}.",
+                       f"Pass the function itself, without calling it: {called_as}.")
+    if is_blank(fn):
+        return not_written()
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as err:
+        return not_yet(f"your function cannot be called as {called_as} is: {err}.",
+                       f"Keep the signature the exercise gives: {called_as}.")
+    except ValueError:  # no signature to read (a builtin): let the run tell
+        pass
+    return None
 
 
 def _where(exc: BaseException) -> str:

@@ -28,7 +28,7 @@ import cloudpickle
 import torch
 from torch import nn
 
-from workbench.exercises.feedback import Feedback, correct, not_yet
+from workbench.exercises.feedback import Feedback, correct, guarded, not_yet, refuse_before_ranks
 
 #: Sizes: a 16 → 32 → 32 → 32 → 4 MLP, 4 steps of batch 8 per rank, 1 KiB buckets.
 FEATURES, WIDTH, CLASSES, BATCH, STEPS, LR, BUCKET_MB = 16, 32, 4, 8, 4, 0.1, 1 / 1024
@@ -121,19 +121,15 @@ def _rank(rank: int, size: int, pickled: bytes) -> dict[str, Any]:
     return {"gap": gap, "steps": steps, "buckets": len(sync.buckets)}
 
 
+@guarded
 def check_launch_hook(fn: Callable[..., Any], *, runs_dir: str = "runs",
                       timeout_s: float = 120.0) -> Feedback:
     """Run the student's `launch(bucket, pending)` on 2 real ranks and judge it."""
     from workbench.jobs.workers import WorkerError, run_workers
 
-    if not callable(fn):
-        return not_yet(f"expected a function, got {type(fn).__name__}.",
-                       "Pass the function itself: check_launch_hook(launch).")
-    code = getattr(fn, "__code__", None)
-    if code is not None and set(code.co_names) == {"NotImplementedError"}:
-        return not_yet("your function is not written yet (it raises NotImplementedError).",
-                       "Replace the line `raise NotImplementedError` with your code, then run "
-                       "the check again.")
+    refused = refuse_before_ranks(fn, "launch(bucket, pending)", None, [])
+    if refused:
+        return refused
     try:
         results = run_workers(_rank, 2, (cloudpickle.dumps(fn),), name="check-overlap",
                               runs_dir=runs_dir, timeout=timeout_s)

@@ -7,7 +7,8 @@ does more than its share of the work.
 
 A balanced partition does not give every rank the same number of *steps*, which
 synchronous training needs: with n = 13 samples, p = 4 ranks and a batch of 1, rank 0 has 4
-samples and takes 4 steps, the others 3, and rank 0's fourth allreduce waits for ever
+samples and takes 4 steps, the others 3, and rank 0's fourth allreduce waits for partners
+that have finished, until Horovod reports a peer shut down or gloo's timeout ends it
 (:func:`steps_per_rank`). Equal step counts need equal shards: drop the incomplete last
 global batch (as the workbench's training loop does) or pad it with repeated samples (as
 PyTorch's `DistributedSampler` does by default).

@@ -30,7 +30,16 @@ import torch.nn.functional as F
 
 import workbench
 from workbench.exercises.data_parallel import make_data, make_model
-from workbench.exercises.feedback import Feedback, correct, not_yet
+from workbench.exercises.feedback import (
+    Feedback,
+    call_student,
+    correct,
+    guarded,
+    is_blank,
+    not_written,
+    not_yet,
+    refuse_before_ranks,
+)
 
 BATCH, LR, MOMENTUM, EPOCHS, SEED, NP = 8, 0.05, 0.9, 2, 0, 2
 ATOL = 1e-5
@@ -96,17 +105,17 @@ def run_on_rank(make: Callable[..., Any], step: Callable[..., Any]) -> dict[str,
     return result
 
 
+@guarded
 def check_zero1(make: Callable[..., Any], step: Callable[..., Any], *,
                 runs_dir: str = "runs", timeout_s: float = 180.0) -> Feedback:
     """Run the student's `make_shard_optimizer` and `zero1_step` on 2 real ranks; judge."""
-    for fn in (make, step):
-        if not callable(fn):
-            return not_yet(f"expected a function, got {type(fn).__name__}.",
-                           "Pass the functions themselves: check_zero1(make_shard_optimizer,"
-                           " zero1_step).")
-        if set(getattr(getattr(fn, "__code__", None), "co_names", ())) == \
-                {"NotImplementedError"}:
-            return _not_written(fn)
+    flat = torch.zeros(4)
+    refused = (refuse_before_ranks(make, "make_shard_optimizer(flat_params, rank, world, lr)",
+                                   flat, 0, NP, LR)
+               or refuse_before_ranks(step, "zero1_step(flat_params, flat_grad, shard, "
+                                      "optimizer, rank, world)", flat, flat, flat, None, 0, NP))
+    if refused:
+        return refused
     job = workbench.launch(run_on_rank, make, step, np=NP, engine="torch",
                            runs_dir=runs_dir, name="check-zero1", stall_timeout=timeout_s)
     if job.wait(timeout_s) == "running":
@@ -122,14 +131,13 @@ def check_zero1(make: Callable[..., Any], step: Callable[..., Any], *,
     return judge(job.results())
 
 
+@guarded
 def check_shard_optimizer(make: Callable[..., Any]) -> Feedback:
     """Check `make_shard_optimizer` in this process (no ranks): for every rank of 3, its
     shard must be that rank's slice of the buffer, in the same memory, and its optimizer
     must step that shard alone, with momentum."""
-    from workbench.exercises.feedback import call_student
-
-    if set(getattr(getattr(make, "__code__", None), "co_names", ())) == {"NotImplementedError"}:
-        return _not_written(make)
+    if is_blank(make):
+        return not_written()
     world, numel = 3, 12
     for rank in range(world):
         flat = torch.arange(numel, dtype=torch.float32)
@@ -159,12 +167,6 @@ def check_shard_optimizer(make: Callable[..., Any]) -> Feedback:
                            "torch.optim.SGD([shard], lr=lr, momentum=0.9).")
     return correct("each rank's shard is its slice of the buffer, and its optimizer steps "
                    "that slice alone.")
-
-
-def _not_written(fn: Any) -> Feedback:
-    return not_yet(f"{getattr(fn, '__name__', 'a function')} is not written yet (it raises "
-                   "NotImplementedError).", "Replace `raise NotImplementedError` with your "
-                   "code, run the cell, then check again.")
 
 
 def judge(results: list[dict[str, Any]]) -> Feedback:

@@ -30,7 +30,8 @@ With $n = 13$ and $p = 4$: $13 = 4 \times 3 + 1$, so one rank gets 4 samples and
 
 A balanced partition is not yet enough for synchronous training, where every rank must
 take the same number of steps: with a batch of 1, the rank with 4 samples takes a fourth
-step, and its fourth allreduce waits for ever for partners that have finished. The last
+step, and its fourth allreduce waits for partners that have finished, until Horovod
+reports that a peer has shut down or gloo gives up after its timeout. The last
 cells show it, and how training loops avoid it.
 """),
     code("from workbench.exercises import sharding as ex"),
