@@ -137,7 +137,7 @@ class Ticket:
         """Take the cores if this job's turn has come; True once granted.
 
         After `release()` it is always False: a released ticket never asks again (else a
-        poll racing a stop would put the job back in the queue, for ever).
+        poll racing a stop would put the job back in the queue, where no one would take it out).
         """
         with self._guard:
             if self.granted or self._released:

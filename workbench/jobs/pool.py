@@ -29,8 +29,8 @@ the other ranks are interrupted. A rank that dies (`kill -9`) is named; the laun
 ends the pool's other ranks and the pool starts new ones. The pool restarts its ranks
 whenever a call ended with a rank interrupted (Stop, or a peer's failure while it still
 ran) or lost: a rank stopped inside a collective would leave its peers' next collective
-waiting for ever, and nothing outside the rank can tell whether it was in one. A call whose
-every rank returned or raised by itself leaves the pool as it is.
+waiting until gloo's timeout (30 minutes), and nothing outside the rank can tell whether
+it was in one. A call whose every rank returned or raised by itself leaves the pool as it is.
 
 While it waits, a torch pool's rank costs next to nothing (measured: 0.004 s of CPU per
 second); a Horovod rank about 0.1 s per second, as Horovod's background thread negotiates

@@ -8,7 +8,8 @@ the same way:
 1. for each size, float32 tensors of that many bytes;
 2. warm-up calls (the first call of a size sets up buffers and, for Horovod, negotiates);
 3. rank 0 picks how many timed rounds fit the time budget and broadcasts that number, so
-   every rank makes the same calls (a rank that made one call more would wait forever);
+   every rank makes the same calls (a rank that made one call more would wait until the
+   back-end's timeout ended the job);
 4. a barrier, then the timed rounds. As nccl-tests does, a round launches several
    allreduces back to back and waits for all of them, so a round's time ÷ its calls is the
    cost of one allreduce in a stream of them — what a training step's gradients pay. Each

@@ -91,10 +91,12 @@ def parameter_server_time(n_bytes: float, p: int, alpha: float, beta: float,
 
     With one server (the defaults): 2·α + 2·p·n·β + (p−1)·n·γ. Every worker pushes its
     n-byte gradient and pulls n bytes of weights, so the server's one link carries 2·p·n
-    bytes per step: a cost *linear* in p, the bottleneck that made Horovod move to ring
-    allreduce (Sergeev & Del Balso 2018, arXiv:1802.05799).
+    bytes per step: a cost *linear* in p. That is the textbook case; deployed systems shard
+    the parameters, and even so Uber's TensorFlow jobs lost about half of their GPUs' time
+    to communication at 128 GPUs, which made Horovod move to ring allreduce (Sergeev &
+    Del Balso 2018, arXiv:1802.05799).
 
-    No deployment used one server. TensorFlow and BytePS **shard** the parameters over
+    TensorFlow and BytePS **shard** the parameters over
     ``servers`` = k servers, each holding a share of them; a server then receives p shares
     and sends p shares back. Per phase (push, then pull) the step waits for the busiest link:
 

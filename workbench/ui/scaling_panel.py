@@ -9,7 +9,8 @@ cores). As each run finishes, its point is added to three charts and to the tabl
 
 * **speedup** with the ideal line S = p and the fitted Amdahl (strong) or Gustafson (weak) law;
 * **efficiency** S / p with the ideal 1.0;
-* **scalability**: efficiency as p grows, extrapolated with the fitted law;
+* **scalability**: efficiency as p grows, extrapolated under the assumption that the
+  fitted law holds beyond the measured p (a law fitted to few points fits them exactly);
 * the **table**: np, time, samples/s, speedup, efficiency and the Karp–Flatt serial fraction.
 
 The per-run configurations come from :mod:`workbench.scaling.sweep` (strong scaling splits the
@@ -38,7 +39,8 @@ CAPTION = (
     "<div style='font-size:12px;color:#555;max-width:900px'>"
     "<b>Speedup</b> = time of one worker ÷ time of p workers (from samples/s). "
     "<b>Efficiency</b> = speedup ÷ p: 1.0 means no time lost to communication. "
-    "<b>Scalability</b>: how efficiency falls as p grows, extrapolated with the fitted law. "
+    "<b>Scalability</b>: how efficiency falls as p grows, extrapolated by assuming the fitted "
+    "law holds beyond the measured p. "
     "Dashed grey: ideal; dotted orange: the law fitted to your points. "
     "<b>Karp–Flatt e</b> in the table (strong scaling only): if it grows with p, the loss is "
     "overhead (communication), not serial code; above 1, the run was slower than one "

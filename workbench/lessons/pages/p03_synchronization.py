@@ -179,8 +179,10 @@ The parameter-server lab runs the backup-worker scheme for real:
 `run_parameter_server("backup", workers=2, backup_workers=1, straggler_delay=0.05)`.
 
 **When a worker fails.** A straggler that never arrives is a failed worker: a crashed
-process, a lost machine, a broken link. In synchronous training the others would wait for it
-at the next allreduce for ever. The workbench watches every rank; when one dies it ends the
+process, a lost machine, a broken link. In synchronous training the others wait for it at
+the next allreduce until Horovod reports that a peer has shut down, or gloo and NCCL give up
+after their timeout (gloo's default is 30 minutes), and the job fails with an error that
+names no culprit. The workbench watches every rank; when one dies it ends the
 job and names the rank (its log is in the panel and in `runs/<run id>/logs/`). Production
 systems add *elastic* training (Horovod Elastic, `torchrun` with a range of nodes): the job
 continues with the workers that are left, from the last state they agreed on, and
