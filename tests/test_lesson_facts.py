@@ -75,6 +75,10 @@ def test_small_corrections_stay_corrected():
     assert [str(p.relative_to(REPO)) for p, text in SOURCES.items() if for_ever.search(text)] == []
     costmodel = SOURCES[REPO / "workbench" / "scaling" / "costmodel.py"]
     assert "No deployment used one server" not in costmodel
+    bank = SOURCES[REPO / "workbench" / "quiz" / "bank.yaml"]
+    assert "between 16% and 20%" not in bank and "16% and 20%" not in bank   # 11.1% at P = 2
+    assert "skips this round-trip" not in bank and "still runs every cycle" in bank
+    assert "costs no extra time" not in bank
     buckets = [t for t in TEXT.values() if "bucket_cap_mb" in t]
     assert buckets and all("1 MiB" in t for t in buckets)
     assert "every node must send and receive at least" not in ALL and "busiest" in ALL
