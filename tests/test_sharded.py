@@ -4,8 +4,6 @@ holds, counted from its tensors, against the model at np=1 (in this process). Th
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -13,30 +11,32 @@ import torch.distributed as dist
 from workbench.models import build_model, make_optimizer
 from workbench.records import of_kind
 from workbench.sharded.costmodel import (
+    as_printed,
     model_states,
     optimizer_bytes_per_parameter,
     plan,
     sent_per_step,
     smallest_fit,
+    table_1,
     transformer_activations,
 )
 from workbench.sharded.memory import held_bytes
 
 
-def printed(x: float) -> str:
-    """Three significant digits, rounded half up, as the ZeRO paper prints its tables."""
-    d = Decimal(repr(x))
-    rounded = d.quantize(Decimal(1).scaleb(d.adjusted() - 2), rounding=ROUND_HALF_UP)
-    return f"{rounded.normalize():f}"
-
-
 def test_zero_paper_table_1_for_its_7_5b_example():
-    # Rajbhandari et al. 2020, Table 1: Ψ = 7.5B, K = 12, N_d = 64 (GB of 1e9 bytes).
-    gb = {s: model_states(7.5e9, 64, s, 12).total / 1e9
-          for s in ("ddp", "zero1", "zero2", "zero3")}
-    assert [printed(gb[s]) for s in ("ddp", "zero1", "zero2", "zero3")] == \
-        ["120", "31.4", "16.6", "1.88"]
+    # Rajbhandari et al. 2020, Table 1, the 7.5B column (GB of 1e9 bytes, K = 12): baseline
+    # DP, P_os, P_os+g, P_os+g+p for each data-parallel degree N_d, as the paper prints them.
+    assert table_1() == {
+        1: ["120", "120", "120", "120"],
+        4: ["120", "52.5", "41.3", "30"],
+        16: ["120", "35.6", "21.6", "7.5"],
+        64: ["120", "31.4", "16.6", "1.88"],
+        256: ["120", "30.4", "15.4", "0.47"],
+        1024: ["120", "30.1", "15.1", "0.12"],
+    }
     assert optimizer_bytes_per_parameter("adam", mixed=True) == 12
+    assert [as_printed(x) for x in (2.0, 0.125, 1.875, 41.25, 99.96)] == \
+        ["2", "0.13", "1.88", "41.3", "100"]
 
 
 def test_model_states_follow_each_strategy_formula():

@@ -29,6 +29,7 @@ then all-gathers the parameters, 3Ψ(N−1)/N; the paper's ZeRO-1 reduce-scatter
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 #: The engine that runs each strategy (`workbench run --engine ...`).
@@ -144,3 +145,20 @@ def smallest_fit(psi: float, device_gb: float, strategy: str, k: float = 12,
             return n
         n *= 2
     return None
+
+
+def table_1(psi: float = 7.5e9, k: float = 12,
+            devices: tuple[int, ...] = (1, 4, 16, 64, 256, 1024)) -> dict[int, list[str]]:
+    """Per-device model states in GB for each N in `devices`, for DDP, ZeRO-1, 2 and 3, as
+    Table 1 of the ZeRO paper prints them for its 7.5B-parameter example (K = 12)."""
+    return {n: [as_printed(model_states(psi, n, s, k).total / 1e9) for s in STRATEGIES]
+            for n in devices}
+
+
+def as_printed(x: float) -> str:
+    """`x` as the ZeRO paper's Table 1 prints it: three significant digits but at most two
+    decimals, rounded half up, no trailing zeros (31.40625 → "31.4", 0.46875 → "0.47",
+    30.0 → "30")."""
+    d = Decimal(repr(x))
+    step = Decimal(1).scaleb(max(d.adjusted() - 2, -2))
+    return f"{d.quantize(step, rounding=ROUND_HALF_UP).normalize():f}"

@@ -132,8 +132,9 @@ acts = costmodel.transformer_activations(layers=32, hidden=4096, seq=2048, micro
                                          heads=32)
 for strategy in costmodel.STRATEGIES:
     print(costmodel.plan(PSI, DEVICES, GB, strategy, k=12, activations=acts))
-print("ZeRO paper, Table 1 (7.5B, N=64):", [round(costmodel.model_states(
-    7.5e9, 64, s, 12).total / 1e9, 2) for s in costmodel.STRATEGIES], "GB")
+print("ZeRO paper, Table 1, 7.5B parameters, GB per device (DDP, ZeRO-1, ZeRO-2, ZeRO-3):")
+for n, row in costmodel.table_1().items():
+    print(f"  N = {n:4d}:", *(f"{gb:>5}" for gb in row))
 """),
     code(r"""
 pool.close()   # frees its two cores for other jobs
