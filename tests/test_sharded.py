@@ -12,6 +12,7 @@ from workbench.models import build_model, make_optimizer
 from workbench.records import of_kind
 from workbench.sharded.costmodel import (
     as_printed,
+    fsdp2_shard,
     model_states,
     optimizer_bytes_per_parameter,
     plan,
@@ -48,6 +49,15 @@ def test_model_states_follow_each_strategy_formula():
     assert model_states(psi, 1, "zero3", k, 4) == model_states(psi, 1, "ddp", k, 4)
     with pytest.raises(ValueError, match="strategy"):
         model_states(psi, n, "zero4", k)
+
+
+def test_fsdp2_cuts_each_parameter_on_dim_0_and_pads_the_last_shards():
+    shapes = [(10, 32), (10,), (2,)]                     # Ψ = 332, no dim 0 divides by 4
+    shards = [fsdp2_shard(shapes, 4, rank) for rank in range(4)]
+    assert [padded for padded, _ in shards] == [3 * 32 + 3 + 1] * 4
+    assert [own for _, own in shards] == [100, 100, 99, 33]  # rows 3,3,3,1; 1,1,0,0 of (2,)
+    assert sum(own for _, own in shards) == 332
+    assert fsdp2_shard([(32, 64), (32,)], 4, 3) == (8 * 64 + 8, 8 * 64 + 8)  # even: Ψ/N
 
 
 def test_traffic_model_zero3_sends_one_and_a_half_times_ddp():

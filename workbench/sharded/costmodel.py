@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
+from math import prod
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 #: The engine that runs each strategy (`workbench run --engine ...`).
@@ -145,6 +146,25 @@ def smallest_fit(psi: float, device_gb: float, strategy: str, k: float = 12,
             return n
         n *= 2
     return None
+
+
+def fsdp2_shard(shapes: list[tuple[int, ...]], n: int, rank: int) -> tuple[int, int]:
+    """(padded, own): the elements of rank `rank`'s shard of parameters of `shapes` on `n`
+    ranks, as FSDP2 (`fully_shard`) cuts them: each parameter on its dim 0, as torch.chunk
+    does, ⌈d₀/n⌉ rows to each rank in turn, so the last ranks get fewer rows or none.
+
+    Every shard is padded to ⌈d₀/n⌉ rows: the parameters, the gradients and the collectives
+    use the padded size; the optimizer state, made from the real rows, the rank's own. Summed
+    over ranks, `own` is Ψ, and the mean of either is Ψ/N when every d₀ divides by n, as the
+    paper's formula assumes (Zhao et al. 2023, §3.2, on FSDP's padding).
+    """
+    padded = own = 0
+    for shape in shapes:
+        rows, per_row = (shape[0], prod(shape[1:])) if shape else (1, 1)
+        chunk = -(-rows // n)
+        padded += chunk * per_row
+        own += max(0, min(rows, (rank + 1) * chunk) - rank * chunk) * per_row
+    return padded, own
 
 
 def table_1(psi: float = 7.5e9, k: float = 12,

@@ -14,6 +14,7 @@ from workbench.lessons.runs import record
 from workbench.records import of_kind
 from workbench.sharded.costmodel import (
     STRATEGY_OF,
+    fsdp2_shard,
     model_states,
     optimizer_bytes_per_parameter,
     sent_per_step,
@@ -36,27 +37,35 @@ def parameter_count(run: Any) -> int:
     return sum(int(v.numel()) for v in record(run).model_state().values())
 
 
-def predicted(run: Any) -> dict[str, float]:
-    """The cost model's bytes per rank for this run (fp32 parameters and gradients)."""
+def predicted(run: Any, rank: int = 0) -> dict[str, float]:
+    """The cost model's bytes for rank `rank` of this run (fp32 parameters and gradients).
+
+    For FSDP (ZeRO-3) Ψ is what FSDP2 gives the rank (`costmodel.fsdp2_shard`): each
+    parameter is cut on its dim 0, so ranks differ when a dim 0 does not divide by N.
+    """
     rec = record(run)
     cfg = rec.config
     strategy = STRATEGY_OF[cfg["engine"]]
     n = int(cfg["np"])
-    psi = parameter_count(rec)
+    psi = held = parameter_count(rec)
+    if strategy == "zero3":
+        shapes = [tuple(v.shape) for v in rec.model_state().values()]
+        padded, own = fsdp2_shard(shapes, n, rank)
+        psi, held = padded * n, own * n
     value = {"float32": 4, "float64": 8}[cfg.get("dtype", "float32")]
     k = optimizer_bytes_per_parameter(cfg["optimizer"], cfg["momentum"]) * value // 4
     states = model_states(psi, n, strategy, k, value)
     wire = 2 if cfg.get("grad_compression") == "bf16" else value  # bytes per gradient sent
     return {"param_bytes": states.params, "grad_bytes": states.grads,
-            "optimizer_bytes": states.optimizer,
+            "optimizer_bytes": model_states(held, n, strategy, k, value).optimizer,
             "sent_bytes": sent_per_step(psi, n, strategy, value, wire)}
 
 
 def comparison(run: Any) -> list[dict[str, Any]]:
     """One row per rank and field: {"rank", "field", "measured", "predicted", "ratio"}."""
-    model = predicted(run)
     rows = []
     for rank, fields in sorted(last_footprint(run).items()):
+        model = predicted(run, rank)
         for name in FIELDS:
             want, got = model[name], fields[name]
             rows.append({"rank": rank, "field": name, "measured": got, "predicted": want,
@@ -67,9 +76,10 @@ def comparison(run: Any) -> list[dict[str, Any]]:
 def footprint_rows(run: Any) -> list[dict[str, Any]]:
     """One row per rank, in MB: what it holds, the model's total, and what it sent per step
     beside the model's figure (for `workbench.lessons.show.table`)."""
-    model, rec = predicted(run), record(run)
+    rec = record(run)
     rows = []
     for rank, got in sorted(last_footprint(rec).items()):
+        model = predicted(rec, rank)
         held = got["param_bytes"] + got["grad_bytes"] + got["optimizer_bytes"]
         rows.append({"engine": rec.config["engine"], "rank": rank,
                      **{f: got[f] / 1e6 for f in FIELDS}, "held": held / 1e6,

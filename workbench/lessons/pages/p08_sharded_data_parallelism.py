@@ -69,8 +69,12 @@ print(module_source("workbench.sharded.zero1", "    def reduce_gradients", "    
 averaged gradients of its slice, so it keeps $2\Psi/N$ (here $4\Psi/N$) of gradients.
 **ZeRO-3** shards the parameters too: PyTorch's FSDP2 (`fully_shard` per layer; Zhao et
 al., VLDB 2023) gathers each layer's parameters just before it computes, in the forward and
-again in the backward pass, and frees them after. The same job on each (one after another:
-they would share cores):
+again in the backward pass, and frees them after. FSDP2 cuts each parameter on its first
+dimension, $\lceil d_0/N \rceil$ rows to a rank, and pads the last shards to that size: when
+a $d_0$ does not divide by $N$ (this model's 10 output rows on 4 ranks), the last rank holds
+fewer real rows, and so less optimizer state, than $\Psi/N$
+(`workbench.sharded.costmodel.fsdp2_shard` predicts each rank's bytes). The same job on
+each (one after another: they would share cores):
 """),
     code(r"""
 runs = [ddp]
