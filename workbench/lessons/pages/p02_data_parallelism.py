@@ -48,6 +48,8 @@ part of their communication behind the backward pass and send fewer, larger mess
 three compute the same update (the invariant of section 6 holds for each; the workbench's
 tests check it), so the difference is speed alone. On a shared machine the numbers move
 from run to run: rerun the cell, or try `width=1024`, to see which differences stay.
+Notebook 09 builds DDP's buckets and its overlap by hand, one step at a time, and adds
+gradient accumulation; notebook 08 shards what each rank holds (ZeRO, FSDP).
 """),
 ]
 

@@ -246,6 +246,9 @@ curves(f"Bytes per worker and step, width {WIDTH}, P = {P}", "batch size (log)",
   bubble.
 - Memory decides first; then compare the gradient bytes of an allreduce with the activation
   bytes at the cuts.
+- Next: sharded data parallelism, measured rank by rank, in notebook 08; tensor
+  parallelism (Megatron's split of a layer, beside the pipeline's split into stages) in
+  notebook 09.
 
 ## Exercises
 

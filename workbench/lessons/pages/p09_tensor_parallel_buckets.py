@@ -115,9 +115,35 @@ tensor, and uses gloo's C++ ring instead of our Python one (run it with `bucket_
 separate the two). Overlapped moves part of the remaining communication under the backward
 pass: only what is still running when `backward()` returns is orange. DDP does the same in
 C++. On a shared CPU the numbers move from run to run; `benchmarks/bucket_bench.py` measures
-a 5M-parameter model side by side. The training panel (`TrainingPanel()`) has the bucket
-size as a widget, *bucket (MiB)*.
+an 8.4M-parameter model side by side. The training panel (`TrainingPanel()`) has the bucket
+size as a widget, *bucket (MiB)*, and so does the next cell: pick a size and run the bucketed
+and overlapped engines again (at the smallest size nearly every tensor is a bucket of its
+own, at the largest the whole model is one bucket).
+"""),
+    code(r"""
+import ipywidgets as widgets
 
+bucket = widgets.FloatLogSlider(value=SAME["bucket_mb"], base=2, min=-8, max=2, step=1,
+                                description="bucket (MiB)")
+again, shown = widgets.Button(description="Run bucketed and overlapped"), widgets.Output()
+
+
+def run_again(_=None):
+    with shown:
+        shown.clear_output()
+        rows = []
+        for engine in ("bucketed", "overlapped"):   # one after another, on the warm ranks
+            job = workbench.start(workbench.JobConfig(engine=engine, **{
+                **SAME, "bucket_mb": bucket.value}))
+            assert job.wait(timeout=400) == "succeeded", job.summary
+            rows.append(step_split(job))
+        table(rows, caption=f"buckets of {bucket.value:g} MiB (ms per step)")
+
+
+again.on_click(run_again)
+widgets.VBox([widgets.HBox([bucket, again]), shown])
+"""),
+    md(r"""
 ## 3. Gradient accumulation
 
 When the batch you want does not fit, run $k$ micro-batches of $b$, add their gradients
