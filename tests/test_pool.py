@@ -62,6 +62,31 @@ def fails_on_rank_one(x):
     return x
 
 
+def counts_kept():
+    """Counts its calls in what the rank keeps on purpose, and in a global that it must not."""
+    SEEN.append(1)
+    kept = workbench.kept()
+    kept["calls"] = kept.get("calls", 0) + 1
+    return kept["calls"], len(SEEN)
+
+
+def leaves_its_peer_in_a_collective():
+    """Rank 1 raises; rank 0 goes on into an all-reduce that rank 1 never joins."""
+    import torch
+
+    if workbench.rank() == 1:
+        raise ValueError("rank one leaves before the all-reduce")
+    t = torch.ones(1)
+    if os.environ.get("HOROVOD_RANK") is not None:
+        import horovod.torch as hvd
+
+        hvd.allreduce(t)
+    else:
+        import torch.distributed as dist
+
+        dist.all_reduce(t)
+
+
 def sleeps():
     workbench.report(step=0, loss=1.0)
     time.sleep(600)
@@ -227,6 +252,44 @@ def test_a_raising_rank_is_named_and_the_pool_runs_on(pool):
         busy = pool.run(sleeps)
         pool.run(sum_of_ranks, 1)
     busy.stop()
+
+
+@pytest.mark.timeout(300)
+def test_nothing_leaks_from_call_to_call_but_what_is_kept_on_purpose(pool):
+    def done(call):
+        _wait_call(call)
+        return call
+
+    first, second = (done(pool.run(counts_kept)).results() for _ in range(2))
+    assert [kept for kept, _ in second] == [kept + 1 for kept, _ in first]   # kept()
+    assert [seen for _, seen in first + second] == [1, 1, 1, 1]              # not a global
+    assert done(pool.run_code("x = 1")).status == "succeeded"
+    plain = done(pool.run_code("print(x)"))                                  # fresh per cell
+    assert plain.status == "failed" and "NameError" in plain.summary["failure"]["error"]
+    assert done(pool.run_code("y = 41", keep=True)).status == "succeeded"
+    kept = done(pool.run_code("print(y + 1)", keep=True))                    # --keep cells
+    assert kept.status == "succeeded" and kept.record().log(0).strip().endswith("42")
+    assert done(pool.run_code("print(y)")).status == "failed", "plain cells never see them"
+
+
+@pytest.mark.timeout(300)
+def test_a_call_left_inside_a_collective_restarts_the_ranks(pool):
+    pool.wait_ready(240)
+    before = pool.run(sum_of_ranks, 1)
+    assert _wait_call(before) == "succeeded"
+    restarts = len(pool.restarts)
+    job = pool.run(leaves_its_peer_in_a_collective)
+    assert _wait_call(job, 90) == "failed"
+    failure = job.summary["failure"]
+    assert failure["rank"] == 1, failure
+    assert failure["error"] == "ValueError: rank one leaves before the all-reduce"
+    assert job.summary["interrupted_ranks"] == [0]     # rank 0 still waited for its peer
+    assert len(pool.restarts) == restarts + 1, pool.restarts
+    pool.wait_ready(240)
+    after = pool.run(sum_of_ranks, 1)                  # the next collective is whole again
+    assert _wait_call(after) == "succeeded", after.summary
+    assert {v["sum"] for v in after.results()} == {3.0}
+    assert not {v["pid"] for v in after.results()} & {v["pid"] for v in before.results()}
 
 
 @pytest.mark.timeout(400)

@@ -11,19 +11,20 @@
     pool.run(my_function).wait()                  # and %%ranks runs a cell on them
 
 Inside your code: `workbench.report(step=..., loss=...)`, `workbench.rank()`, `size()`,
-`local_rank()` (see workbench/jobs/rank_api.py).
+`local_rank()`, and `workbench.kept()` for what a pool's rank keeps between calls (see
+workbench/jobs/rank_api.py).
 """
 
 from workbench.config import ConfigError, JobConfig
 from workbench.jobs import Job, start, start_module
 from workbench.jobs.pool import ranks
-from workbench.jobs.rank_api import local_rank, rank, report, size
+from workbench.jobs.rank_api import kept, local_rank, rank, report, size
 from workbench.jobs.user_code import launch
 from workbench.records import RunRecord, list_runs, load_run
 
 __version__ = "0.1.0"
-__all__ = ["ConfigError", "Job", "JobConfig", "RunRecord", "launch", "list_runs", "load_run",
-           "local_rank", "rank", "ranks", "report", "size", "start", "start_module",
+__all__ = ["ConfigError", "Job", "JobConfig", "RunRecord", "kept", "launch", "list_runs",
+           "load_run", "local_rank", "rank", "ranks", "report", "size", "start", "start_module",
            "__version__"]
 
 

@@ -250,9 +250,11 @@ class Pool:
         """Run rank module `module` of the training job `cfg` (checked by `why_not`)."""
         return self._start("module", module.encode(), cfg.name, cfg)
 
-    def run_code(self, code: str, name: str = "cell") -> PoolCall:
-        """Run Python source `code` on every rank, each in a fresh namespace (`%%ranks`)."""
-        return self._start("code", code.encode(), name)
+    def run_code(self, code: str, name: str = "cell", keep: bool = False) -> PoolCall:
+        """Run Python source `code` on every rank (`%%ranks`), each in a fresh namespace; with
+        `keep`, in the namespace that every such cell shares on that rank (what one defines,
+        the next finds, until the pool restarts its ranks)."""
+        return self._start("kept code" if keep else "code", code.encode(), name)
 
     def close(self) -> None:
         """End the ranks and give back their cores (also done when Python exits)."""

@@ -12,7 +12,9 @@ interpreter, `import torch` (about 2.4 s of CPU) and the launcher's rendezvous.
 Each call is a run of its own: its folder gets this rank's pid, log, metrics, exit record
 and return value exactly as a rank of `workbench.launch` writes them (user_rank.py), so the
 records, panels and failure reports are the same. Each call starts from a fresh namespace:
-a function is unpickled anew (with fresh globals), a cell's code runs in a new dict.
+a function is unpickled anew (with fresh globals), a cell's code runs in a new dict. What
+is kept is kept on purpose: in `workbench.kept()` (rank_api.py), or, for cells run with
+`keep` (`%%ranks --keep`), in the one namespace those cells share.
 
 The process group stays up between calls, so `init_process_group()`, `hvd.init()`,
 `destroy_process_group()` and `hvd.shutdown()` in your code do nothing here: the code that
@@ -145,9 +147,13 @@ class _OpenCall:
         return False  # an error goes on to run_call, which records it
 
 
+#: The namespace that the cells run with `keep` share, for this rank process's life.
+KEPT_CELLS: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+
+
 def execute(header: dict[str, Any], payload: bytes, call: RankContext) -> Any:
     """Run the call's function, a training job's rank module (returns None), or the cell's
-    code in a fresh namespace (returns None)."""
+    code (returns None): in a fresh namespace, or for "kept code" in KEPT_CELLS."""
     if header["kind"] == "function":
         return call_pickled(payload)
     if header["kind"] == "module":
@@ -161,7 +167,8 @@ def execute(header: dict[str, Any], payload: bytes, call: RankContext) -> Any:
     code = payload.decode()
     lines = code.splitlines(keepends=True)
     linecache.cache[CELL_FILE] = (len(code), None, lines, CELL_FILE)
-    exec(compile(code, CELL_FILE, "exec"), {"__name__": "__main__", "__builtins__": builtins})
+    fresh = {"__name__": "__main__", "__builtins__": builtins}
+    exec(compile(code, CELL_FILE, "exec"), KEPT_CELLS if header["kind"] == "kept code" else fresh)
     return None
 
 

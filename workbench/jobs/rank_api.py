@@ -16,6 +16,10 @@
   are 0, 1 and 0: the same function also runs unchanged in a notebook cell.
 - `report(**metrics)` appends one line to the rank's `metrics/rank<k>.jsonl`, which every panel and
   `workbench show` read (see docs/ARCHITECTURE.md). Outside a job it does nothing.
+- `kept()` is the one place a rank keeps things from one call to the next on purpose: on a
+  pool of warm ranks, where every call starts from a fresh namespace, `kept()["model"] =
+  model` in one call is there in the next (until the pool restarts its ranks). Under
+  `launch()` each process runs one call, so it starts empty.
 """
 
 from __future__ import annotations
@@ -35,6 +39,16 @@ def attach(ctx: RankContext) -> None:
     global _context
     _context = ctx
     _last.update(epoch=0, step=-1, time=None)
+
+
+#: What this rank keeps between calls on purpose (see `kept`).
+_kept: dict[str, Any] = {}
+
+
+def kept() -> dict[str, Any]:
+    """A dict that lives as long as this rank's process: what one call of a pool leaves
+    there, the next call finds (nothing else leaks from call to call)."""
+    return _kept
 
 
 def rank() -> int:

@@ -10,8 +10,10 @@
     print("rank", workbench.rank(), "sum", t.item())
 
 Every rank runs the cell's code in a fresh namespace, with torch imported and the process
-group joined (pool_rank.py); what the ranks print appears under the cell as it comes, each
-line labelled with its rank (`[rank 1] sum 3.0`, ui/rank_output.py). The cell blocks until
+group joined (pool_rank.py); `%%ranks --keep` cells share one namespace instead, so a model
+built in one is there in the next (until the pool restarts its ranks). What the ranks print
+appears under the cell as it comes, each line labelled with its rank (`[rank 1] sum 3.0`,
+ui/rank_output.py). The cell blocks until
 every rank has finished; interrupting the kernel (the stop button) interrupts every rank. A
 rank that raises makes the cell fail with that rank's traceback.
 
@@ -53,6 +55,8 @@ class RanksMagics(Magics):
     @argument("-n", "--np", type=int, default=2, help="how many ranks (default 2)")
     @argument("--engine", default="horovod", help="horovod (default) or torch")
     @argument("--runs-dir", default="runs", help="where each run is recorded")
+    @argument("--keep", action="store_true",
+              help="run in the namespace that --keep cells share (names stay for the next)")
     @cell_magic
     def ranks(self, line: str, cell: str) -> None:
         """Run the cell on every rank of a pool of warm ranks (see workbench.ui.ranks_magic)."""
@@ -61,7 +65,7 @@ class RanksMagics(Magics):
         if not pool.ready:
             print(f"starting {args.np} warm {args.engine} ranks (once per kernel) ...",
                   flush=True)
-        job = pool.run_code(cell)
+        job = pool.run_code(cell, keep=args.keep)
         follower = _follow(job)
         job.wait()  # Ctrl-C / the kernel's stop button stops the call on every rank
         if follower is not None:
