@@ -63,8 +63,12 @@ fi
 step "Installing PyTorch first: Horovod compiles against it (pyproject.toml's pin)"
 pipq install -q --upgrade pip setuptools wheel
 torch_pin=$(grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')
-# What Horovod's setup.py imports (packaging), and cmake when the system has none.
-build_needs=("packaging>=23")
+# What Horovod's setup.py imports (packaging), and cmake when the system has none. NumPy too:
+# the build imports torch, which imports NumPy when it is there, and the pip run below must
+# not be unpacking NumPy into .venv/ at that moment ("Importing the numpy C-extensions
+# failed", and CMake stops); installed now, that run finds it and leaves it alone.
+numpy_req=$(grep -o '"numpy[^"]*"' pyproject.toml | tr -d '"')
+build_needs=("packaging>=23" "$numpy_req")
 command -v cmake >/dev/null 2>&1 || build_needs+=("cmake>=3.13,<4")
 pipq install -q --progress-bar off "$torch_pin" "${build_needs[@]}"
 
