@@ -29,6 +29,7 @@ model's parameters are views of it, so writing it writes the model), runs your f
 import torch  # noqa: F401 - your answers use torch and dist
 import torch.distributed as dist  # noqa: F401
 
+import workbench
 from workbench.exercises import zero as ex
 """),
     md(r"""
@@ -63,7 +64,18 @@ def zero1_step(flat_params, flat_grad, shard, optimizer, rank, world):
     optimizer.step()
     dist.all_gather_single(flat_params, flat_params[lo:hi])
 '''),
+    md(r"""
+The check runs on two **warm ranks** (`workbench.ranks`), which `torchrun` starts once: the
+first check waits for them, and every later one (after you change your functions, say)
+starts in a fraction of a second.
+"""),
+    code(r"""
+pool = workbench.ranks(np=2, engine="torch")   # the checker's launch() uses it
+"""),
     code("ex.check_zero1(make_shard_optimizer, zero1_step)"),
+    code(r"""
+pool.close()   # frees its two cores for other jobs
+"""),
     md(r"""
 ## Summary
 
