@@ -116,3 +116,17 @@ def test_the_training_panel_sets_the_bucket_size_and_micro_batches(tmp_path):
         assert not any(tmp_path.iterdir())
     finally:
         panel.close()
+
+
+def test_notebook_09s_bucket_picker_runs_both_engines_at_the_size_picked(warm):
+    from workbench.lessons.bucket_picker import BucketPicker
+
+    picker = BucketPicker(dict(np=2, model="mlp", width=32, dataset="digits", epochs=1,
+                               max_steps=4, batch_size=16, threads_per_rank=1,
+                               cpu_bind="none", bucket_mb=0.0625,
+                               runs_dir=str(warm("torch") / "runs")))
+    picker.size.value = 2 ** -6
+    picker.button.click()
+    assert [row["engine"] for row in picker.rows] == ["bucketed", "overlapped"]
+    assert [job.config.bucket_mb for job in picker.jobs] == [2 ** -6] * 2
+    assert all(job.summary.get("pool") for job in picker.jobs), "on the warm ranks"

@@ -121,27 +121,9 @@ and overlapped engines again (at the smallest size nearly every tensor is a buck
 own, at the largest the whole model is one bucket).
 """),
     code(r"""
-import ipywidgets as widgets
+from workbench.lessons.bucket_picker import BucketPicker
 
-bucket = widgets.FloatLogSlider(value=SAME["bucket_mb"], base=2, min=-8, max=2, step=1,
-                                description="bucket (MiB)")
-again, shown = widgets.Button(description="Run bucketed and overlapped"), widgets.Output()
-
-
-def run_again(_=None):
-    with shown:
-        shown.clear_output()
-        rows = []
-        for engine in ("bucketed", "overlapped"):   # one after another, on the warm ranks
-            job = workbench.start(workbench.JobConfig(engine=engine, **{
-                **SAME, "bucket_mb": bucket.value}))
-            assert job.wait(timeout=400) == "succeeded", job.summary
-            rows.append(step_split(job))
-        table(rows, caption=f"buckets of {bucket.value:g} MiB (ms per step)")
-
-
-again.on_click(run_again)
-widgets.VBox([widgets.HBox([bucket, again]), shown])
+BucketPicker(SAME)   # pick a size, press Run: both engines again, on the warm ranks
 """),
     md(r"""
 ## 3. Gradient accumulation

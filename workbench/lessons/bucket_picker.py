@@ -1,0 +1,52 @@
+"""Notebook 09's bucket-size widget: pick a size, run the bucketed and overlapped engines.
+
+    from workbench.lessons.bucket_picker import BucketPicker
+    BucketPicker(SAME)          # SAME: the comparison's JobConfig fields, bucket_mb included
+
+DDP's default is 25 MiB a bucket, its first 1 MiB (`bucket_cap_mb`). Smaller buckets start
+their all-reduce sooner but send more, smaller messages; larger ones the reverse. At the
+slider's smallest size nearly every gradient is a bucket of its own, at its largest the
+whole lesson model is one bucket (workbench/data_parallel/buckets.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as widgets
+
+import workbench
+from workbench.lessons.runs import step_split
+from workbench.lessons.show import table
+
+ENGINES = ("bucketed", "overlapped")
+
+
+class BucketPicker(widgets.VBox):
+    """A log-scale slider of bucket sizes (MiB), a Run button, and the table of the runs."""
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+        self.size = widgets.FloatLogSlider(value=fields.get("bucket_mb", 1.0), base=2, min=-8,
+                                           max=2, step=1, description="bucket (MiB)")
+        self.button = widgets.Button(description="Run bucketed and overlapped")
+        self.shown = widgets.Output()
+        self.jobs: list[workbench.Job] = []     # the last runs, and their rows
+        self.rows: list[dict[str, Any]] = []
+        self.button.on_click(lambda _: self.run())
+        super().__init__([widgets.HBox([self.size, self.button]), self.shown])
+
+    def run(self) -> list[dict[str, Any]]:
+        """Run each engine with the picked bucket size, one after the other (they would
+        share cores); show and return their rows (`step_split`, ms per step)."""
+        self.jobs = []
+        for engine in ENGINES:
+            job = workbench.start(workbench.JobConfig(
+                **{**self.fields, "engine": engine, "bucket_mb": self.size.value}))
+            assert job.wait(timeout=400) == "succeeded", job.summary
+            self.jobs.append(job)
+        self.rows = [step_split(job) for job in self.jobs]
+        with self.shown:
+            self.shown.clear_output()
+            table(self.rows, caption=f"buckets of {self.size.value:g} MiB (ms per step)")
+        return self.rows
