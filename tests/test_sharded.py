@@ -8,9 +8,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import workbench
 from workbench.models import build_model, make_optimizer
 from workbench.records import of_kind
 from workbench.sharded.costmodel import (
+    SHARDED_STATES,
     as_printed,
     fsdp2_shard,
     model_states,
@@ -141,6 +143,23 @@ def test_run_charts_show_each_ranks_bytes_held_and_sent():
     assert held["optimizer state"] == [1.0, 1.0]
     assert charts.sources["sent"].data["value"] == [3.0, 3.0]
     assert "memory" not in RunCharts(np=2).figures    # engines that do not count bytes
+    # A ZeRO-2 job, beside its ranks: one DDP rank of the same model holds the parameters
+    # whole (rank 0's, as every rank's) and the shards of gradients and optimizer summed.
+    zero2 = RunCharts(np=2, memory=True, sharded=SHARDED_STATES["zero2"])
+    zero2.add(rows)
+    held = zero2.sources["memory"].data
+    assert held["category"] == ["rank 0", "rank 1", "DDP (same model)"]
+    assert held["parameters"] == [4.0, 4.0, 4.0] and held["gradients"] == [2.0, 1.0, 3.0]
+    assert held["optimizer state"] == [1.0, 1.0, 2.0]
+
+
+def test_the_training_panel_charts_a_sharded_job_beside_ddp():
+    from workbench.ui.training_panel import _charts_for
+
+    for engine, bars in (("torch", 2), ("zero1", 3), ("fsdp", 3), ("horovod", None)):
+        charts = _charts_for(workbench.JobConfig(engine=engine, np=2).validate())
+        memory = charts.sources.get("memory")
+        assert (len(memory.data["category"]) if memory else None) == bars, engine
 
 
 def test_compressed_gradients_halve_what_ddp_sends_not_the_gathered_parameters():

@@ -38,6 +38,9 @@ ENGINE_OF = {"ddp": "torch", "zero1": "zero1", "zero2": "zero2", "zero3": "fsdp"
 STRATEGY_OF = {engine: strategy for strategy, engine in ENGINE_OF.items()}
 #: (gradient values, parameter values) each rank sends per step, in units of Ψ(N−1)/N.
 SENT_PER_STEP = {"ddp": (2, 0), "zero1": (2, 1), "zero2": (1, 1), "zero3": (1, 2)}
+#: The states each strategy shards over the ranks (the others every rank holds whole).
+SHARDED_STATES = {"ddp": (), "zero1": ("optimizer",), "zero2": ("grads", "optimizer"),
+                  "zero3": ("params", "grads", "optimizer")}
 
 
 def optimizer_bytes_per_parameter(optimizer: str, momentum: float = 0.0,
@@ -74,11 +77,10 @@ def model_states(psi: float, n: int, strategy: str, k: float,
                          f"{', '.join(STRATEGIES)}")
     if n < 1:
         raise ValueError(f"n must be at least 1 rank, got {n}")
-    shard = psi / n
-    params = value_bytes * (shard if strategy == "zero3" else psi)
-    grads = value_bytes * (shard if strategy in ("zero2", "zero3") else psi)
-    optimizer = k * (psi if strategy == "ddp" else shard)
-    return Memory(params, grads, optimizer)
+    share = {state: 1 / n if state in SHARDED_STATES[strategy] else 1.0
+             for state in ("params", "grads", "optimizer")}
+    return Memory(value_bytes * psi * share["params"], value_bytes * psi * share["grads"],
+                  k * psi * share["optimizer"])
 
 
 def sent_per_step(psi: float, n: int, strategy: str, value_bytes: int = 4,

@@ -18,7 +18,9 @@ What the charts show, and why
   The chart's title names the clock the ranks used (the "ready" event's ``timing``): the
   wall clock on CPUs, CUDA events on GPUs, where the host's clock would mislead.
 * **Bytes held per rank** (``memory=True``: DDP and the sharded engines report them):
-  parameters, gradients and optimizer state, in MB, from each rank's last step, and the
+  parameters, gradients and optimizer state, in MB, from each rank's last step (for a
+  sharded engine, beside them, what one DDP rank would hold of the same model: each sharded
+  state summed over the ranks, up to the shards' padding), and the
   **MB sent per step** at its collectives. DDP's bars are the same on every rank; ZeRO's
   shrink with the number of ranks, and FSDP's sent bar is 1.5× DDP's.
 """
@@ -43,6 +45,10 @@ EPOCH_COLUMNS = ["time", "epoch", "loss", "accuracy", "samples_per_s"]
 #: The layers of the bytes-held chart, and the step line's field of each.
 MEMORY_STACKS = {"parameters": "param_bytes", "gradients": "grad_bytes",
                  "optimizer state": "optimizer_bytes"}
+#: The cost model's name of each layer (sharded/costmodel.py's SHARDED_STATES).
+STATE_OF = {"parameters": "params", "gradients": "grads", "optimizer state": "optimizer"}
+#: The bar beside a sharded job's ranks: what one DDP rank would hold of the same model.
+DDP_BAR = "DDP (same model)"
 
 
 class RunCharts:
@@ -56,10 +62,12 @@ class RunCharts:
         layout: a Bokeh grid of the four figures, ready for :func:`charts.to_widget`.
     """
 
-    def __init__(self, np: int, title: str = "", memory: bool = False) -> None:
+    def __init__(self, np: int, title: str = "", memory: bool = False,
+                 sharded: tuple[str, ...] = ()) -> None:
         self.np = max(1, int(np))
         self.title = title
         self.memory = memory
+        self.sharded = sharded   # the states a sharded engine splits (costmodel.SHARDED_STATES)
         self.sources = {f"rank{r}": charts.source(STEP_COLUMNS, name=f"rank{r}")
                         for r in range(self.np)}
         self.sources["overall"] = charts.source(OVERALL_COLUMNS, name="overall")
@@ -112,9 +120,10 @@ class RunCharts:
         figures = {"loss": loss, "accuracy": acc, "throughput": thr, "share": share}
         if self.memory:
             zeros = [0.0] * self.np
+            bars = [*cats, DDP_BAR] if self.sharded else cats
             figures["memory"], self.sources["memory"] = charts.stacked_bar(
-                cats, {name: zeros for name in MEMORY_STACKS}, "bytes held per rank",
-                y_label="MB", name="memory")
+                bars, {name: [0.0] * len(bars) for name in MEMORY_STACKS},
+                "bytes held per rank", y_label="MB", name="memory")
             figures["sent"], self.sources["sent"] = charts.bar(
                 cats, zeros, "bytes sent per step, per rank", y_label="MB")
         return figures
@@ -238,6 +247,10 @@ class RunCharts:
         cats = [self._rank_label(r) for r in range(self.np)]
         mb = {name: [float(self._held.get(r, {}).get(field, 0)) / 1e6 for r in range(self.np)]
               for name, field in MEMORY_STACKS.items()}
+        if self.sharded:  # beside the ranks, DDP: a sharded state whole, the others rank 0's
+            cats = [*cats, DDP_BAR]
+            for name, values in mb.items():
+                values.append(sum(values) if STATE_OF[name] in self.sharded else values[0])
         self.sources["memory"].data = {"category": cats, **mb}
         self.sources["sent"].data = {
             "category": cats,

@@ -40,7 +40,7 @@ from workbench.config import (
 )
 from workbench.jobs import FINAL_STATES, devices, slurm
 from workbench.records.metrics import MetricsReader
-from workbench.sharded.costmodel import STRATEGY_OF
+from workbench.sharded.costmodel import SHARDED_STATES, STRATEGY_OF
 from workbench.ui import charts, live
 from workbench.ui.logs import LogPane
 from workbench.ui.run_charts import RunCharts
@@ -153,7 +153,7 @@ class TrainingPanel(widgets.VBox):
         self.open_button = widgets.Button(description="Open", icon="folder-open",
                                           tooltip="Show the charts and logs of this run")
         self.open_button.on_click(lambda _b: self.open_run(self.run_picker.value))
-        self._charts = RunCharts(self._base.world_size, memory=self._base.engine in STRATEGY_OF)
+        self._charts = _charts_for(self._base)
         self._chart_widget = charts.to_widget(self._charts.layout)
         self._chart_box = widgets.Box([self._chart_widget])
         super().__init__(children=self._layout())
@@ -251,7 +251,7 @@ class TrainingPanel(widgets.VBox):
         self._reader = MetricsReader(self._run_dir)
         self._epochs, self._steps_total, self._ticks = cfg.epochs, 0, 0
         old = self._chart_widget
-        self._charts = RunCharts(cfg.world_size, memory=cfg.engine in STRATEGY_OF)
+        self._charts = _charts_for(cfg)
         self._chart_widget = charts.to_widget(self._charts.layout)
         self._chart_box.children = [self._chart_widget]
         old.close()
@@ -444,3 +444,11 @@ def _run_label(record: Any) -> str:
     cfg = record.config
     return (f"{record.run_id} — {record.status} — {cfg.get('engine', '?')} "
             f"np={cfg.get('np', '?')} {cfg.get('model', '?')}/{cfg.get('dataset', '?')}")
+
+
+def _charts_for(cfg: JobConfig) -> RunCharts:
+    """The live charts of a run of `cfg`: bytes held per rank for DDP and the sharded
+    engines, the sharded ones beside DDP's."""
+    strategy = STRATEGY_OF.get(cfg.engine)
+    return RunCharts(cfg.world_size, memory=strategy is not None,
+                     sharded=SHARDED_STATES[strategy] if strategy else ())
