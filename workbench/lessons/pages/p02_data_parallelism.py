@@ -48,8 +48,18 @@ part of their communication behind the backward pass and send fewer, larger mess
 three compute the same update (the invariant of section 6 holds for each; the workbench's
 tests check it), so the difference is speed alone. On a shared machine the numbers move
 from run to run: rerun the cell, or try `width=1024`, to see which differences stay.
-Notebook 09 builds DDP's buckets and its overlap by hand, one step at a time, and adds
-gradient accumulation; notebook 08 shards what each rank holds (ZeRO, FSDP).
+Notebook 09 builds DDP's buckets and its overlap by hand, one step at a time; notebook 08
+shards what each rank holds (ZeRO, FSDP).
+
+**Gradient accumulation.** When the batch you want does not fit in a rank's memory, the rank
+runs $k$ micro-batches of $b$, adds up their gradients (each loss divided by $k$) and steps
+once: the update of one batch of $k \cdot b$, so $N$ ranks × $k$ micro-batches × $b$ follow
+one process with batch $N \cdot k \cdot b$. Only the last micro-batch's gradients need
+averaging: DDP's `with model.no_sync():` skips the all-reduce of the others, and Horovod's
+`DistributedOptimizer(..., backward_passes_per_step=k)` does the same, so the bytes sent per
+sample fall by $k$. The engines do this with `accumulate=k` (`--accumulate k`), DDP and
+Horovod each their own way; notebook 09 (section 3) measures the bytes per sample fall by
+$k$ on real ranks.
 """),
 ]
 
