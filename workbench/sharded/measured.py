@@ -8,6 +8,7 @@ and precision.
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 from workbench.lessons.runs import record
@@ -44,12 +45,20 @@ def predicted(run: Any, rank: int = 0) -> dict[str, float]:
     parameter is cut on its dim 0, so ranks differ when a dim 0 does not divide by N.
     """
     rec = record(run)
-    cfg = rec.config
+    return _predicted(rec.config, parameter_shapes(rec), rank)
+
+
+def parameter_shapes(run: Any) -> list[tuple[int, ...]]:
+    """The shape of each tensor of the run's final model (read once from its model.pt)."""
+    return [tuple(v.shape) for v in record(run).model_state().values()]
+
+
+def _predicted(cfg: dict[str, Any], shapes: list[tuple[int, ...]], rank: int,
+               ) -> dict[str, float]:
     strategy = STRATEGY_OF[cfg["engine"]]
     n = int(cfg["np"])
-    psi = held = parameter_count(rec)
+    psi = held = sum(prod(shape) for shape in shapes)
     if strategy == "zero3":
-        shapes = [tuple(v.shape) for v in rec.model_state().values()]
         padded, own = fsdp2_shard(shapes, n, rank)
         psi, held = padded * n, own * n
     value = {"float32": 4, "float64": 8}[cfg.get("dtype", "float32")]
@@ -63,9 +72,10 @@ def predicted(run: Any, rank: int = 0) -> dict[str, float]:
 
 def comparison(run: Any) -> list[dict[str, Any]]:
     """One row per rank and field: {"rank", "field", "measured", "predicted", "ratio"}."""
-    rows = []
-    for rank, fields in sorted(last_footprint(run).items()):
-        model = predicted(run, rank)
+    rec = record(run)
+    shapes, rows = parameter_shapes(rec), []
+    for rank, fields in sorted(last_footprint(rec).items()):
+        model = _predicted(rec.config, shapes, rank)
         for name in FIELDS:
             want, got = model[name], fields[name]
             rows.append({"rank": rank, "field": name, "measured": got, "predicted": want,
@@ -77,9 +87,9 @@ def footprint_rows(run: Any) -> list[dict[str, Any]]:
     """One row per rank, in MB: what it holds, the model's total, and what it sent per step
     beside the model's figure (for `workbench.lessons.show.table`)."""
     rec = record(run)
-    rows = []
+    shapes, rows = parameter_shapes(rec), []
     for rank, got in sorted(last_footprint(rec).items()):
-        model = predicted(rec, rank)
+        model = _predicted(rec.config, shapes, rank)
         held = got["param_bytes"] + got["grad_bytes"] + got["optimizer_bytes"]
         rows.append({"engine": rec.config["engine"], "rank": rank,
                      **{f: got[f] / 1e6 for f in FIELDS}, "held": held / 1e6,
