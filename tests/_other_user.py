@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 NAME = "wbother"
+CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 def why_not() -> str | None:
@@ -23,7 +24,22 @@ def why_not() -> str | None:
     if os.geteuid() != 0:
         return "needs root: creates a second user and runs commands as it"
     missing = [p for p in ("useradd", "setpriv") if shutil.which(p) is None]
-    return f"needs {', '.join(missing)}" if missing else None
+    if missing:
+        return f"needs {', '.join(missing)}"
+    return closed_to_others(CHECKOUT / "workbench" / "__init__.py")
+
+
+def closed_to_others(path: Path) -> str | None:
+    """Why another user cannot read `path` (a folder above it they cannot enter, or the
+    file itself), or None: the second user runs this checkout's code, so it must reach it."""
+    for folder in reversed(path.parents):
+        if not folder.stat().st_mode & 0o001:
+            return (f"the second user cannot enter {folder} (mode "
+                    f"{folder.stat().st_mode & 0o777:o}): clone the workbench where every "
+                    "user can read it to run the tests of what one user may do to another")
+    if not path.stat().st_mode & 0o004:
+        return f"the second user cannot read {path}: make the checkout readable by others"
+    return None
 
 
 def other_user() -> tuple[int, int]:

@@ -251,7 +251,8 @@ def test_entries_of_a_dead_owner_are_dropped(tmp_path, monkeypatch):
     folder = tmp_path / "shared"
     folder.mkdir()
     (folder / "cores.json").write_text(json.dumps({"held": [
-        {"run_id": "crashed", "user": "ann", "owner": owner, "cores": [0], "since": 0}],
+        {"run_id": "crashed", "user": "ann", "owner": owner, "proof": "proof-" + "0" * 16,
+         "cores": [0], "since": 0}],
         "waiting": []}))
     assert cores.snapshot(folder) == {"held": [], "waiting": []}
 

@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _other_user import closed_to_others
 
 import workbench
 from workbench.cli import main as cli_main
@@ -35,8 +36,13 @@ EMPTY = {"held": [], "waiting": []}
 SMALL = dict(engine="serial", np=1, model="logreg", dataset="digits", epochs=1, max_steps=5,
              threads_per_rank=1)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                                reason="acting as other users needs root and setpriv")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                       reason="acting as other users needs root and setpriv"),
+    # the other users run this checkout's Python and package
+    pytest.mark.skipif(closed_to_others(Path(sys.executable)) is not None,
+                       reason=closed_to_others(Path(sys.executable)) or ""),
+]
 
 
 @pytest.fixture
@@ -151,8 +157,11 @@ def test_folder_problem_names_what_makes_a_folder_unsafe(mode, uid, problem):
 
 # ------------------------------------------------------------ 2: the file is never trusted
 OWNER = f"{os.getpid()}:{1.5}"
-GOOD_HELD = {"run_id": "a", "user": "ann", "owner": OWNER, "cores": [0], "since": 1.0}
-GOOD_WAITING = {"run_id": "b", "user": "bob", "owner": OWNER, "n_cores": 1, "since": 2.0}
+PROOF = "proof-0123456789abcdef"
+GOOD_HELD = {"run_id": "a", "user": "ann", "owner": OWNER, "proof": PROOF, "cores": [0],
+             "since": 1.0}
+GOOD_WAITING = {"run_id": "b", "user": "bob", "owner": OWNER, "proof": PROOF, "n_cores": 1,
+                "since": 2.0}
 
 
 @pytest.mark.parametrize(("data", "kept", "problem"), [
@@ -179,6 +188,55 @@ def test_parse_state_keeps_only_well_formed_entries(data, kept, problem):
     state, problems = cores.parse_state(data)
     assert state == kept
     assert problems == [] if problem is None else problem in problems[0]
+
+
+FORGER = """
+import fcntl, json, os, sys
+from workbench.jobs import cores, shared_file
+folder = sys.argv[1]
+fd = os.open(folder + "/cores.json", os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+state = json.loads(os.read(fd, 1 << 20))
+dir_fd = os.open(folder, os.O_RDONLY)
+for core, pid in enumerate(int(p) for p in sys.argv[2:]):
+    owner = cores.owner_id(pid)  # a live process, not mine, with a proof of my own making
+    state["held"].append({"run_id": f"forged-{core}", "user": "root", "owner": owner,
+                          "proof": shared_file.make_proof(dir_fd, owner), "cores": [core],
+                          "since": 0})
+os.ftruncate(fd, 0)
+os.pwrite(fd, json.dumps(state).encode(), 0)
+"""
+
+
+def test_an_entry_in_the_name_of_another_users_process_is_not_believed(shared, monkeypatch,
+                                                                         capfd):
+    """cores.json is every user's to write: nobody writes entries holding both cores in the
+    name of pid 1 and of this (root's) process. Neither is believed, and a job of ours gets
+    both cores; nobody's own entry, made by the queue as nobody, still is."""
+    keeper = as_user(NOBODY.pw_uid, sys.executable, "-c", (
+        "import time\nfrom workbench.jobs import cores\n"
+        "ticket = cores.Ticket('nobodys', 0, cores.settings())\nassert ticket.poll()\n"
+        "print('held', flush=True)\ntime.sleep(120)"), gid=NOBODY.pw_gid,
+        stdout=subprocess.PIPE)
+    try:
+        assert keeper.stdout.readline().strip() == "held"
+        forged = run_as(NOBODY.pw_uid, sys.executable, "-c", FORGER, str(shared), "1",
+                        str(os.getpid()), gid=NOBODY.pw_gid)
+        assert forged.returncode == 0, forged.stderr
+        written = json.loads((shared / "cores.json").read_text())["held"]
+        assert [e["run_id"] for e in written] == ["nobodys", "forged-0", "forged-1"]
+        capfd.readouterr()
+        assert [e["run_id"] for e in cores.snapshot()["held"]] == ["nobodys"]
+        said = capfd.readouterr().err.splitlines()
+        for run, pid in (("forged-0", 1), ("forged-1", os.getpid())):
+            assert any(f"entry for run {run!r} in the name of pid {pid} (user root) that "
+                       "this user did not make" in line for line in said), said
+        mine = holder_of_both_cores(monkeypatch)   # both cores: the forgeries held none
+        assert mine.cores == [0, 1]
+        mine.release()
+    finally:
+        keeper.kill()
+        keeper.wait()
 
 
 @pytest.mark.parametrize("vandal", [

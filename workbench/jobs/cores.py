@@ -21,7 +21,9 @@ once without cores of its own (`unbound`), sharing them with a warning. A job th
 more cores than the host has can never get them; it runs unbound at once (ranks then wrap
 round the cores, see `workbench.training.loop.pin_cpu`). An entry whose owner - the
 Python process that started the job - has died is dropped, so a crashed kernel frees its
-cores.
+cores. So is one whose owner runs as another user than the one who wrote it (its proof
+file, see shared_file.py): no student can hold cores in the name of pid 1, or of another
+student's kernel, for as long as that process lives.
 
 Settings (environment variables, so a hub's administrator sets them once for everyone):
 
@@ -42,7 +44,6 @@ import contextlib
 import getpass
 import json
 import os
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -55,6 +56,7 @@ import psutil
 from workbench.config import ConfigError
 from workbench.hosts.cpu import affinity
 from workbench.jobs import shared_file
+from workbench.jobs.queue_file import MAX_STATE_BYTES, find, parse_state
 
 ENV_SHARED_DIR = "WORKBENCH_SHARED_DIR"
 ENV_WHEN_BUSY = "WORKBENCH_WHEN_BUSY"
@@ -117,12 +119,18 @@ class Ticket:
         self._position = 0
         self._released = False
         self._guard = threading.Lock()  # poll() and release() one at a time, across threads
+        self._owner = owner_id()
+        with _folder(sharing.folder) as folder_fd:
+            for name, claim in shared_file.my_proofs(folder_fd).items():
+                if not _owner_alive(claim):  # left by a crashed kernel of ours
+                    shared_file.drop_proof(folder_fd, name)
+            self._proof = shared_file.make_proof(folder_fd, self._owner)
         with _state(sharing.folder) as state:
             state["waiting"].append(self._entry())
 
     def _entry(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "user": self.user, "owner": owner_id(),
-                "n_cores": self.n_cores, "since": time.time()}
+        return {"run_id": self.run_id, "user": self.user, "owner": self._owner,
+                "proof": self._proof, "n_cores": self.n_cores, "since": time.time()}
 
     @property
     def granted(self) -> bool:
@@ -146,7 +154,7 @@ class Ticket:
 
     def _poll(self) -> bool:
         with _state(self.sharing.folder) as state:
-            mine = _find(state["waiting"], self.run_id)
+            mine = find(state["waiting"], self.run_id)
             if mine is None:  # dropped from a rebuilt file, say: ask again, at the back
                 mine = self._entry()
                 state["waiting"].append(mine)
@@ -161,8 +169,8 @@ class Ticket:
             self.cores = self._take(state)
             state["waiting"].remove(mine)
             state["held"].append({"run_id": self.run_id, "user": self.user,
-                                  "owner": mine["owner"], "cores": self.cores,
-                                  "since": time.time()})
+                                  "owner": self._owner, "proof": self._proof,
+                                  "cores": self.cores, "since": time.time()})
         return True
 
     def release(self) -> None:
@@ -192,6 +200,8 @@ class Ticket:
         with _state(self.sharing.folder) as state:
             for key in ("held", "waiting"):
                 state[key] = [e for e in state[key] if e["run_id"] != self.run_id]
+        with _folder(self.sharing.folder) as folder_fd:
+            shared_file.drop_proof(folder_fd, self._proof)
 
     # ------------------------------------------------------------------ the rules
     def _under_limit(self, user: str, state: dict[str, Any]) -> bool:
@@ -229,79 +239,32 @@ def _free(state: dict[str, Any]) -> list[int]:
     return [c for c in affinity() if c not in taken]
 
 
-def _find(entries: list[dict[str, Any]], run_id: str) -> dict[str, Any] | None:
-    return next((e for e in entries if e["run_id"] == run_id), None)
-
-
-# ---------------------------------------------------------------------- the file's contents
-MAX_STATE_BYTES = 1 << 20  # a queue of a few hundred jobs is some 100 KiB
-_OWNER = re.compile(r"\d+:\d+(\.\d+)?")
-
-
-def parse_state(data: bytes) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
-    """The queue's state from the bytes of its file, and what was wrong with them.
-
-    Only well-formed entries are kept, and of each only the fields the queue uses: the
-    file is writable by every user, so nothing in it is trusted. An empty file (a new
-    queue) is no problem.
-    """
-    state: dict[str, list[dict[str, Any]]] = {"held": [], "waiting": []}
-    if len(data) > MAX_STATE_BYTES:
-        return state, [f"is larger than {MAX_STATE_BYTES} bytes"]
-    if not data.strip():
-        return state, []
-    try:
-        doc = json.loads(data)
-    except ValueError:  # UnicodeDecodeError is one too
-        return state, ["is not valid JSON (garbage, or a crash while it was written)"]
-    if not isinstance(doc, dict):
-        return state, [f"holds a JSON {type(doc).__name__}, not the queue's object"]
-    problems = [f"has an unknown key {key!r}" for key in doc if key not in state]
-    for key in state:
-        entries = doc.get(key, [])
-        if not isinstance(entries, list):
-            problems.append(f"has {key!r} that is not a list")
-            continue
-        for i, entry in enumerate(entries):
-            clean, why = _entry(entry, key, state)
-            if why:
-                problems.append(f"has {key}[{i}] {why}")
-            else:
-                state[key].append(clean)
-    return state, problems
-
-
-def _entry(entry: Any, key: str, state: dict[str, list[dict[str, Any]]],
-           ) -> tuple[dict[str, Any], str | None]:
-    """(the entry's known fields, None) if it is well formed, else ({}, what is wrong)."""
-    if not isinstance(entry, dict):
-        return {}, "that is not an object"
-    fields = {"run_id": str, "user": str, "owner": str, "since": (int, float),
-              **({"cores": list} if key == "held" else {"n_cores": int})}
-    for name, kind in fields.items():
-        if not isinstance(entry.get(name), kind) or isinstance(entry.get(name), bool):
-            return {}, f"without a valid {name!r}"
-    if not _OWNER.fullmatch(entry["owner"]):
-        return {}, "with an owner that is not 'pid:start time'"
-    if any(_find(state[k], entry["run_id"]) for k in state):
-        return {}, f"that repeats run {entry['run_id']!r}"
-    if key == "waiting":
-        return ({name: entry[name] for name in fields}, None) if entry["n_cores"] >= 0 else (
-            {}, "asking for a negative number of cores")
-    held = {c for e in state["held"] for c in e["cores"]}
-    good = all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
-               for c in entry["cores"])
-    if not good or len(set(entry["cores"])) < len(entry["cores"]) or held & set(entry["cores"]):
-        return {}, "with cores that are not distinct core numbers free of other jobs"
-    return {name: entry[name] for name in fields}, None
-
-
 def _owner_alive(owner: str) -> bool:
     pid = owner.partition(":")[0]
     try:
         return owner_id(int(pid)) == owner
     except (psutil.Error, ValueError):
         return False
+
+
+def _believed(folder_fd: int, entry: dict[str, Any], path: Path) -> bool:
+    """True if the entry's owner lives and runs as the user who made the entry's proof.
+
+    A dead owner's entry is dropped quietly (a kernel crashed); a live one's whose proof
+    is missing or someone else's is a forgery, dropped saying so in one line."""
+    owner = entry["owner"]
+    try:
+        if not _owner_alive(owner):
+            return False
+        uid = psutil.Process(int(owner.partition(":")[0])).uids().real
+    except psutil.Error:
+        return False
+    if shared_file.proof_owner(folder_fd, entry["proof"], owner) == uid:
+        return True
+    shared_file.say(f"{path} has an entry for run {entry['run_id']!r} in the name of pid "
+                    f"{owner.partition(':')[0]} (user {shared_file.user_name(uid)}) that "
+                    "this user did not make: not trusted, dropped")
+    return False
 
 
 def snapshot(folder: Path | None = None) -> dict[str, Any]:
@@ -320,15 +283,15 @@ def _state(folder: Path) -> Iterator[dict[str, Any]]:
     owner, a half-written file) is reported in one line and rebuilt from its valid
     entries, and entries of dead owners are dropped (see `parse_state`).
     """
-    fd = _open_state(folder)
     path = folder / STATE_FILE
-    with os.fdopen(fd, "r+b") as f, shared_file.locked(fd, path):
+    with _folder(folder) as folder_fd, os.fdopen(_open_state(folder, folder_fd), "r+b") as f, \
+            shared_file.locked(f.fileno(), path):
         state, problems = parse_state(f.read(MAX_STATE_BYTES + 1))
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             shared_file.say(f"{path} {problems[0]}{more}: not trusted, rebuilt from its "
                             "valid entries")
-        state = {key: [e for e in state[key] if _owner_alive(e["owner"])]
+        state = {key: [e for e in state[key] if _believed(folder_fd, e, path)]
                  for key in ("held", "waiting")}
         yield state
         f.seek(0)
@@ -337,17 +300,26 @@ def _state(folder: Path) -> Iterator[dict[str, Any]]:
         f.flush()
 
 
-def _open_state(folder: Path) -> int:
+def _open_state(folder: Path, folder_fd: int) -> int:
     """A read-write descriptor of the folder's state file (see shared_file.py)."""
     try:
-        folder_fd = _open_folder(folder)
-        try:
-            return shared_file.open_file(folder_fd, STATE_FILE, folder)
-        finally:
-            os.close(folder_fd)
+        return shared_file.open_file(folder_fd, STATE_FILE, folder)
     except OSError as err:
         raise ConfigError(f"cannot share cores through {folder} ({err.strerror or err}): "
                           f"{_FIX}") from None
+
+
+@contextlib.contextmanager
+def _folder(folder: Path) -> Iterator[int]:
+    """The shared folder's descriptor for the block; OSErrors inside are one-line ConfigErrors."""
+    folder_fd = _open_folder(folder)
+    try:
+        yield folder_fd
+    except OSError as err:
+        raise ConfigError(f"cannot share cores through {folder} ({err.strerror or err}): "
+                          f"{_FIX}") from None
+    finally:
+        os.close(folder_fd)
 
 
 def _open_folder(folder: Path) -> int:

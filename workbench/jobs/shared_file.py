@@ -17,6 +17,11 @@ folder or garbage where the file should be. The code here assumes someone did:
   lets us) and a new file made, or refused in one line.
 - The lock (`flock`) is waited for at most `LOCK_TIMEOUT_S` seconds. A time-out names the
   process that holds it, as the kernel lists it in /proc/locks (no user can fake that).
+- What the file says about who wrote a part of it is not trusted either: anyone can write
+  any process's id into it. So a writer also leaves a *proof*, a small file of its own
+  beside it (`proof-<random>`, holding what it claims); the kernel sets that file's owner,
+  which no user can fake, and a reader believes a claim only while its proof exists, says
+  the same, and belongs to the user it claims to be (`make_proof`, `proof_owner`).
 
 What an administrator sets up on a shared server, once, as root (see docs/classroom.md):
 
@@ -33,6 +38,8 @@ import errno
 import fcntl
 import os
 import pwd
+import re
+import secrets
 import stat
 import sys
 import time
@@ -184,6 +191,68 @@ def locked(fd: int, path: Path, timeout_s: float | None = None) -> Iterator[None
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+# ---------------------------------------------------------------------- proofs of who wrote
+PROOF_NAME = re.compile(r"proof-[0-9a-f]{16}")
+_PROOF_BYTES = 200
+
+
+def make_proof(folder_fd: int, claim: str) -> str:
+    """Leave a new proof file holding `claim` in the folder; its name."""
+    name = f"proof-{secrets.token_hex(8)}"
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644, dir_fd=folder_fd)
+    try:
+        os.write(fd, claim.encode())
+    finally:
+        os.close(fd)
+    return name
+
+
+def proof_owner(folder_fd: int, name: str, claim: str) -> int | None:
+    """The uid that made proof `name`, if it is a regular file holding exactly `claim`;
+    else None (missing, planted as a link or a pipe, or saying something else)."""
+    if not PROOF_NAME.fullmatch(name):
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=folder_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _PROOF_BYTES:
+            return None
+        return st.st_uid if os.read(fd, _PROOF_BYTES) == claim.encode() else None
+    finally:
+        os.close(fd)
+
+
+def drop_proof(folder_fd: int, name: str) -> None:
+    """Remove one of our proofs (gone already: nothing to do)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=folder_fd)
+
+
+def my_proofs(folder_fd: int) -> dict[str, str]:
+    """{name: claim} of the proofs this user left in the folder."""
+    out = {}
+    for name in os.listdir(folder_fd):
+        if PROOF_NAME.fullmatch(name):
+            with contextlib.suppress(OSError):
+                if os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_uid == os.geteuid():
+                    out[name] = _read_small(folder_fd, name)
+    return out
+
+
+def _read_small(folder_fd: int, name: str) -> str:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 dir_fd=folder_fd)
+    try:
+        return os.read(fd, _PROOF_BYTES).decode(errors="replace")
+    finally:
+        os.close(fd)
 
 
 def lock_holder(fd: int, locks: Path = Path("/proc/locks")) -> str:
