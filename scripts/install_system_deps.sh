@@ -7,6 +7,8 @@
 #   slurm-wlm       Slurm (sbatch, srun, slurmctld, slurmd): the Slurm tests submit jobs
 #   munge           to a one-node cluster that scripts/local_slurm.sh starts; munge
 #                   authenticates Slurm's messages
+#   fuse3           libfuse 3 and fusermount3: the two-host tests serve their runs folder
+#                   through an NFS-like layer (tests/_nfs_like.py)
 #
 # Idempotent and fast: when every program is present it prints one line and
 # touches nothing (no `apt-get update`). Needs root; without it, it only says
@@ -25,6 +27,7 @@ declare -A PROVIDES=(
     [slurmctld]=slurm-wlm
     [slurmd]=slurm-wlm
     [munged]=munge
+    [fusermount3]=fuse3
 )
 
 missing=()
@@ -36,7 +39,7 @@ for prog in "${!PROVIDES[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "System packages present (chromium, iproute2, openssh, slurm-wlm, munge)."
+    echo "System packages present (chromium, iproute2, openssh, slurm-wlm, munge, fuse3)."
     exit 0
 fi
 # Sort and de-duplicate so the message is stable.

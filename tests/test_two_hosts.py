@@ -35,6 +35,7 @@ this machine. Needs root; skipped otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -169,6 +170,15 @@ def end_processes_in(netns: str) -> None:
 @pytest.fixture
 def two_hosts(tmp_path: Path) -> Iterator[Cluster]:
     """Two namespaces with sshd, joined by a bridge; everything removed afterwards."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with cluster_of_two(tmp_path, runs) as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def cluster_of_two(tmp_path: Path, runs: Path) -> Iterator[Cluster]:
+    """Two hosts (see the module docstring) that see `runs` at the same path."""
     missing = [tool for tool in ("ip", "ssh", "ssh-keygen", "unshare") if not shutil.which(tool)]
     missing += [SSHD] if not os.path.exists(SSHD) else []
     if missing:
@@ -178,8 +188,6 @@ def two_hosts(tmp_path: Path) -> Iterator[Cluster]:
     interface = f"wbt{tag}"
     sshd_config, _, bin_dir = write_ssh_files(tmp_path / "ssh", subnet)
     hosts_file = tmp_path / "hosts"
-    runs = tmp_path / "runs"
-    runs.mkdir()
     cluster = Cluster(hosts=[Host("wbhost-a", f"{subnet}.2", f"wbt{tag}-a"),
                              Host("wbhost-b", f"{subnet}.3", f"wbt{tag}-b")],
                       bin_dir=bin_dir, interface=interface, log_dir=tmp_path, runs=runs)

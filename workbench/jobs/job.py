@@ -56,7 +56,13 @@ from workbench.jobs.environment import (
     split_environment,
     write_env_file,
 )
-from workbench.jobs.processes import job_processes, pid_alive, rank_hosts, terminate
+from workbench.jobs.processes import (
+    exit_records,
+    job_processes,
+    known_ranks,
+    pid_alive,
+    terminate,
+)
 from workbench.records import (
     CorruptRecord,
     MetricsReader,
@@ -71,6 +77,7 @@ from workbench.records.liveness import (
     Staleness,
     heartbeat_path,
     owner_beat,
+    prepare_heartbeats,
     this_host,
 )
 from workbench.records.private import load_own_pickle
@@ -290,6 +297,7 @@ class Job:
     def _launch(self, module: str, args: list[str]) -> None:
         cfg = self.config
         owner_beat(self.run_dir)  # before any rank starts: they read it from their start
+        prepare_heartbeats(self.run_dir, self.world_size)  # (records/liveness.py: NFS)
         threads = cfg.resolved_threads()
         public, secret = split_environment(cfg.env)
         env = {
@@ -391,7 +399,7 @@ class Job:
                             "task recorded its end): killed by a signal or out of memory")
                     for rank, pid in self._proc.vanished(exits)]
         here, out = this_host(), []
-        for rank, (pid, host) in sorted(rank_hosts(self.run_dir).items()):
+        for rank, (pid, host) in sorted(known_ranks(self.run_dir, self.world_size).items()):
             if rank in exits:
                 continue
             if host == here:
@@ -414,7 +422,7 @@ class Job:
 
     def _reported(self, exits: dict[int, dict[str, Any]]) -> list[Failure]:
         """The failures the ranks' exit records report, on the watcher's clock."""
-        here, hosts, out = this_host(), rank_hosts(self.run_dir), []
+        here, hosts, out = this_host(), known_ranks(self.run_dir, self.world_size), []
         for rank, rec in sorted(exits.items()):
             seen = self._seen_at.setdefault(rank, time.time())
             local = not self._slurm and hosts.get(rank, (0, here))[1] == here
@@ -435,7 +443,7 @@ class Job:
         if self._slurm:  # a killed task's record (tasks/) may land moments after a peer's
             return len(exits) < self.world_size  # error, which its death caused
         here = this_host()
-        for rank, (_, host) in rank_hosts(self.run_dir).items():
+        for rank, (_, host) in known_ranks(self.run_dir, self.world_size).items():
             if rank in exits or host == here:
                 continue
             age = self._remote_age(rank)
@@ -465,11 +473,11 @@ class Job:
         first on the watcher's clock (see blame.py).
         """
         rc = self._proc.poll()
-        exits = _exit_records(self.run_dir)
+        exits = exit_records(self.run_dir, self.world_size)
         vanished = self._vanished(exits, rc is not None)
         if vanished:
             time.sleep(POLL_S)  # it may have written its exit record as it ended
-            exits = _exit_records(self.run_dir)
+            exits = exit_records(self.run_dir, self.world_size)
             vanished = [f for f in vanished if f.rank not in exits]
         failures = [*vanished, *self._reported(exits)]
         if failures:
@@ -493,7 +501,7 @@ class Job:
         if all_ok and rc == 0:
             return "succeeded", None
         missing = sorted(set(range(self.world_size)) - set(exits))
-        started = rank_hosts(self.run_dir)
+        started = known_ranks(self.run_dir, self.world_size)
         cause = launcher_cause(RunRecord(self.run_dir).log("launcher", last=60))
         ended = self._proc.ending() if self._slurm else \
             f"the {self.config.engine} launcher exited with code {rc}"
@@ -613,8 +621,8 @@ class Job:
         summary: dict[str, Any] = {
             "run_id": self.run_id, "run_dir": str(self.run_dir), "status": status,
             "engine": cfg.engine, "np": self.world_size, "launcher": cfg.launcher,
-            "ranks": {str(rank): {"pid": pid, "host": host}
-                      for rank, (pid, host) in sorted(rank_hosts(self.run_dir).items())},
+            "ranks": {str(rank): {"pid": pid, "host": host} for rank, (pid, host)
+                      in sorted(known_ranks(self.run_dir, self.world_size).items())},
             "launcher_process": {"pid": self.launcher_pid, "host": this_host()},
             "threads_per_rank": cfg.resolved_threads(),
             "cores": self._ticket.cores,
@@ -752,21 +760,6 @@ def cores_needed(cfg: JobConfig) -> int:
 
 def _label(cfg: JobConfig) -> str:
     return f"{cfg.name or cfg.engine}-np{cfg.world_size}"
-
-
-def _exit_records(run_dir: Path) -> dict[int, dict[str, Any]]:
-    """{rank: exit record}; a corrupt record counts as that rank's error, naming the file."""
-    out: dict[int, dict[str, Any]] = {}
-    for f in (run_dir / "exit").glob("rank*.json"):
-        if not f.stem[4:].isdigit():
-            continue
-        try:
-            rec = read_json(f)
-        except CorruptRecord as exc:
-            rec = {"ok": False, "error": f"unreadable exit record: {exc}", "time": time.time()}
-        if isinstance(rec, dict):
-            out[int(f.stem[4:])] = rec
-    return out
 
 
 #: Lines of a launcher log that name an error (a traceback's last line, "error: ...").

@@ -16,11 +16,20 @@ table): they end themselves when the owner's heartbeat says "stop" (records/live
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
-from workbench.records.liveness import process_alive, read_pid_file, this_host
+from workbench.records.liveness import (
+    heartbeat_path,
+    process_alive,
+    read_beat,
+    read_pid_file,
+    this_host,
+)
+from workbench.records.store import CorruptRecord, read_json
 from workbench.training.reporter import ENV_RUN_ID
 
 
@@ -31,6 +40,40 @@ def rank_hosts(run_dir: Path) -> dict[int, tuple[int, str]]:
         entry = read_pid_file(f)
         if entry is not None and f.stem[4:].isdigit():
             out[int(f.stem[4:])] = entry
+    return out
+
+
+def known_ranks(run_dir: Path, world_size: int) -> dict[int, tuple[int, str]]:
+    """{rank: (pid, host)} of the ranks that have started, each rank's files read by name,
+    never from a listing (another host's new file may be missing from one, on NFS): its pid
+    file, else its heartbeat (which the owner's host made, so sees fresh)."""
+    out = {}
+    for rank in range(world_size):
+        entry = read_pid_file(Path(run_dir) / "pids" / f"rank{rank}.pid")
+        info = read_beat(heartbeat_path(run_dir, f"rank{rank}")) or {}
+        if entry is None and isinstance(info.get("pid"), int) and isinstance(
+                info.get("host"), str):
+            entry = info["pid"], info["host"]
+        if entry is not None:
+            out[rank] = entry
+    return out
+
+
+def exit_records(run_dir: Path, world_size: int) -> dict[int, dict[str, Any]]:
+    """{rank: exit record} of the ranks that have ended: from the rank's heartbeat (see
+    `known_ranks`), else `exit/rank<k>.json`; a corrupt record counts as that rank's error,
+    naming the file."""
+    out: dict[int, dict[str, Any]] = {}
+    for rank in range(world_size):
+        rec = (read_beat(heartbeat_path(run_dir, f"rank{rank}")) or {}).get("exit")
+        if not isinstance(rec, dict):
+            try:
+                rec = read_json(Path(run_dir) / "exit" / f"rank{rank}.json")
+            except CorruptRecord as exc:
+                rec = {"ok": False, "error": f"unreadable exit record: {exc}",
+                       "time": time.time()}
+        if isinstance(rec, dict):
+            out[rank] = rec
     return out
 
 

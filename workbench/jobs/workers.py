@@ -47,8 +47,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from workbench.jobs.processes import rank_pids
-from workbench.records import RunRecord, read_json
+from workbench.jobs.processes import exit_records, rank_pids
+from workbench.records import RunRecord
 from workbench.records.private import load_own_pickle
 from workbench.training.reporter import ENV_RUN_DIR, RankContext
 
@@ -131,7 +131,8 @@ def _timeout_message(job: Any, timeout: float, names: list[str]) -> str:
                 f"{place}) and never started: another job, maybe one of yours, holds the "
                 "cores (`workbench classroom cores` shows whose); stop it, or pass a larger "
                 f"timeout (run record: {job.run_dir})")
-    waiting = ", ".join(n for r, n in enumerate(names) if r not in _exit_records(job.run_dir))
+    ended = exit_records(job.run_dir, len(names))
+    waiting = ", ".join(n for r, n in enumerate(names) if r not in ended)
     job.stop()
     return (f"the run did not finish within {timeout:g} s; still running: {waiting}. Pass a "
             f"larger timeout, or fewer epochs/steps (run record: {job.run_dir})")
@@ -144,7 +145,7 @@ def _failure_message(run_dir: Path, summary: dict[str, Any], names: list[str]) -
     are ended while they wait; the first error that a worker *reported* is the cause. When
     no worker started, the launcher failed (for example, importing the lab's module).
     """
-    records = _exit_records(run_dir)
+    records = exit_records(run_dir, len(names))
     reported = sorted((rec.get("time", 0.0), r) for r, rec in records.items() if not rec["ok"])
     failure = summary.get("failure") or {}
     if reported:
@@ -159,16 +160,6 @@ def _failure_message(run_dir: Path, summary: dict[str, Any], names: list[str]) -
     detail = failure.get("traceback") or failure.get("log_tail") or ""
     return (f"{who} failed: {failure.get('error') or summary.get('status', 'unknown')}\n"
             f"{detail.rstrip()}\nThe other workers were stopped; run record: {run_dir}")
-
-
-def _exit_records(run_dir: Path) -> dict[int, dict[str, Any]]:
-    """{rank: exit record} of the workers that have ended and said how."""
-    out = {}
-    for f in (run_dir / "exit").glob("rank*.json"):
-        rec = read_json(f)
-        if rec is not None:
-            out[int(f.stem[4:])] = rec
-    return out
 
 
 def run_folder() -> Path:

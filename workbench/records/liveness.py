@@ -9,13 +9,21 @@ processes of a job watch each other through files they rewrite about once a seco
   run`) writes who it is and whether the job should go on ("run") or end ("stop").
   A rank on another host exits when it reads "stop", or when the file has not changed
   for `OWNER_STALE_S` seconds (the owner died or lost the shared folder).
-- `heartbeat/rank<k>`: each rank rewrites it; the launcher's host judges a remote rank
-  gone when it stops changing for `RANK_STALE_S` seconds.
+- `heartbeat/rank<k>`: each rank rewrites it with its host and pid, and, when it ends,
+  with its exit record (how it ended); the launcher's host judges a remote rank gone when
+  it stops changing for `RANK_STALE_S` seconds.
 
 Staleness is measured as "how long since *I* saw the content change", on the reader's own
-monotonic clock, so the hosts' clocks need not agree. The files are rewritten in place,
-not renamed: NFS's close-to-open consistency then guarantees that a reader who opens the
-file sees what the writer last closed.
+monotonic clock, so the hosts' clocks need not agree; time in which the reader could not
+look (a stalled file server blocks its reads too) does not count. The files are rewritten
+in place, not renamed: NFS's close-to-open consistency then guarantees that a reader who
+opens the file sees what the writer last closed.
+
+What NFS does *not* promise is that a reader sees a file that another host created: a
+folder's listing, and a name looked up before the file existed, may be cached by the
+reader's host for up to a minute (`acdirmax`). So the owner's host makes every file it
+will read before any rank starts (`prepare_heartbeats`), the ranks only rewrite them,
+and nothing is judged from a folder listing.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ HEARTBEAT_PERIOD_S = 1.0   # how often owner and ranks rewrite their heartbeat
 OWNER_STALE_S = 7.0        # a remote rank gives its owner this long before exiting: long
                            # enough for a busy kernel, short enough to be gone in 15 s
 RANK_STALE_S = 10.0        # the launcher's host gives a remote rank this long
+HELD_UP_S = 2.0            # a reader that could not look for this long was held up (a
+                           # stalled file server, a suspended process): that time is not age
 
 
 def this_host() -> str:
@@ -97,6 +107,13 @@ def read_beat(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def prepare_heartbeats(run_dir: Path, world_size: int) -> None:
+    """Make each rank's (empty) heartbeat file on the owner's host, before any rank starts:
+    the watcher then reads files its own host made, which NFS shows it fresh at each open."""
+    for rank in range(world_size):
+        heartbeat_path(run_dir, f"rank{rank}").touch()
+
+
 def owner_beat(run_dir: Path, stop: bool = False) -> None:
     """The owner's heartbeat: who it is, and whether ranks should go on."""
     me = psutil.Process()
@@ -110,17 +127,23 @@ class Staleness:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._last: str | None = None
-        self._changed = time.monotonic()
+        self._changed = self._looked = time.monotonic()
 
     def age(self) -> float:
-        """Seconds since the file's content was last seen to change."""
+        """Seconds since the file's content was last seen to change, not counting time in
+        which this reader could not look (over `HELD_UP_S` since its last look, this read
+        included: while a file server stalls, no one's heartbeat can change)."""
         try:
             text = self.path.read_text()
         except OSError:
             text = None
+        now = time.monotonic()
+        if now - self._looked > HELD_UP_S:
+            self._changed += now - self._looked
+        self._looked = now
         if text and text != self._last:
-            self._last, self._changed = text, time.monotonic()
-        return time.monotonic() - self._changed
+            self._last, self._changed = text, now
+        return now - self._changed
 
     @property
     def changed_at(self) -> float:

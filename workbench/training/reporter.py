@@ -9,6 +9,8 @@ stdout/stderr to `logs/rank<k>.log`, and starts a watchdog thread (see `_watchdo
 exit it writes `exit/rank<k>.json`: success, or the error and its traceback, or that a
 SIGTERM ended it (`ended_by`): torchrun and horovodrun end every other rank that way once
 one has failed, and the launcher must not take such a rank for the culprit (jobs/blame.py).
+The same record goes into the rank's heartbeat, the file the launcher's host reads on
+every host (records/liveness.py: on NFS it may not see a new file of ours for a minute).
 A training
 rank started without the workbench's launcher makes its own run folder instead, and skips
 the log redirection and the watchdog (training/standalone.py).
@@ -84,6 +86,8 @@ class RankContext:
         self.run_dir = run_dir
         self.rank, self.size, self.local_rank = rank, size, local_rank
         self.t0 = t0 if t0 is not None else float(os.environ.get(ENV_T0, time.time()))
+        self._exit: dict[str, Any] | None = None   # the exit record, once there is one
+        self._beating = threading.Lock()
         self.config = self._load_config()
         self._metrics_fd = -1
         self._closing_since: float | None = None  # set while __exit__ writes the exit record
@@ -125,9 +129,10 @@ class RankContext:
             message = f"rank {self.rank} cannot read its configuration: {exc}"
         try:  # tell the launcher, if the run folder is writable from here at all
             (self.run_dir / "exit").mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json",
-                              {"rank": self.rank, "ok": False, "time": time.time(),
-                               "host": this_host(), "error": message})
+            self._exit = {"rank": self.rank, "ok": False, "time": time.time(),
+                          "host": this_host(), "error": message}
+            write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json", self._exit)
+            self._beat()
         except OSError:
             pass
         sys.stderr.write(f"workbench: {message}\n")
@@ -155,7 +160,9 @@ class RankContext:
             record.update(ended_by="SIGTERM", error=(
                 f"rank {self.rank} was ended by SIGTERM: its launcher ends every rank once "
                 "one has failed, and a stop ends them all"))
+            self._exit = record
             write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json", record)
+            self._beat()
             sys.stderr.write(f"workbench: {record['error']}\n")
         elif exc is not None:
             record["error"] = f"{exc_type.__name__}: {exc}"
@@ -166,8 +173,16 @@ class RankContext:
             sys.stderr.write(record["traceback"])
         sys.stdout.flush()
         sys.stderr.flush()
+        self._exit = record
         write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json", record, self.durable)
+        self._beat()
         return False
+
+    def _beat(self) -> None:
+        """Rewrite this rank's heartbeat: host, pid and, once it has one, its exit record."""
+        with self._beating:
+            beat(heartbeat_path(self.run_dir, f"rank{self.rank}"), host=this_host(),
+                 pid=os.getpid(), **({"exit": self._exit} if self._exit else {}))
 
     def _supervise(self) -> None:
         """Put this rank in its launcher's care: output to its log, and the owner watchdog."""
@@ -192,11 +207,10 @@ class RankContext:
         """
         owner = _parse_owner(os.environ.get(ENV_OWNER, ""))
         owner_file = Staleness(heartbeat_path(self.run_dir, "owner"))
-        mine = heartbeat_path(self.run_dir, f"rank{self.rank}")
         last_beat = 0.0
         while True:
             if time.monotonic() - last_beat >= HEARTBEAT_PERIOD_S:
-                beat(mine, host=this_host(), pid=os.getpid())
+                self._beat()
                 last_beat = time.monotonic()
             if (read_beat(owner_file.path) or {}).get("state") == "stop":
                 self._leave("the job was stopped")
