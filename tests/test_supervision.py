@@ -281,3 +281,26 @@ def test_the_guard_passes_on_the_launchers_exit_code(shell, code):
     result = subprocess.run([sys.executable, str(GUARD), str(os.getpid()), "--",
                              "sh", "-c", shell], timeout=30)
     assert result.returncode == code
+
+
+def test_a_heartbeats_age_counts_only_time_in_which_its_reader_could_look(tmp_path, monkeypatch):
+    """A file server that stalls blocks the reader too: that time is no one's silence. Time
+    in which the reader looked and saw no change is."""
+    from workbench.records import liveness
+
+    clock = [100.0]
+    monkeypatch.setattr(liveness.time, "monotonic", lambda: clock[0])
+    path = tmp_path / "beat"
+    path.write_text("1")
+    seen = liveness.Staleness(path)
+    assert seen.age() == 0.0
+    for _ in range(8):               # looked every half second: silent for 4 s
+        clock[0] += 0.5
+        age = seen.age()
+    assert age == pytest.approx(4.0)
+    clock[0] += 12.0                 # one read that took 12 s (the server stalled)
+    assert seen.age() == pytest.approx(4.0)
+    clock[0] += 0.5
+    assert seen.age() == pytest.approx(4.5)
+    path.write_text("2")             # a change: silent for no time
+    assert seen.age() == 0.0
