@@ -322,17 +322,18 @@ def test_stop_interrupts_every_rank_and_a_killed_rank_is_named_and_replaced(pool
 
 OWNER = """
 import sys, workbench
-pool = workbench.ranks(np=2, engine="horovod", runs_dir=sys.argv[1]).wait_ready(240)
+pool = workbench.ranks(np=2, engine=sys.argv[2], runs_dir=sys.argv[1]).wait_ready(240)
 print(pool.job.run_id, flush=True)
 import time; time.sleep(600)
 """
 
 
 @pytest.mark.timeout(300)
-def test_a_killed_kernel_leaves_no_process(tmp_path):
+@pytest.mark.parametrize("engine", ["horovod", "torch"])
+def test_a_killed_kernel_leaves_no_process(tmp_path, engine):
     env = {**os.environ, "PYTHONPATH": str(ROOT),  # its own core queue: ours is taken
            "WORKBENCH_SHARED_DIR": str(tmp_path / "shared")}
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path / "runs")],
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path / "runs"), engine],
                              stdout=subprocess.PIPE, text=True, env=env)
     try:
         run_id = owner.stdout.readline().strip()
