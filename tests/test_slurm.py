@@ -388,3 +388,48 @@ def test_slurm_job_ends_with_its_owner_and_is_not_requeued(cluster: str,
     wait_for(lambda: subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"],
                                     capture_output=True, text=True).stdout.strip() == "idle",
              30, "the node to come back")
+
+
+def _where_am_i() -> tuple:
+    """A warm call's function: this rank's place in its group, and Slurm's job around it."""
+    import os
+
+    import torch.distributed as dist
+
+    return dist.get_rank(), dist.get_world_size(), os.environ.get("SLURM_JOB_ID")
+
+
+@needs_cluster
+@pytest.mark.timeout(300)
+def test_a_pool_of_warm_ranks_through_slurm(cluster: str, tmp_path: Path) -> None:
+    """Slurm places the pool's ranks; they reach their owner over TCP and show the pool's
+    token: a stranger who connects first with a wrong one, or says nothing, is shut out and
+    holds up no rank. Calls run in the Slurm job's ranks; close() ends that job."""
+    import socket
+
+    import workbench
+    from workbench.jobs import pool_channel
+
+    pool = workbench.ranks(np=2, engine="torch", runs_dir=str(tmp_path / "runs"),
+                           launcher="slurm")
+    try:
+        address = pool._ranks.address
+        assert address.startswith("tcp:"), address
+        host, port = address[len("tcp:"):].rsplit(":", 1)
+        stranger = socket.create_connection((host, int(port)), timeout=60)
+        pool_channel.send(stranger, {"op": "hello", "rank": 0, "pid": 1, "token": "a guess"})
+        silent = socket.create_connection((host, int(port)), timeout=60)
+        pool.wait_ready(240)
+        assert stranger.recv(1) == b""                     # closed by the pool
+        job_id = str(json.loads((pool.job.run_dir / "slurm" / "job.json").read_text())[
+            "slurm_job_id"])
+        assert in_queue(job_id)
+        for _ in range(2):                                 # warm: the same ranks each time
+            call = pool.run(_where_am_i)
+            assert call.wait(60) == "succeeded", call.summary
+            assert [tuple(r) for r in call.results()] == [(0, 2, job_id), (1, 2, job_id)]
+        silent.close()
+    finally:
+        pool.close()
+    wait_for(lambda: not in_queue(job_id), 60, "Slurm to forget the pool's job")
+    assert_no_rank_left(pool.job)

@@ -67,27 +67,31 @@ AT_PROCESS_START = ("hosts", "env", "launcher", "timeline", "cycle_time_ms", "cp
 #: A pool's ranks write nothing while they wait for work: never call them stalled (s).
 IDLE_FOR_EVER_S = 86_400.0
 #: The pools of this process, by (engine, np, runs folder): `ranks()` reuses a live one.
-POOLS: dict[tuple[str, int, str], Pool] = {}
+POOLS: dict[tuple[str, int, str, str], Pool] = {}
 
 
 class _Ranks:
     """One start of a pool's ranks: their job, their sockets, whether they are all there."""
 
     def __init__(self, pool: Pool) -> None:
-        self.pool, self.address = pool, pool_channel.new_address()
-        self.server = pool_channel.listen(self.address, pool.np)  # bound before the ranks
+        self.pool, self.token = pool, pool_channel.new_token()
+        # bound before the ranks start; over TCP when Slurm may place them on other hosts
+        self.server, self.address = pool_channel.listen(
+            pool.np, tcp=pool.fields.get("launcher") == "slurm")
         self.conns: dict[int, Any] = {}
         self.lost: dict[int, int] = {}      # rank -> pid, of ranks whose channel closed
         self.pids: dict[int, int] = {}
         self.ready = threading.Event()
         self.job = start_module(pool.engine, pool.np, POOL_RANK_MODULE,
                                 ["--address", self.address], name=f"pool-{pool.engine}",
-                                stall_timeout=IDLE_FOR_EVER_S, **pool.fields)
+                                stall_timeout=IDLE_FOR_EVER_S,
+                                env=[f"{pool_channel.ENV_TOKEN}={self.token}"], **pool.fields)
         threading.Thread(target=self._accept, name=f"pool-{self.job.run_id}",
                          daemon=True).start()
 
     def _accept(self) -> None:
-        """Take one connection from each rank (of this user only), then follow each."""
+        """Take every connection until each rank has one; greet each in a thread of its own
+        (a peer that says nothing holds up no one)."""
         self.server.settimeout(0.2)
         while len(self.conns) < self.pool.np and not self.job.done:
             try:
@@ -96,20 +100,26 @@ class _Ranks:
                 continue
             except OSError:
                 return  # closed
-            if not pool_channel.same_user(conn):
-                conn.close()
-                continue
-            conn.settimeout(None)
-            hello = pool_channel.receive(conn)
-            if hello is None or hello[0].get("op") != "hello":
-                conn.close()
-                continue
-            rank, self.pids[hello[0]["rank"]] = hello[0]["rank"], hello[0]["pid"]
-            self.conns[rank] = conn
-            threading.Thread(target=self._follow, args=(rank, conn), daemon=True).start()
+            threading.Thread(target=self._greet, args=(conn,), daemon=True).start()
         self.server.close()
+
+    def _greet(self, conn: Any, hello_s: float = 30.0) -> None:
+        """Keep `conn` if its first message is a rank's hello with the pool's token, then
+        follow it; close it otherwise."""
+        conn.settimeout(hello_s)
+        hello = pool_channel.receive(conn)
+        header = hello[0] if hello is not None else {}
+        rank = header.get("rank")
+        if (header.get("op") != "hello" or not pool_channel.trusted(conn, header, self.token)
+                or not isinstance(rank, int) or not 0 <= rank < self.pool.np
+                or rank in self.conns):
+            conn.close()
+            return
+        conn.settimeout(None)
+        self.pids[rank], self.conns[rank] = header.get("pid", -1), conn
         if len(self.conns) == self.pool.np:
             self.ready.set()
+        self._follow(rank, conn)
 
     def _follow(self, rank: int, conn: Any) -> None:
         """Pass this rank's replies to its call; note when its channel closes."""
@@ -141,15 +151,18 @@ class Pool:
     """`np` warm ranks of `engine` ("horovod" or "torch"); see the module docstring."""
 
     def __init__(self, np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
-                 threads_per_rank: int = 1, cpu_bind: str = "core") -> None:
+                 threads_per_rank: int = 1, cpu_bind: str = "core",
+                 launcher: str = "local", **slurm: Any) -> None:
         if engine not in ENGINES:
             raise ConfigError(f"a pool of warm ranks runs on engine {' or '.join(ENGINES)}, "
                               f"not {engine!r}")
-        JobConfig(engine=engine, np=np, runs_dir=runs_dir, threads_per_rank=threads_per_rank,
-                  cpu_bind=cpu_bind).validate()  # one line for bad input
+        if launcher not in ("local", "slurm"):
+            raise ConfigError(f"a pool of warm ranks runs on launcher local or slurm, not "
+                              f"{launcher!r}")
         self.np, self.engine, self.runs_dir = np, engine, runs_dir
         self.fields = {"runs_dir": runs_dir, "threads_per_rank": threads_per_rank,
-                       "cpu_bind": cpu_bind}
+                       "cpu_bind": cpu_bind, "launcher": launcher, **slurm}
+        JobConfig(engine=engine, np=np, **self.fields).validate()  # one line for bad input
         self.restarts: list[str] = []   # why the ranks were restarted, oldest first
         self._lock = threading.Lock()
         self._call: PoolCall | None = None
@@ -319,17 +332,22 @@ class Pool:
 
 
 def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
-          threads_per_rank: int = 1, cpu_bind: str = "core") -> Pool:
+          threads_per_rank: int = 1, cpu_bind: str = "core", launcher: str = "local",
+          **slurm: Any) -> Pool:
     """This process's pool of `np` warm ranks of `engine`: the running one, or a new one.
 
     Returns at once; the first call waits until the ranks are ready (`pool.wait_ready()`).
     With `cpu_bind="none"` the ranks hold no cores in the host's queue while they wait (and
-    serve jobs that bind none): the kernel places them among everyone's processes.
+    serve jobs that bind none): the kernel places them among everyone's processes. With
+    `launcher="slurm"` Slurm places the ranks, as a job that waits in its queue like any
+    other (`slurm` takes the Slurm fields of JobConfig: `partition`, `nodes`, `time_limit`,
+    ...), and they reach this process over TCP (pool_channel.py).
     """
-    key = (engine, np, _folder(runs_dir))
+    key = (engine, np, _folder(runs_dir), launcher)
     pool = POOLS.get(key)
     if pool is None or not pool.alive:
-        pool = POOLS[key] = Pool(np, engine, runs_dir, threads_per_rank, cpu_bind)
+        pool = POOLS[key] = Pool(np, engine, runs_dir, threads_per_rank, cpu_bind, launcher,
+                                 **slurm)
     return pool
 
 
@@ -337,7 +355,7 @@ def running_pool(engine: str, np: int, runs_dir: str = "runs") -> Pool | None:
     """The open pool for this engine, size and runs folder (for launch()), once it runs no
     call: one still starting, or still running the last call, is waited for. Fresh ranks
     instead would queue behind the cores the pool holds."""
-    pool = POOLS.get((engine, np, _folder(runs_dir)))
+    pool = POOLS.get((engine, np, _folder(runs_dir), "local"))
     return pool._once_free() if pool is not None and pool.alive else None
 
 

@@ -105,6 +105,14 @@ class PoolCall(Job):
                               f"({self._ranks.job.status}, run {self._ranks.job.run_id})"}
         return None
 
+    def _remote_age(self, rank: int) -> float:
+        """A call's ranks write no heartbeat (their pool's ranks do): one on another host is
+        known lost when its channel closes (`_lost_rank`), never by silence."""
+        return 0.0
+
+    def _undecided_remote(self, exits: dict[int, dict[str, Any]], since: float) -> bool:
+        return False  # a lost channel is seen at once (see `_remote_age`)
+
     def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
         self._ending = status
         super()._finish(status, failure)

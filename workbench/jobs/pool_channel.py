@@ -1,24 +1,31 @@
 """The channel between a pool of warm ranks and the process that owns it (pool.py).
 
-One Unix-domain stream socket per rank, in Linux's abstract namespace: it has no file to
-leave behind when a kernel is killed, and a connection costs microseconds, where a fresh
-interpreter costs seconds. The owner binds the socket *before* it starts the ranks, so the
-name cannot be taken by anyone else, and it accepts only connections from processes of its
-own user (`SO_PEERCRED`), so no other user of the machine can send work to the ranks or
-read what they return.
+One stream connection per rank. On the owner's host, a Unix-domain socket in Linux's
+abstract namespace: it has no file to leave behind when a kernel is killed, and a
+connection costs microseconds, where a fresh interpreter costs seconds. The owner binds it
+*before* it starts the ranks, so the name cannot be taken by anyone else, and accepts only
+connections from processes of its own user (`SO_PEERCRED`). Ranks on other hosts (a pool
+whose ranks Slurm places) cannot reach that socket: they connect over TCP, to a port the
+owner bound (the system's choice, on every interface) before submitting them.
+
+Either way a rank proves it is one of the pool's by the pool's secret token in its first
+message: the ranks read it from the job's 0600 secrets file (`WORKBENCH_POOL_TOKEN`, never
+on a command line), so no one else, on any host, can send work to the ranks, take it, or
+fake their replies.
 
 A message is one frame: a JSON header and an optional payload of bytes,
 
     | header length (4 bytes) | payload length (4 bytes) | header (JSON) | payload |
 
 The owner sends `{"op": "call", ...}` with the pickled work as payload, `{"op": "interrupt"}`
-and `{"op": "quit"}`; a rank sends `{"op": "hello", "rank", "pid"}` once it is ready and
-`{"op": "done", "id", "rank", "ok"}` after each call. Replies are JSON only: the owner never
-unpickles what a rank sends.
+and `{"op": "quit"}`; a rank sends `{"op": "hello", "rank", "pid", "token"}` once it is
+ready and `{"op": "done", "id", "rank", "ok"}` after each call. Replies are JSON only: the
+owner never unpickles what a rank sends.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import secrets
@@ -26,29 +33,49 @@ import socket
 import struct
 from typing import Any
 
+from workbench.records.liveness import this_host
+
 _SIZES = struct.Struct("!II")
+ENV_TOKEN = "WORKBENCH_POOL_TOKEN"
+_TCP = "tcp:"
 
 
-def new_address() -> str:
-    """A fresh name for a pool's socket (random: two pools never meet)."""
-    return f"workbench-pool-{os.getuid()}-{secrets.token_hex(16)}"
+def new_token() -> str:
+    """A pool's secret (its ranks show it in their hello)."""
+    return secrets.token_hex(32)
 
 
-def listen(address: str, backlog: int) -> socket.socket:
+def listen(backlog: int, tcp: bool = False) -> tuple[socket.socket, str]:
+    """(a listening socket, the address its ranks connect to): an abstract Unix socket with a
+    random name (two pools never meet), or with `tcp` a port on every interface, as
+    "tcp:<this host's name>:<port>"."""
+    if tcp:
+        server = socket.create_server(("", 0), backlog=backlog)
+        return server, f"{_TCP}{this_host()}:{server.getsockname()[1]}"
+    address = f"workbench-pool-{os.getuid()}-{secrets.token_hex(16)}"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind("\0" + address)  # a leading NUL byte: the abstract namespace, no file
     server.listen(backlog)
-    return server
+    return server, address
 
 
-def same_user(conn: socket.socket) -> bool:
-    """True when the peer of `conn` runs as this process's user."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid == os.getuid()
+def trusted(conn: socket.socket, hello: dict[str, Any], token: str) -> bool:
+    """True when the peer showed the pool's token and, on a Unix socket, runs as our user."""
+    if conn.family == socket.AF_UNIX:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        if struct.unpack("3i", creds)[1] != os.getuid():
+            return False
+    shown = hello.get("token")
+    return isinstance(shown, str) and hmac.compare_digest(shown.encode(), token.encode())
 
 
 def connect(address: str) -> socket.socket:
+    """Connect to the owner at `address` (see `listen`)."""
+    if address.startswith(_TCP):
+        host, _, port = address[len(_TCP):].rpartition(":")
+        conn = socket.create_connection((host, int(port)), timeout=60)
+        conn.settimeout(None)
+        return conn
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect("\0" + address)
     return conn

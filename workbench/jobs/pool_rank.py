@@ -78,12 +78,14 @@ class Rank:
     def __init__(self, ctx: RankContext, address: str) -> None:
         self.ctx = ctx
         self.conn = pool_channel.connect(address)
+        self.token = os.environ.pop(pool_channel.ENV_TOKEN, "")  # not for the calls' code
         self.calls: queue.Queue[tuple[dict[str, Any], bytes] | None] = queue.Queue()
         self.running: int | None = None  # the id of the call in progress
         signal.signal(signal.SIGINT, self._on_interrupt)
 
     def serve(self) -> None:
-        pool_channel.send(self.conn, {"op": "hello", "rank": self.ctx.rank, "pid": os.getpid()})
+        pool_channel.send(self.conn, {"op": "hello", "rank": self.ctx.rank, "pid": os.getpid(),
+                                      "token": self.token})
         threading.Thread(target=self._read, name="pool-reader", daemon=True).start()
         while (message := self.calls.get()) is not None:
             header, payload = message
@@ -194,7 +196,8 @@ def _nothing(*_: Any, **__: Any) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--address", required=True, help="the owner's abstract socket name")
+    parser.add_argument("--address", required=True,
+                        help="the owner's abstract socket name, or tcp:HOST:PORT")
     args = parser.parse_args(argv)
     with RankContext.from_env() as ctx:
         import torch  # noqa: F401 - the point of a warm rank: imported once
