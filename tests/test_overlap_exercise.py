@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import pytest
 import torch.distributed as dist
 
+import workbench
 from workbench.exercises.overlap import check_launch_hook, judge
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> str:
+    """A runs folder with 2 warm torch ranks, which the checker's launch() uses: each check
+    starts in milliseconds, and each must find the ranks as a fresh one would (the checker
+    puts dist.all_reduce back as it found it)."""
+    runs = str(tmp_path_factory.mktemp("overlap") / "runs")
+    with workbench.ranks(np=2, engine="torch", runs_dir=runs) as pool:
+        pool.wait_ready(240)
+        yield runs
 
 
 def right(bucket, pending):
@@ -43,26 +56,26 @@ def blank(bucket, pending):
     raise NotImplementedError
 
 
-def test_a_right_answer_written_another_way_passes(tmp_path):
-    feedback = check_launch_hook(right, runs_dir=str(tmp_path))
+def test_a_right_answer_written_another_way_passes(runs):
+    feedback = check_launch_hook(right, runs_dir=runs)
     assert feedback.passed, feedback
     assert "during backward()" in feedback.message
 
 
-def test_launching_before_the_bucket_is_full_fails(tmp_path):
-    feedback = check_launch_hook(too_early, runs_dir=str(tmp_path))
+def test_launching_before_the_bucket_is_full_fails(runs):
+    feedback = check_launch_hook(too_early, runs_dir=runs)
     assert not feedback.passed
     assert any("bucket.ready == len(bucket.params)" in h for h in feedback.hints), feedback
 
 
-def test_all_reducing_an_unpacked_buffer_fails_on_the_parameters(tmp_path):
-    feedback = check_launch_hook(never_packs, runs_dir=str(tmp_path))
+def test_all_reducing_an_unpacked_buffer_fails_on_the_parameters(runs):
+    feedback = check_launch_hook(never_packs, runs_dir=runs)
     assert not feedback.passed
     assert "differ from one process" in feedback.message, feedback
 
 
-def test_a_hook_that_waits_for_its_own_all_reduce_fails(tmp_path):
-    feedback = check_launch_hook(waits_at_once, runs_dir=str(tmp_path))
+def test_a_hook_that_waits_for_its_own_all_reduce_fails(runs):
+    feedback = check_launch_hook(waits_at_once, runs_dir=runs)
     assert not feedback.passed
     assert "waited for" in feedback.message and "nothing overlapped" in feedback.message, \
         feedback

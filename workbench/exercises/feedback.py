@@ -181,3 +181,23 @@ def _where(exc: BaseException) -> str:
     last = frames[-1]
     return f"line {last.lineno} of {last.name}"
 
+
+def on_real_ranks(fn: Callable[..., Any], *args: Any, np: int, name: str, runs_dir: str,
+                  timeout_s: float, hang_hint: str) -> list[Any] | Feedback:
+    """`fn(*args)` run on `np` torch ranks by `workbench.launch` (on the warm ranks of
+    `workbench.ranks(np, "torch")` when they run: a check then starts in milliseconds):
+    each rank's value, or the feedback that says why there is none."""
+    import workbench
+
+    job = workbench.launch(fn, *args, np=np, engine="torch", runs_dir=runs_dir, name=name,
+                           stall_timeout=timeout_s)
+    if job.wait(timeout_s) == "running":
+        job.stop()
+        return not_yet(f"the ranks did not finish within {timeout_s:g} s.", hang_hint)
+    if job.status != "succeeded":
+        failure = (job.summary or {}).get("failure") or {}
+        return not_yet(f"the job {job.status}: rank {failure.get('rank')} "
+                       f"{failure.get('error')}",
+                       "Read the traceback (`workbench show " + job.run_id + "`).")
+    return job.results()
+

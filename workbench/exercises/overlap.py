@@ -6,8 +6,9 @@ The student writes `launch(bucket, pending)`, which the overlapped engine
 all-reduce asynchronously, appending `(bucket, handle)` to `pending`. The engine waits on
 the handles before the optimizer steps.
 
-`check_launch_hook(launch)` runs it on 2 real ranks (the labs' workers, a gloo group), a few
-SGD steps of a 4-layer MLP whose gradients fill several buckets, and requires
+`check_launch_hook(launch)` runs it on 2 real torch ranks (`workbench.launch`, on warm
+ranks when `workbench.ranks(np=2, engine="torch")` runs): a few SGD steps of a 4-layer MLP
+whose gradients fill several buckets, and requires
 
 1. the serial parameters: 2 ranks × batch b equal one process with batch 2·b;
 2. every bucket's all-reduce started *before* `backward()` returned, and the first one
@@ -20,15 +21,22 @@ SGD steps of a 4-layer MLP whose gradients fill several buckets, and requires
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import cloudpickle
 import torch
 from torch import nn
 
-from workbench.exercises.feedback import Feedback, correct, guarded, not_yet, refuse_before_ranks
+from workbench.exercises.feedback import (
+    Feedback,
+    correct,
+    guarded,
+    not_yet,
+    on_real_ranks,
+    refuse_before_ranks,
+)
 
 #: Sizes: a 16 → 32 → 32 → 32 → 4 MLP, 4 steps of batch 8 per rank, 1 KiB buckets.
 FEATURES, WIDTH, CLASSES, BATCH, STEPS, LR, BUCKET_MB = 16, 32, 4, 8, 4, 0.1, 1 / 1024
@@ -74,8 +82,10 @@ class _Watched:
         return getattr(self._work, name)
 
 
-def _watch_waits(waits: list[float]) -> None:
-    """Make this rank's `dist.all_reduce(..., async_op=True)` return watched handles."""
+@contextlib.contextmanager
+def _watching_waits(waits: list[float]) -> Iterator[None]:
+    """While in the block, this rank's `dist.all_reduce(..., async_op=True)` returns watched
+    handles (and after it, the plain ones again: a warm rank runs later calls too)."""
     import torch.distributed as dist
 
     all_reduce = dist.all_reduce
@@ -85,17 +95,33 @@ def _watch_waits(waits: list[float]) -> None:
         return None if work is None else _Watched(work, waits)
 
     dist.all_reduce = watched
+    try:
+        yield
+    finally:
+        dist.all_reduce = all_reduce
 
 
-def _rank(rank: int, size: int, pickled: bytes) -> dict[str, Any]:
-    """One rank: train with the student's hook, noting when things happened."""
+def run_on_rank(launch: Callable[..., Any]) -> dict[str, Any]:
+    """What each rank runs: a few SGD steps with the student's hook, noting when things
+    happened."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    waits: list[float] = []
+    try:
+        with _watching_waits(waits):
+            return _train(dist.get_rank(), dist.get_world_size(), launch, waits)
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(rank: int, size: int, launch: Callable[..., Any], waits: list[float],
+           ) -> dict[str, Any]:
     from workbench.data_parallel.overlapped import OverlappedSync
 
-    waits: list[float] = []
-    _watch_waits(waits)
     torch.set_num_threads(1)
     model, (x, y) = make_model(), make_data(size)
-    sync = OverlappedSync(model, size, BUCKET_MB, launch=cloudpickle.loads(pickled))
+    sync = OverlappedSync(model, size, BUCKET_MB, launch=launch)
     grad_times: list[float] = []
     for p in model.parameters():   # registered after the engine's: runs after its launch
         p.register_post_accumulate_grad_hook(lambda _p: grad_times.append(time.perf_counter()))
@@ -125,18 +151,14 @@ def _rank(rank: int, size: int, pickled: bytes) -> dict[str, Any]:
 def check_launch_hook(fn: Callable[..., Any], *, runs_dir: str = "runs",
                       timeout_s: float = 120.0) -> Feedback:
     """Run the student's `launch(bucket, pending)` on 2 real ranks and judge it."""
-    from workbench.jobs.workers import WorkerError, run_workers
-
     refused = refuse_before_ranks(fn, "launch(bucket, pending)", None, [])
     if refused:
         return refused
-    try:
-        results = run_workers(_rank, 2, (cloudpickle.dumps(fn),), name="check-overlap",
-                              runs_dir=runs_dir, timeout=timeout_s)
-    except WorkerError as err:
-        return not_yet(f"the ranks failed: {err}".splitlines()[0],
-                       "Run the cell that defines your function again, then the check.")
-    return judge(results)
+    results = on_real_ranks(run_on_rank, fn, np=2, name="check-overlap", runs_dir=runs_dir,
+                            timeout_s=timeout_s, hang_hint=(
+                                "Both ranks must start the same all-reduces in the same "
+                                "order: launch every bucket on every rank."))
+    return results if isinstance(results, Feedback) else judge(results)
 
 
 def judge(results: list[dict[str, Any]]) -> Feedback:

@@ -28,7 +28,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-import workbench
 from workbench.exercises.data_parallel import make_data, make_model
 from workbench.exercises.feedback import (
     Feedback,
@@ -38,6 +37,7 @@ from workbench.exercises.feedback import (
     is_blank,
     not_written,
     not_yet,
+    on_real_ranks,
     refuse_before_ranks,
 )
 
@@ -116,19 +116,11 @@ def check_zero1(make: Callable[..., Any], step: Callable[..., Any], *,
                                       "optimizer, rank, world)", flat, flat, flat, None, 0, NP))
     if refused:
         return refused
-    job = workbench.launch(run_on_rank, make, step, np=NP, engine="torch",
-                           runs_dir=runs_dir, name="check-zero1", stall_timeout=timeout_s)
-    if job.wait(timeout_s) == "running":
-        job.stop()
-        return not_yet(f"the ranks did not finish within {timeout_s:g} s.",
-                       "Every rank must call the same collectives in the same order: "
-                       "no all_reduce or all-gather inside `if rank == 0`.")
-    if job.status != "succeeded":
-        failure = (job.summary or {}).get("failure") or {}
-        return not_yet(f"the job {job.status}: rank {failure.get('rank')} "
-                       f"{failure.get('error')}",
-                       "Read the traceback (`workbench show " + job.run_id + "`).")
-    return judge(job.results())
+    results = on_real_ranks(run_on_rank, make, step, np=NP, name="check-zero1",
+                            runs_dir=runs_dir, timeout_s=timeout_s, hang_hint=(
+                                "Every rank must call the same collectives in the same "
+                                "order: no all_reduce or all-gather inside `if rank == 0`."))
+    return results if isinstance(results, Feedback) else judge(results)
 
 
 @guarded

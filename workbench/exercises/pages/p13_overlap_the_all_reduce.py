@@ -64,7 +64,19 @@ def launch(bucket, pending):
         handle = dist.all_reduce(bucket.pack(), async_op=True)
         pending.append((bucket, handle))
 ''', todo="Your code here: count this gradient, and launch when the bucket is full."),
+    md(r"""
+The check runs on two **warm ranks** (`workbench.ranks`), which `torchrun` starts once: the
+first check waits for them, and every later one starts in a fraction of a second.
+"""),
+    code(r"""
+import workbench
+
+pool = workbench.ranks(np=2, engine="torch")   # the checker's launch() uses it
+"""),
     code("ex.check_launch_hook(launch)"),
+    code(r"""
+pool.close()   # frees its two cores for other jobs
+"""),
     md(r"""
 ## Questions to think about
 
