@@ -24,7 +24,13 @@ import pytest
 
 from workbench.jobs import cores, start_module, torch_hosts
 from workbench.jobs import job as job_module
-from workbench.jobs.blame import Failure, culprit, reported_failure
+from workbench.jobs.blame import (
+    Failure,
+    culprit,
+    launcher_failure,
+    ranks_failure,
+    reported_failure,
+)
 from workbench.jobs.processes import job_processes
 from workbench.records import read_json
 
@@ -68,6 +74,27 @@ def test_a_remote_ranks_error_is_placed_when_the_watcher_saw_it_not_by_its_own_c
                                  "error": "ended"}, local=True, first_seen=2.0)
     assert ended.kind == "ended"
     assert reported_failure(0, {"ok": True, "time": 1.0}, local=True, first_seen=2.0) is None
+
+
+def test_the_failure_record_names_the_culprit_with_its_traceback_and_the_others_errors():
+    exits = {0: {"ok": False, "time": 10.05, "error": "ended", "ended_by": "SIGTERM"},
+             1: {"ok": False, "time": 10.0, "error": "RuntimeError: boom",
+                 "traceback": "Traceback ...\nRuntimeError: boom"},
+             2: {"ok": True, "time": 11.0}}
+    failures = [reported_failure(r, rec, local=True, first_seen=12.0) for r, rec in exits.items()]
+    assert ranks_failure([f for f in failures if f], exits) == {
+        "rank": 1, "error": "RuntimeError: boom",
+        "traceback": "Traceback ...\nRuntimeError: boom", "others": {0: "ended"}}
+
+
+def test_a_launcher_that_ended_first_blames_only_a_rank_that_had_started():
+    exits = {0: {"ok": True, "time": 1.0}}
+    failure = launcher_failure(3, exits, {0, 2}, "the torch launcher exited with code 1",
+                               "ModuleNotFoundError: No module named 'x'")
+    assert failure == {"rank": 2, "error": "the torch launcher exited with code 1 before "
+                       "rank(s) [1, 2] reported: ModuleNotFoundError: No module named 'x'"}
+    assert launcher_failure(2, {}, set(), "it ended", None) == {
+        "rank": None, "error": "it ended before rank(s) [0, 1] reported"}
 
 
 # ------------------------------------------------------------ one real torch job

@@ -18,8 +18,10 @@ watcher (the thread in job.py that looks after the job; other hosts' clocks may 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 #: The kinds of failure, in the order a tie between them is decided.
 KINDS = ("vanished", "error", "ended")
@@ -55,3 +57,56 @@ def reported_failure(rank: int, record: dict, local: bool, first_seen: float) ->
     if not local or not isinstance(at, (int, float)) or isinstance(at, bool):
         at = first_seen
     return Failure(rank, kind, float(at), str(record.get("error")))
+
+
+def ranks_failure(failures: list[Failure], exits: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The summary's `failure` when ranks failed: the culprit with its error and traceback,
+    and what the others reported (often consequences of the first)."""
+    blamed = culprit(failures)
+    record = exits.get(blamed.rank, {})
+    others = {r: rec.get("error") for r, rec in exits.items()
+              if not rec.get("ok") and r != blamed.rank}
+    return {"rank": blamed.rank, "error": blamed.error,
+            **({"traceback": record["traceback"]} if "traceback" in record else {}),
+            "others": others}
+
+
+def launcher_failure(world_size: int, exits: dict[int, dict[str, Any]], started: set[int],
+                     ended: str, cause: str | None) -> dict[str, Any]:
+    """The summary's `failure` when the launcher ended (`ended`, in words) before every
+    rank reported. A rank is blamed only if it got as far as starting: one that failed
+    before (an import error, a Horovod/torch mismatch) left its cause in the launcher's log
+    (`cause`, its telling line)."""
+    missing = sorted(set(range(world_size)) - set(exits))
+    return {"rank": next((r for r in missing if r in started), None),
+            "error": f"{ended} before rank(s) {missing} reported" + (
+                f": {cause}" if cause else "")}
+
+
+#: Lines of a launcher log that name an error (a traceback's last line, "error: ...").
+_ERROR_LINE = re.compile(r"\b[A-Za-z_.]*(Error|Exception)\b|\berror:|cannot ", re.I)
+
+
+def launcher_cause(log_tail: str) -> str | None:
+    """The most telling error line of a launcher log, e.g. "ModuleNotFoundError: ...".
+
+    horovodrun prefixes each rank's output with "[rank]<stderr>:" and ends with its own
+    "Horovod detected that one or more processes exited" message, which names no cause, so
+    the last error line that is not the launcher's own summary wins.
+    """
+    for line in reversed(log_tail.splitlines()):
+        text = re.sub(r"^\[\d+\]<std(err|out)>:", "", line).strip()
+        if (text and _ERROR_LINE.search(text) and "Horovod detected" not in text
+                and not text.startswith(("raise ", "File "))):
+            return text[:300]
+    return None
+
+
+def launcher_tail(text: str, last: int = 20) -> str:
+    """The last lines the ranks wrote into a launcher log, without horovodrun's own
+    closing traceback (which only says that a process failed, not why)."""
+    lines = text.splitlines()
+    ranks = [i for i, line in enumerate(lines) if re.match(r"^\[\d+\]<std(err|out)>:", line)]
+    if ranks:
+        lines = lines[:ranks[-1] + 1]
+    return "\n".join(lines[-last:])

@@ -3,21 +3,12 @@
 `start(cfg)` writes `config.json`, starts the engine's launcher and returns a `Job` at once.
 Before launching, the job takes its cores from the host's allocation (cores.py): while
 other jobs hold them, it is "queued" and a thread waits for its turn, then launches.
-A watcher thread then checks the job five times a second:
-
-- every rank reported success and the launcher ended  -> "succeeded";
-- a rank reported an exception, or its process vanished without reporting (kill -9, out
-  of memory), or the launcher failed                   -> "failed", naming the rank;
-- no new metrics line for `stall_timeout` s           -> "stalled";
-- `stop()` was called                                 -> "stopped".
+A watcher thread then checks the job five times a second (watch.py) until it has
+succeeded, failed, stalled, or `stop()` was called ("stopped").
 
 With `launcher="slurm"` the job is submitted to Slurm instead (see slurm.py): it is
 "pending" while Slurm queues it, ranks are watched through what they write in the runs
 folder and the job's state in Slurm, and stopping it is `scancel`.
-
-Ranks on the launcher's host are checked by pid. Ranks on other hosts are checked through
-what they write into the shared run folder (their heartbeat files) and through the
-launcher's own exit: their pids mean nothing here (see records/liveness.py).
 
 Whatever the outcome, every process of the job is ended (see processes.py; remote ranks
 end themselves when the owner's heartbeat says "stop") and `summary.json` is written
@@ -30,7 +21,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -45,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.config import ConfigError, JobConfig, parse_hosts
 from workbench.hosts.cpu import cpu_budget
 from workbench.jobs import cores, slurm
-from workbench.jobs.blame import Failure, culprit, reported_failure
+from workbench.jobs.blame import launcher_tail
 from workbench.jobs.devices import rank_environment, resolve_device
 from workbench.jobs.engines import ENGINES, training_engines
 from workbench.jobs.environment import (
@@ -57,25 +47,19 @@ from workbench.jobs.environment import (
     write_env_file,
 )
 from workbench.jobs.processes import (
-    exit_records,
     job_processes,
     known_ranks,
-    pid_alive,
     terminate,
 )
+from workbench.jobs.watch import Watching, _one_line
 from workbench.records import (
     CorruptRecord,
-    MetricsReader,
     RunRecord,
     new_run_dir,
     read_json,
     write_json_atomic,
 )
 from workbench.records.liveness import (
-    HEARTBEAT_PERIOD_S,
-    RANK_STALE_S,
-    Staleness,
-    heartbeat_path,
     owner_beat,
     prepare_heartbeats,
     this_host,
@@ -89,16 +73,12 @@ if TYPE_CHECKING:
     from workbench.jobs.pool import Pool
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
-POLL_S = 0.2
 QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come
-#: After the launcher has exited, a remote rank whose heartbeat has not changed for this
-#: long is judged gone (it beats every second while alive).
-REMOTE_GONE_S = 3.0
 GUARD = Path(__file__).with_name("guard.py")  # run beside every launcher (see guard.py)
 _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 
 
-class Job:
+class Job(Watching):
     """One launched job. Create it with `start()` or `start_module()`."""
 
     #: Whether summary.json is fsynced (see `write_json_atomic`; a pool's call is not).
@@ -348,170 +328,6 @@ class Job:
         _LIVE_JOBS.add(self)
         threading.Thread(target=self._watch, name=f"watch-{self.run_id}", daemon=True).start()
 
-    # ------------------------------------------------------------------ watching
-    def _watch(self) -> None:
-        """The watcher thread. Whatever goes wrong inside it ends the job as "failed"."""
-        try:
-            self._watch_loop()
-        except Exception as exc:  # noqa: BLE001 - any bug or I/O error must end the job
-            self._finish("failed", {"rank": None,
-                                    "error": f"the job's watcher failed: {_one_line(exc)}",
-                                    "traceback": traceback.format_exc()})
-
-    def _watch_loop(self) -> None:
-        last_size, last_progress, last_beat = -1, time.time(), 0.0
-        while not self._done.is_set():
-            if self._slurm:  # asking Slurm costs a command: keep to the plain poll
-                time.sleep(POLL_S)
-            else:
-                try:  # sleep POLL_S, but wake at once when the launcher ends
-                    self._proc.wait(timeout=POLL_S)
-                except subprocess.TimeoutExpired:
-                    pass
-                else:
-                    time.sleep(0.05)  # the launcher is gone: no busy loop while we conclude
-            if time.monotonic() - last_beat >= HEARTBEAT_PERIOD_S:
-                owner_beat(self.run_dir, stop=self._stopping)  # remote ranks exit when this
-                # says "stop", or stops changing
-                last_beat = time.monotonic()
-            size = self._reader.size()
-            if size != last_size or self.status == "pending":  # queued time is no stall
-                last_size, last_progress = size, time.time()
-            outcome = self._check()
-            if outcome is None and time.time() - last_progress > self.config.stall_timeout:
-                outcome = ("stalled", {"error": f"no progress for {self.config.stall_timeout:g}"
-                                                " s (a rank may be blocked waiting for another)"})
-            if outcome is not None:
-                self._finish(*outcome)
-
-    def _vanished(self, exits: dict[int, dict[str, Any]],
-                  launcher_ended: bool) -> list[Failure]:
-        """Ranks that ended without an exit record, each at the last moment the watcher
-        saw it alive (see blame.py).
-
-        On this host: the pid is gone (or a zombie). On another host: its heartbeat has
-        stopped changing, for `RANK_STALE_S`, or for `REMOTE_GONE_S` once the launcher
-        (which would have noticed its ssh session end) has exited.
-        """
-        if self._slurm:  # ---- Slurm hook: ranks on compute nodes, seen through the runs folder
-            return [Failure(rank, "vanished", self._started,
-                            f"rank {rank} (pid {pid}) ended without reporting (its Slurm "
-                            "task recorded its end): killed by a signal or out of memory")
-                    for rank, pid in self._proc.vanished(exits)]
-        here, out = this_host(), []
-        for rank, (pid, host) in sorted(known_ranks(self.run_dir, self.world_size).items()):
-            if rank in exits:
-                continue
-            if host == here:
-                now = time.time()
-                if pid_alive(pid):
-                    self._alive_at[rank] = now
-                else:
-                    out.append(Failure(rank, "vanished", self._alive_at.get(rank, now),
-                                       f"rank {rank} (pid {pid}) ended without reporting: "
-                                       "killed by a signal (e.g. kill -9) or by the "
-                                       "out-of-memory killer"))
-                continue
-            age = self._remote_age(rank)
-            if age > RANK_STALE_S or (launcher_ended and age > REMOTE_GONE_S):
-                out.append(Failure(rank, "vanished", time.time() - age,
-                                   f"rank {rank} (pid {pid} on {host}) ended without "
-                                   f"reporting: no heartbeat for {age:.0f} s (killed by a "
-                                   "signal, out of memory, or its host went down)"))
-        return out
-
-    def _reported(self, exits: dict[int, dict[str, Any]]) -> list[Failure]:
-        """The failures the ranks' exit records report, on the watcher's clock."""
-        here, hosts, out = this_host(), known_ranks(self.run_dir, self.world_size), []
-        for rank, rec in sorted(exits.items()):
-            seen = self._seen_at.setdefault(rank, time.time())
-            local = not self._slurm and hosts.get(rank, (0, here))[1] == here
-            failure = reported_failure(rank, rec, local, seen)
-            if failure is not None:
-                out.append(failure)
-        return out
-
-    def _remote_age(self, rank: int) -> float:
-        if rank not in self._rank_beats:
-            self._rank_beats[rank] = Staleness(heartbeat_path(self.run_dir, f"rank{rank}"))
-        return self._rank_beats[rank].age()
-
-    def _undecided_remote(self, exits: dict[int, dict[str, Any]], since: float) -> bool:
-        """True while a remote rank without an exit record might have died at about
-        `since` (time.monotonic()): its heartbeat has not changed since, but not for long
-        enough yet to call it gone. A live rank beats again within a second."""
-        if self._slurm:  # a killed task's record (tasks/) may land moments after a peer's
-            return len(exits) < self.world_size  # error, which its death caused
-        here = this_host()
-        for rank, (_, host) in known_ranks(self.run_dir, self.world_size).items():
-            if rank in exits or host == here:
-                continue
-            age = self._remote_age(rank)
-            if self._rank_beats[rank].changed_at <= since and age <= REMOTE_GONE_S:
-                return True
-        return False
-
-    def _watch_state(self) -> None:
-        """What the watcher keeps about a running job (also a pool's call: pool_call.py)."""
-        self._status = "running"
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-        self._reader = MetricsReader(self.run_dir)
-        self._failure: dict[str, Any] | None = None
-        self._summary_data: dict[str, Any] | None = None
-        self._rank_beats: dict[int, Staleness] = {}
-        self._first_error_at: float | None = None
-        self._alive_at: dict[int, float] = {}  # rank: when the watcher last saw it alive
-        self._seen_at: dict[int, float] = {}   # rank: when the watcher first saw its exit
-        self._stopping = False  # once set, every owner heartbeat says "stop"
-
-    def _check(self) -> tuple[str, dict[str, Any]] | None:
-        """The job's outcome if it has one now, else None.
-
-        When one rank fails, the others usually fail a moment later, on a broken
-        connection or ended by their launcher, so the culprit is the rank that failed
-        first on the watcher's clock (see blame.py).
-        """
-        rc = self._proc.poll()
-        exits = exit_records(self.run_dir, self.world_size)
-        vanished = self._vanished(exits, rc is not None)
-        if vanished:
-            time.sleep(POLL_S)  # it may have written its exit record as it ended
-            exits = exit_records(self.run_dir, self.world_size)
-            vanished = [f for f in vanished if f.rank not in exits]
-        failures = [*vanished, *self._reported(exits)]
-        if failures:
-            self._first_error_at = self._first_error_at or time.monotonic()
-            if (not vanished and self._undecided_remote(exits, self._first_error_at)
-                    and time.monotonic() - self._first_error_at < 2 * REMOTE_GONE_S):
-                return None  # a remote rank may be the real culprit: look again shortly
-            blamed = culprit(failures)
-            rec = exits.get(blamed.rank, {})
-            return "failed", {"rank": blamed.rank, "error": blamed.error,
-                              **({"traceback": rec["traceback"]} if "traceback" in rec else {}),
-                              "others": _errors(exits, but=blamed.rank)}
-        all_ok = len(exits) >= self.world_size
-        if all_ok and rc is None:
-            try:  # the launcher tidies up after its ranks; give it a moment
-                rc = self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                rc = 0
-        if rc is None:
-            return None
-        if all_ok and rc == 0:
-            return "succeeded", None
-        missing = sorted(set(range(self.world_size)) - set(exits))
-        started = known_ranks(self.run_dir, self.world_size)
-        cause = launcher_cause(RunRecord(self.run_dir).log("launcher", last=60))
-        ended = self._proc.ending() if self._slurm else \
-            f"the {self.config.engine} launcher exited with code {rc}"
-        return "failed", {
-            # Blame a rank only if it got as far as starting; a rank that failed before
-            # (an import error, a Horovod/torch mismatch) shows its cause in launcher.log.
-            "rank": next((r for r in missing if r in started), None),
-            "error": f"{ended} before rank(s) {missing} reported" + (
-                f": {cause}" if cause else "")}
-
     def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
         """End all processes, then write summary.json. Runs once, whoever calls first.
 
@@ -760,41 +576,3 @@ def cores_needed(cfg: JobConfig) -> int:
 
 def _label(cfg: JobConfig) -> str:
     return f"{cfg.name or cfg.engine}-np{cfg.world_size}"
-
-
-#: Lines of a launcher log that name an error (a traceback's last line, "error: ...").
-_ERROR_LINE = re.compile(r"\b[A-Za-z_.]*(Error|Exception)\b|\berror:|cannot ", re.I)
-
-
-def launcher_cause(log_tail: str) -> str | None:
-    """The most telling error line of a launcher log, e.g. "ModuleNotFoundError: ...".
-
-    horovodrun prefixes each rank's output with "[rank]<stderr>:" and ends with its own
-    "Horovod detected that one or more processes exited" message, which names no cause, so
-    the last error line that is not the launcher's own summary wins.
-    """
-    for line in reversed(log_tail.splitlines()):
-        text = re.sub(r"^\[\d+\]<std(err|out)>:", "", line).strip()
-        if (text and _ERROR_LINE.search(text) and "Horovod detected" not in text
-                and not text.startswith(("raise ", "File "))):
-            return text[:300]
-    return None
-
-
-def launcher_tail(text: str, last: int = 20) -> str:
-    """The last lines the ranks wrote into a launcher log, without horovodrun's own
-    closing traceback (which only says that a process failed, not why)."""
-    lines = text.splitlines()
-    ranks = [i for i, line in enumerate(lines) if re.match(r"^\[\d+\]<std(err|out)>:", line)]
-    if ranks:
-        lines = lines[:ranks[-1] + 1]
-    return "\n".join(lines[-last:])
-
-
-def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".splitlines()[0]
-
-
-def _errors(exits: dict[int, dict[str, Any]], but: int | None = None) -> dict[int, str]:
-    """{rank: error} of the ranks that reported one (often a consequence of the first)."""
-    return {r: rec.get("error") for r, rec in exits.items() if not rec.get("ok") and r != but}

@@ -23,7 +23,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from workbench.config import JobConfig
-from workbench.jobs.job import _LIVE_JOBS, POLL_S, Job, _label
+from workbench.jobs.job import _LIVE_JOBS, Job, _label
+from workbench.jobs.watch import POLL_S
 from workbench.records import new_run_dir, write_json_atomic
 
 if TYPE_CHECKING:
