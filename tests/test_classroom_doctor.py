@@ -8,19 +8,19 @@ import subprocess
 
 import pytest
 
-from workbench import doctor
+from workbench.doctor import probes, verdicts
 from workbench.hosts import cpu
 
 
 def test_doctor_reports_the_quota_and_its_source(monkeypatch):
     monkeypatch.setenv(cpu.ENV_CPU_LIMIT, "1")
-    report = doctor._cpu()
+    report = probes.cpu_info()
     assert (report["usable"], report["source"], report["quota"]) == (1, "CPU_LIMIT", 1.0)
-    check = doctor._quota_check(report)
+    check = verdicts.quota_check(report)
     assert check.status == "ok" and "CPU_LIMIT 1" in check.detail
     monkeypatch.delenv(cpu.ENV_CPU_LIMIT)
     if cpu.cpu_budget().quota is None:
-        assert doctor._cpu()["source"] == "affinity" and doctor._cpu()["quota"] is None
+        assert probes.cpu_info()["source"] == "affinity" and probes.cpu_info()["quota"] is None
 
 
 @pytest.fixture
@@ -36,13 +36,13 @@ def small_shm(tmp_path):
 
 
 def test_a_64_mb_dev_shm_is_reported_with_the_kubernetes_fix(small_shm):
-    shm = doctor._shm(small_shm)
+    shm = probes.shm_info(small_shm)
     assert shm["total"] == 64 * 2**20
-    check = doctor._shm_check(shm)
+    check = verdicts.shm_check(shm)
     assert check.status == "warn" and "Bus error" in check.detail
     assert "emptyDir" in check.fix and "medium: Memory" in check.fix
 
 
 def test_a_large_dev_shm_passes():
-    check = doctor._shm_check({"path": "/dev/shm", "total": 2 * 2**30, "free": 2**30})
+    check = verdicts.shm_check({"path": "/dev/shm", "total": 2 * 2**30, "free": 2**30})
     assert check.status == "ok"

@@ -16,6 +16,7 @@ import pytest
 from _setup_helpers import run_reaped
 
 from workbench import doctor
+from workbench.doctor import verdicts
 from workbench.hosts import cpu_budget
 
 VENV_BIN = Path(sys.executable).parent
@@ -189,11 +190,11 @@ def test_doctor_warns_when_cuda_is_there_but_horovod_has_no_nccl(report: dict[st
     ops = report["horovod"]["tensor_operations"]
     without_nccl = {**report["horovod"], "tensor_operations": {**ops, "nccl": False}}
     with_cuda = {**report["torch"], "cuda_available": True, "cuda_version": "12.1"}
-    check = doctor._gpu_horovod_check(with_cuda, without_nccl)
+    check = verdicts.gpu_horovod_check(with_cuda, without_nccl)
     assert check is not None and check.status == "warn"
     assert "without NCCL" in check.detail and "make horovod" in check.fix
     with_nccl = {**report["horovod"], "tensor_operations": {**ops, "nccl": True}}
-    assert doctor._gpu_horovod_check(with_cuda, with_nccl).status == "ok"
+    assert verdicts.gpu_horovod_check(with_cuda, with_nccl).status == "ok"
     if not report["torch"]["cuda_available"]:    # no GPU, no line about GPUs
-        assert doctor._gpu_horovod_check(report["torch"], report["horovod"]) is None
+        assert verdicts.gpu_horovod_check(report["torch"], report["horovod"]) is None
         assert "Horovod on GPUs" not in [c["name"] for c in report["checks"]]
