@@ -162,7 +162,7 @@ class CountingClock:
     what = "counting wall clock"
 
     def __init__(self) -> None:
-        from workbench.training.loop import WallClock
+        from workbench.training.timing import WallClock
 
         self.inner, self.settled, self.marks = WallClock(), 0, 0
 

@@ -16,7 +16,7 @@ from workbench.records import load_run, of_kind
 from workbench.scaling.critical_batch import batch_scan
 from workbench.scaling.metrics import time_to_target
 from workbench.scaling.sweep import Target, sweep_config
-from workbench.training.loop import warmup_lr, warmup_start
+from workbench.training.lab_hooks import warmup_lr, warmup_start
 
 EPOCHS = [  # rank 1's lines must be ignored: rank 0 speaks for the run
     {"rank": 0, "epoch": 0, "epoch_time_s": 1.0, "val_loss": 0.9, "val_accuracy": 0.70},

@@ -19,7 +19,7 @@ the order they asked. A waiting job starts when
 When cores run short, a job waits (`WORKBENCH_WHEN_BUSY=queue`, the default) or starts at
 once without cores of its own (`unbound`), sharing them with a warning. A job that needs
 more cores than the host has can never get them; it runs unbound at once (ranks then wrap
-round the cores, see `workbench.training.loop.pin_cpu`). An entry whose owner - the
+round the cores, see `workbench.training.placement.pin_cpu`). An entry whose owner - the
 Python process that started the job - has died is dropped, so a crashed kernel frees its
 cores. So is one whose owner runs as another user than the one who wrote it (its proof
 file, see shared_file.py): no student can hold cores in the name of pid 1, or of another

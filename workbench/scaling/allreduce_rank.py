@@ -34,7 +34,7 @@ import time
 
 import torch
 
-from workbench.training.loop import pick_device
+from workbench.training.placement import pick_device
 from workbench.training.reporter import RankContext
 
 

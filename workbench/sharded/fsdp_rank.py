@@ -25,7 +25,8 @@ from workbench.sharded.fsdp import shard_model
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero_rank import ZeroSync, join
-from workbench.training.loop import build, finish, pin_cpu, train
+from workbench.training.loop import build, finish, train
+from workbench.training.placement import pin_cpu
 from workbench.training.reporter import RankContext
 
 

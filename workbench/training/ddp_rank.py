@@ -38,17 +38,10 @@ from workbench.models import make_optimizer
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.training.checkpoint import restore
-from workbench.training.loop import (
-    CudaClock,
-    Synchronizer,
-    WallClock,
-    build,
-    finish,
-    pick_device,
-    pin_cpu,
-    train,
-)
+from workbench.training.loop import Synchronizer, build, finish, train
+from workbench.training.placement import pick_device, pin_cpu
 from workbench.training.reporter import RankContext
+from workbench.training.timing import CudaClock, WallClock
 
 
 class DDPSync(Synchronizer):

@@ -30,7 +30,8 @@ import torch
 
 from workbench.models import make_optimizer
 from workbench.training.checkpoint import restore
-from workbench.training.loop import Synchronizer, build, finish, pick_device, pin_cpu, train
+from workbench.training.loop import Synchronizer, build, finish, train
+from workbench.training.placement import pick_device, pin_cpu
 from workbench.training.reporter import RankContext
 
 

@@ -1,7 +1,8 @@
 """The training loop every rank runs, whatever the engine.
 
 The engines differ only in how gradients are synchronized, so that part is one small
-object (a `Synchronizer`) given the optimizer; the step itself is plain SGD, in `train`:
+object (a `Synchronizer`) given the optimizer; the step itself is plain SGD, the whole of
+it in `train_step` (the labs' additions, a fault, a warm-up, a straggler, are lab_hooks.py):
 
     zero_grad -> forward -> loss -> backward -> wait for the averaged gradients -> step
 
@@ -18,10 +19,8 @@ after another only once `backward()` has returned. A `StepTimer` marks the clock
 these lines; the metrics are written after the step.
 
 Each step records how long it spent *computing* (forward + backward) and how long it
-then waited for gradient *synchronization* that was not hidden behind the backward pass.
-On the CPU the clock is the wall clock. A GPU runs asynchronously (the host only queues
-kernels), so there the clock is CUDA events on the GPU's own timeline, read once per step
-after the step's last kernel: see `CudaClock`.
+then waited for gradient *synchronization* that was not hidden behind the backward pass
+(timing.py: the wall clock on CPUs, CUDA events on a GPU).
 
 Evaluation uses samples training never sees (`holdout_split`). Every rank evaluates its
 own slice of them, one batch at a time (a forward pass over the whole set at once would
@@ -46,9 +45,10 @@ from torch import nn
 
 from workbench.config import JobConfig
 from workbench.data import Dataset, load_dataset
-from workbench.hosts.cpu import cpu_budget
 from workbench.models import build_model
-from workbench.training.checkpoint import maybe_fail, save
+from workbench.training.checkpoint import save
+from workbench.training.lab_hooks import LabHooks
+from workbench.training.placement import allowed_cores
 from workbench.training.reporter import RankContext
 from workbench.training.sharding import (
     epoch_order,
@@ -57,51 +57,7 @@ from workbench.training.sharding import (
     shard,
     steps_per_epoch,
 )
-
-
-class WallClock:
-    """Marks are `time.perf_counter()` readings: what the CPU did is done when it returns."""
-
-    #: Said next to the compute/sync chart, so a reader knows what was measured.
-    what = "wall clock (time.perf_counter)"
-
-    def mark(self) -> Any:
-        return time.perf_counter()
-
-    def settle(self, _mark: Any) -> None:
-        """Nothing to wait for on the CPU."""
-
-    def seconds(self, start: Any, end: Any) -> float:
-        return end - start
-
-
-class CudaClock:
-    """Marks are CUDA events, timed by the GPU itself.
-
-    Why not the wall clock: `loss.backward()` returns as soon as its kernels are queued, so
-    host time says nothing about GPU work, and `torch.cuda.synchronize()` waits for *every*
-    stream, NCCL's included, so it would count queued allreduces as compute. An event
-    records when the GPU reached that point of its stream; `settle()` waits for one event
-    (not the whole device) once per step, so the GPU can otherwise run ahead of the host.
-    """
-
-    what = "CUDA events (GPU timeline)"
-
-    def mark(self) -> Any:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def settle(self, mark: Any) -> None:
-        mark.synchronize()
-
-    def seconds(self, start: Any, end: Any) -> float:
-        return start.elapsed_time(end) / 1000.0   # elapsed_time is in milliseconds
-
-
-def clock_for(device: torch.device) -> WallClock | CudaClock:
-    """The clock that measures work on `device` honestly."""
-    return CudaClock() if device.type == "cuda" else WallClock()
+from workbench.training.timing import CudaClock, StepTimer, WallClock, clock_for
 
 
 class Synchronizer:
@@ -148,36 +104,6 @@ class Synchronizer:
         return self.measure() if self.measure else {}
 
 
-class StepTimer:
-    """Four clock marks per step: start, backward done, gradients averaged, step done.
-
-    Kept out of the step's lines so the step reads as SGD. `split()` turns the marks into
-    the step's metrics, in seconds: `step_time_s`, `compute_s` (forward + backward, less
-    any time the backward pass was blocked on communication) and `sync_s` (time blocked on
-    gradients: inside the backward pass, and waiting for them after it).
-    """
-
-    def __init__(self, clock: WallClock | CudaClock) -> None:
-        self.clock = clock
-        self.marks: list[Any] = []
-
-    def start(self) -> None:
-        self.marks = [self.clock.mark()]
-
-    def mark(self) -> None:
-        self.marks.append(self.clock.mark())
-
-    def split(self, backward_wait_s: Callable[[], float]) -> dict[str, float]:
-        """The step's times; `backward_wait_s` is read only once the clock has settled."""
-        start, computed, averaged, stepped = self.marks
-        self.clock.settle(stepped)  # on a GPU: wait for this step's last kernel (once a step)
-        busy_s = self.clock.seconds(start, computed)
-        in_backward = min(backward_wait_s(), busy_s)
-        return {"step_time_s": self.clock.seconds(start, stepped),
-                "compute_s": busy_s - in_backward,
-                "sync_s": in_backward + self.clock.seconds(computed, averaged)}
-
-
 @dataclass
 class Setup:
     """What a rank builds before training: data, model, the device they live on and the
@@ -199,58 +125,6 @@ class Setup:
     def module(self) -> nn.Module:
         """The model itself, unwrapped from DistributedDataParallel where it is wrapped."""
         return getattr(self.model, "module", self.model)
-
-
-def pick_device(device: str, local_rank: int) -> torch.device:
-    """The device of this rank: the CPU, or GPU number `local_rank` of its host.
-
-    The launcher has checked that a host runs no more ranks than it has GPUs (NCCL needs
-    one GPU per rank). For "cpu" torch.cuda is never called: a CPU rank must not create a
-    CUDA context (its launcher also hid the GPUs with CUDA_VISIBLE_DEVICES="").
-    """
-    if device == "auto":     # a rank module started by hand, without the launcher's check
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
-        return torch.device("cpu")
-    torch.cuda.set_device(local_rank)
-    return torch.device("cuda", local_rank)
-
-
-def allowed_cores() -> list[int]:
-    """The CPU cores this process may run on: the job's own cores when the launcher
-    allocated it some (workbench/jobs/cores.py), else every core of the host."""
-    return cpu_budget().cores
-
-
-def pin_cpu(cfg: JobConfig, local_rank: int) -> None:
-    """Give this rank its intra-op threads and, with ``cpu_bind="core"``, its own cores.
-
-    Rank r of a host takes ``threads`` cores starting at r × threads, wrapping around when
-    ranks outnumber cores (like ``mpirun --bind-to core``). Why bind: every synchronous step
-    waits for the slowest rank, and a rank the kernel moves between cores loses its caches,
-    or, on Linux, where each process session is scheduled as one group ("autogroup") and
-    `horovodrun` starts every rank in its own session, can wait tens of milliseconds for
-    its group's turn on the new core. Every thread of the rank is bound, the engine's
-    communication threads started by step 1 included: a group whose threads are spread
-    over several cores gets only a sliver of each core's share and can starve for seconds.
-    """
-    threads = cfg.resolved_threads()
-    if cfg.cpu_bind == "core" and cfg.world_size > 1 and hasattr(os, "sched_setaffinity"):
-        cores = allowed_cores()
-        first = local_rank * threads
-        mine = {cores[(first + i) % len(cores)] for i in range(threads)}
-        for tid in _thread_ids():
-            try:
-                os.sched_setaffinity(tid, mine)
-            except ProcessLookupError:  # the thread ended meanwhile
-                pass
-    torch.set_num_threads(threads)
-
-
-def _thread_ids() -> list[int]:
-    """Linux ids of this process's threads (0, the calling thread, where /proc is absent)."""
-    tasks = Path("/proc/self/task")
-    return [int(t.name) for t in tasks.iterdir()] if tasks.is_dir() else [0]
 
 
 #: A dataset smaller than this share of the GPU's memory is copied onto the GPU once, so a
@@ -319,7 +193,7 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
     k, b = cfg.accumulate, cfg.batch_size   # k micro-batches of b samples per step
     batches, n_train = Batches(setup.data, setup.device), len(setup.train_idx)
     steps = steps_to_run(ctx, n_train)
-    loss_fn = nn.CrossEntropyLoss()  # mean over the batch: the invariant needs the mean
+    lab = LabHooks(cfg, ctx.rank, ctx.size, steps, optimizer)
     announce_ready(ctx, setup, steps)
     timer, held_out = StepTimer(setup.clock), None
     for epoch in range(setup.first_epoch, cfg.epochs):
@@ -327,33 +201,10 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
         epoch_start, loss_sum, correct = time.perf_counter(), 0.0, 0
         for step in range(steps):
             global_step = epoch * steps + step
-            maybe_fail(cfg, ctx.rank, global_step)
-            xs, ys = batches(shard(order, step, ctx.rank, ctx.size, k * b))
-            if cfg.warmup_epochs:
-                set_lr(optimizer, warmup_lr(cfg.lr, global_step, cfg.warmup_epochs * steps,
-                                             warmup_start(cfg, ctx.size)))
-
-            timer.start()
-            optimizer.zero_grad()
-            outs, losses = [], []
-            for micro in range(k):               # k micro-batches of b: gradients add up
-                x, y = xs[micro * b:(micro + 1) * b], ys[micro * b:(micro + 1) * b]
-                with sync.accumulating(model, last=micro == k - 1):
-                    with autocast(cfg, setup.device):  # bf16 where --precision bf16
-                        out = model(x)           # forward
-                        loss = loss_fn(out, y) / k  # the mean over the k·b samples
-                    loss.backward()              # DDP averages gradients during the last
-                outs.append(out.detach())
-                losses.append(loss.detach())
-            out, y, loss = torch.cat(outs), ys, torch.stack(losses).sum()
-            straggle(cfg, ctx.rank)
-            timer.mark()
-            sync.wait_for_gradients(optimizer)   # Horovod, naive: the averages arrive here
-            timer.mark()
-            with sync.stepping(optimizer):
-                optimizer.step()                 # the same update on every rank
-            timer.mark()
-
+            lab.before_step(global_step)         # a fault on purpose, a warm-up's rate
+            x, y = batches(shard(order, step, ctx.rank, ctx.size, k * b))
+            out, loss = train_step(model, optimizer, sync, x, y, k, b, timer,
+                                   lambda: autocast(cfg, setup.device), lab.after_backward)
             hits, step_loss = int((out.argmax(1) == y).sum()), loss.item()
             loss_sum, correct = loss_sum + step_loss, correct + hits
             synced = sync.synced_bytes()
@@ -365,6 +216,39 @@ def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
         held_out = end_epoch(ctx, setup, sync, optimizer, epoch, steps,
                              {"loss": loss_sum / steps, "correct": correct, "seconds": elapsed})
     return held_out
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Synchronizer,
+               xs: torch.Tensor, ys: torch.Tensor, k: int, b: int, timer: StepTimer,
+               precision: Callable[[], AbstractContextManager[Any]],
+               after_backward: Callable[[], None]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step of synchronous data-parallel SGD, the whole of it, on this rank's k·b
+    samples `xs`, `ys` (k micro-batches of b); returns (the outputs, the loss).
+
+    The timer marks the end of the backward passes (compute), of the wait for the averaged
+    gradients (synchronization not hidden behind backward) and of the update.
+    """
+    loss_fn = nn.CrossEntropyLoss()      # mean over the batch: the invariant needs the mean
+    timer.start()
+    optimizer.zero_grad()
+    outs, losses = [], []
+    for micro in range(k):               # k micro-batches of b: gradients add up
+        x, y = xs[micro * b:(micro + 1) * b], ys[micro * b:(micro + 1) * b]
+        with sync.accumulating(model, last=micro == k - 1):
+            with precision():            # bf16 where --precision bf16
+                out = model(x)           # forward
+                loss = loss_fn(out, y) / k  # the mean over the k·b samples
+            loss.backward()              # DDP averages gradients during the last
+        outs.append(out.detach())
+        losses.append(loss.detach())
+    after_backward()                     # (a straggler lab's slow rank computes longer)
+    timer.mark()
+    sync.wait_for_gradients(optimizer)   # Horovod, naive: the averages arrive here
+    timer.mark()
+    with sync.stepping(optimizer):
+        optimizer.step()                 # the same update on every rank
+    timer.mark()
+    return torch.cat(outs), torch.stack(losses).sum()
 
 
 def autocast(cfg: JobConfig, device: torch.device) -> AbstractContextManager[Any]:
@@ -418,38 +302,6 @@ def end_epoch(ctx: RankContext, setup: Setup, sync: Synchronizer,
     if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
         save(ctx, setup.module, optimizer, epoch + 1, (epoch + 1) * steps)
     return held_out
-
-
-def straggle(cfg: JobConfig, rank: int) -> None:
-    """Make this rank a slow worker when the job asks for one: every other rank waits."""
-    if cfg.straggler_delay and rank == cfg.straggler_rank:
-        time.sleep(cfg.straggler_delay)
-
-
-def warmup_lr(lr: float, step: int, warmup_steps: float, start_lr: float) -> float:
-    """The learning rate of `step` (counted from 0) during a gradual warm-up to `lr`.
-
-    Goyal et al. (2017, sec. 2.2, "gradual warmup") train k workers, each with the batch
-    the rate η was tuned for, at the linear scaling rule's kη. They start at η and raise
-    the rate by the same amount every step until it reaches kη after 5 epochs: kη from a
-    random start diverges. Here `start_lr` is η, `lr` is kη and the ramp lasts
-    `warmup_steps` steps; after it the rate stays at `lr`.
-    """
-    if warmup_steps <= 0 or step >= warmup_steps:
-        return lr
-    return start_lr + (lr - start_lr) * step / warmup_steps
-
-
-def warmup_start(cfg: JobConfig, ranks: int) -> float:
-    """η, where the warm-up of `cfg` starts: `cfg.warmup_start_lr`, or else ``lr / ranks``
-    (the linear scaling rule's η when each of the k = `ranks` workers keeps its batch)."""
-    return cfg.warmup_start_lr or cfg.lr / max(1, ranks)
-
-
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Set the learning rate of every parameter group."""
-    for group in optimizer.param_groups:
-        group["lr"] = lr
 
 
 def evaluate(ctx: RankContext, setup: Setup, sync: Synchronizer) -> dict[str, float]:

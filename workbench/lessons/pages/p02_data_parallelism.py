@@ -262,14 +262,15 @@ MXNet. This is the program each rank of a workbench job runs:
 print(module_source("workbench.training.horovod_rank", "def main"))
 """),
     md(r"""
-`main()` ends in `train(...)`, the loop every engine shares. Its step is plain SGD; only
-`sync`, the engine's *synchronizer*, differs. Horovod's is printed below the loop: its
+`main()` ends in `train(...)`, the loop every engine shares; each step is one call of
+`train_step(...)`, the whole step, plain SGD. Only `sync`, the engine's *synchronizer*,
+differs. Horovod's is printed below the loop: its
 `wait_for_gradients` is the wrapped optimizer's `synchronize()`, which waits for the
 allreduces that `backward()` started, and `optimizer.step()` then runs inside
 `skip_synchronize()`, because a plain `step()` would allreduce once more.
 """),
     code(r"""
-print(module_source("workbench.training.loop", "def train(", "def steps_to_run"))
+print(module_source("workbench.training.loop", "def train(", "def autocast"))
 print()
 print(module_source("workbench.training.horovod_rank", "class HorovodSync", "def main"))
 """),

@@ -1,0 +1,70 @@
+"""What the labs add to a training step, kept outside `loop.train_step`.
+
+- a failure on purpose (`fail_rank`, `fail_at_step`: the fault-tolerance lab, notebook 03;
+  see checkpoint.py's `maybe_fail`);
+- a gradual learning-rate warm-up (`warmup_epochs`: the linear scaling rule, notebook 06
+  and exercise 9);
+- a slow rank (`straggler_rank`, `straggler_delay`: the synchronization lab, notebook 03).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from workbench.config import JobConfig
+from workbench.training.checkpoint import maybe_fail
+
+
+class LabHooks:
+    """The labs' additions to each step of one rank (see the module docstring)."""
+
+    def __init__(self, cfg: JobConfig, rank: int, ranks: int, steps_per_epoch: int,
+                 optimizer: torch.optim.Optimizer) -> None:
+        self.cfg, self.rank, self.optimizer = cfg, rank, optimizer
+        self.warmup_steps = cfg.warmup_epochs * steps_per_epoch
+        self.start_lr = warmup_start(cfg, ranks)
+
+    def before_step(self, global_step: int) -> None:
+        """Fail here if the job asks to; set the step's learning rate during a warm-up."""
+        maybe_fail(self.cfg, self.rank, global_step)
+        if self.cfg.warmup_epochs:
+            set_lr(self.optimizer, warmup_lr(self.cfg.lr, global_step, self.warmup_steps,
+                                             self.start_lr))
+
+    def after_backward(self) -> None:
+        """Between backward and the gradients' wait: a straggler computes longer."""
+        straggle(self.cfg, self.rank)
+
+
+def straggle(cfg: JobConfig, rank: int) -> None:
+    """Make this rank a slow worker when the job asks for one: every other rank waits."""
+    if cfg.straggler_delay and rank == cfg.straggler_rank:
+        time.sleep(cfg.straggler_delay)
+
+
+def warmup_lr(lr: float, step: int, warmup_steps: float, start_lr: float) -> float:
+    """The learning rate of `step` (counted from 0) during a gradual warm-up to `lr`.
+
+    Goyal et al. (2017, sec. 2.2, "gradual warmup") train k workers, each with the batch
+    the rate η was tuned for, at the linear scaling rule's kη. They start at η and raise
+    the rate by the same amount every step until it reaches kη after 5 epochs: kη from a
+    random start diverges. Here `start_lr` is η, `lr` is kη and the ramp lasts
+    `warmup_steps` steps; after it the rate stays at `lr`.
+    """
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return lr
+    return start_lr + (lr - start_lr) * step / warmup_steps
+
+
+def warmup_start(cfg: JobConfig, ranks: int) -> float:
+    """η, where the warm-up of `cfg` starts: `cfg.warmup_start_lr`, or else ``lr / ranks``
+    (the linear scaling rule's η when each of the k = `ranks` workers keeps its batch)."""
+    return cfg.warmup_start_lr or cfg.lr / max(1, ranks)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set the learning rate of every parameter group."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
