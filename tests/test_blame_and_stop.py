@@ -268,7 +268,7 @@ def test_two_ctrl_c_20_ms_apart_on_a_queued_job_stop_it_for_good(tmp_path):
                           env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.splitlines()[-1])
-    assert out["queued"] == "queued" and out["raised"] is True
+    assert out["queued"] == "queued" and out["raised"] is True, (out, done.stderr[-3000:])
     assert out["done"] is True and out["status"] == "stopped"
     assert out["later"] == "stopped" and out["launcher_pid"] is None  # it never launched
     assert out["snapshot"] == {"held": [], "waiting": []} and out["children"] == 0

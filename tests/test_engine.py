@@ -240,15 +240,32 @@ def test_ranks_exit_when_the_process_that_started_them_dies(tmp_path):
 
 
 def test_ctrl_c_during_workbench_run_stops_the_job(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "run", "--engine", "horovod",
-                             "--np", "2", "--epochs", "500", "--threads-per-rank", "1",
-                             "--runs-dir", str(tmp_path)], stdout=subprocess.PIPE, text=True)
-    first = proc.stdout.readline()
-    assert first.startswith("run ")
-    run_dir = Path(first.rsplit("-> ", 1)[1].strip())
-    wait_for(lambda: of_kind(MetricsReader(run_dir).all(), "step"), what="training to start")
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(20) == 130
+    err = tmp_path / "stderr.txt"
+    with open(err, "w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "run", "--engine",
+                                 "horovod", "--np", "2", "--epochs", "500",
+                                 "--threads-per-rank", "1", "--runs-dir", str(tmp_path / "runs")],
+                                stdout=subprocess.PIPE, stderr=err_file, text=True,
+                                env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("run ")
+        run_dir = Path(first.rsplit("-> ", 1)[1].strip())
+        wait_for(lambda: of_kind(MetricsReader(run_dir).all(), "step"),
+                 what="training to start")
+        proc.send_signal(signal.SIGINT)
+        try:
+            rc = proc.wait(30)
+        except subprocess.TimeoutExpired:  # where is it stuck? faulthandler prints it
+            proc.send_signal(signal.SIGABRT)
+            proc.wait(10)
+            raise AssertionError("still running 30 s after Ctrl-C:\n"
+                                 f"{err.read_text()[-6000:]}") from None
+        assert rc == 130, err.read_text()[-3000:]
+    finally:  # never leave a job behind for the tests that follow
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
     assert load_run(run_dir).status == "stopped"
     assert job_processes(run_dir.name, run_dir, None) == []
 

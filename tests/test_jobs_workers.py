@@ -98,8 +98,13 @@ def _caller(tmp_path: Path) -> subprocess.Popen:
 
 def test_ctrl_c_in_the_caller_stops_the_run_and_leaves_no_process(tmp_path):
     caller = _caller(tmp_path)
-    caller.send_signal(signal.SIGINT)
-    _, err = caller.communicate(timeout=30)
+    try:
+        caller.send_signal(signal.SIGINT)
+        _, err = caller.communicate(timeout=30)
+    finally:  # never leave the caller behind for the tests that follow
+        if caller.poll() is None:
+            caller.kill()
+            caller.communicate()
     assert "KeyboardInterrupt" in err
     (record,) = list_runs(tmp_path)
     assert record.status == "stopped"
