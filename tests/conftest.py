@@ -13,11 +13,16 @@ pools of warm ranks, at the end of the module.
 The whole suite has a time budget (tests/_budget.py): `make test` fails when it takes longer.
 A notebook whose kernel died before it ran a cell (a port taken between jupyter_client's
 choice and the kernel's bind) is run again (tests/_kernel_start.py).
+
+A suite started in the background by a shell without job control (`make test &` in a
+script) inherits SIGINT ignored, and so would every process it starts, which then cannot be
+stopped with Ctrl-C: the tests of Ctrl-C set it back first.
 """
 
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -26,6 +31,9 @@ from _budget import register
 from _kernel_start import pytest_collection_modifyitems  # noqa: F401 (a pytest hook)
 
 import workbench
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # see the module docstring
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 if "WORKBENCH_SHARED_DIR" not in os.environ:  # (pytest-xdist's workers inherit the folder)
     os.environ["WORKBENCH_SHARED_DIR"] = tempfile.mkdtemp(prefix="workbench-tests-")
