@@ -111,7 +111,8 @@ class PoolCall(Job):
         known lost when its channel closes (`_lost_rank`), never by silence."""
         return 0.0
 
-    def _undecided_remote(self, exits: dict[int, dict[str, Any]], since: float) -> bool:
+    def _undecided_remote(self, exits: dict[int, dict[str, Any]],
+                          ranks: dict[int, tuple[int, str]], since: float) -> bool:
         return False  # a lost channel is seen at once (see `_remote_age`)
 
     def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:

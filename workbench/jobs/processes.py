@@ -50,10 +50,10 @@ def known_ranks(run_dir: Path, world_size: int) -> dict[int, tuple[int, str]]:
     out = {}
     for rank in range(world_size):
         entry = read_pid_file(Path(run_dir) / "pids" / f"rank{rank}.pid")
-        info = read_beat(heartbeat_path(run_dir, f"rank{rank}")) or {}
-        if entry is None and isinstance(info.get("pid"), int) and isinstance(
-                info.get("host"), str):
-            entry = info["pid"], info["host"]
+        if entry is None:
+            info = read_beat(heartbeat_path(run_dir, f"rank{rank}")) or {}
+            if isinstance(info.get("pid"), int) and isinstance(info.get("host"), str):
+                entry = info["pid"], info["host"]
         if entry is not None:
             out[rank] = entry
     return out

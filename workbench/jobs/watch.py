@@ -86,7 +86,7 @@ class Watching:
             if outcome is not None:
                 self._finish(*outcome)
 
-    def _vanished(self, exits: dict[int, dict[str, Any]],
+    def _vanished(self, exits: dict[int, dict[str, Any]], ranks: dict[int, tuple[int, str]],
                   launcher_ended: bool) -> list[Failure]:
         """Ranks that ended without an exit record, each at the last moment the watcher
         saw it alive (see blame.py).
@@ -101,7 +101,7 @@ class Watching:
                             "task recorded its end): killed by a signal or out of memory")
                     for rank, pid in self._proc.vanished(exits)]
         here, out = this_host(), []
-        for rank, (pid, host) in sorted(known_ranks(self.run_dir, self.world_size).items()):
+        for rank, (pid, host) in sorted(ranks.items()):
             if rank in exits:
                 continue
             if host == here:
@@ -122,12 +122,13 @@ class Watching:
                                    "signal, out of memory, or its host went down)"))
         return out
 
-    def _reported(self, exits: dict[int, dict[str, Any]]) -> list[Failure]:
+    def _reported(self, exits: dict[int, dict[str, Any]],
+                  ranks: dict[int, tuple[int, str]]) -> list[Failure]:
         """The failures the ranks' exit records report, on the watcher's clock."""
-        here, hosts, out = this_host(), known_ranks(self.run_dir, self.world_size), []
+        here, out = this_host(), []
         for rank, rec in sorted(exits.items()):
             seen = self._seen_at.setdefault(rank, time.time())
-            local = not self._slurm and hosts.get(rank, (0, here))[1] == here
+            local = not self._slurm and ranks.get(rank, (0, here))[1] == here
             failure = reported_failure(rank, rec, local, seen)
             if failure is not None:
                 out.append(failure)
@@ -138,14 +139,15 @@ class Watching:
             self._rank_beats[rank] = Staleness(heartbeat_path(self.run_dir, f"rank{rank}"))
         return self._rank_beats[rank].age()
 
-    def _undecided_remote(self, exits: dict[int, dict[str, Any]], since: float) -> bool:
+    def _undecided_remote(self, exits: dict[int, dict[str, Any]],
+                          ranks: dict[int, tuple[int, str]], since: float) -> bool:
         """True while a remote rank without an exit record might have died at about
         `since` (time.monotonic()): its heartbeat has not changed since, but not for long
         enough yet to call it gone. A live rank beats again within a second."""
         if self._slurm:  # a killed task's record (tasks/) may land moments after a peer's
             return len(exits) < self.world_size  # error, which its death caused
         here = this_host()
-        for rank, (_, host) in known_ranks(self.run_dir, self.world_size).items():
+        for rank, (_, host) in ranks.items():
             if rank in exits or host == here:
                 continue
             age = self._remote_age(rank)
@@ -172,19 +174,22 @@ class Watching:
 
         When one rank fails, the others usually fail a moment later, on a broken
         connection or ended by their launcher, so the culprit is the rank that failed
-        first on the watcher's clock (see blame.py).
+        first on the watcher's clock (see blame.py). Each rank's files are read once a look
+        (`known_ranks`, `exit_records`), and again only after the pause for a vanished rank.
         """
         rc = self._proc.poll()
         exits = exit_records(self.run_dir, self.world_size)
-        vanished = self._vanished(exits, rc is not None)
+        ranks = known_ranks(self.run_dir, self.world_size)
+        vanished = self._vanished(exits, ranks, rc is not None)
         if vanished:
             time.sleep(POLL_S)  # it may have written its exit record as it ended
             exits = exit_records(self.run_dir, self.world_size)
+            ranks = known_ranks(self.run_dir, self.world_size)
             vanished = [f for f in vanished if f.rank not in exits]
-        failures = [*vanished, *self._reported(exits)]
+        failures = [*vanished, *self._reported(exits, ranks)]
         if failures:
             self._first_error_at = self._first_error_at or time.monotonic()
-            if (not vanished and self._undecided_remote(exits, self._first_error_at)
+            if (not vanished and self._undecided_remote(exits, ranks, self._first_error_at)
                     and time.monotonic() - self._first_error_at < 2 * REMOTE_GONE_S):
                 return None  # a remote rank may be the real culprit: look again shortly
             return "failed", ranks_failure(failures, exits)
@@ -201,7 +206,7 @@ class Watching:
         ended = self._proc.ending() if self._slurm else \
             f"the {self.config.engine} launcher exited with code {rc}"
         return "failed", launcher_failure(
-            self.world_size, exits, set(known_ranks(self.run_dir, self.world_size)), ended,
+            self.world_size, exits, set(ranks), ended,
             launcher_cause(RunRecord(self.run_dir).log("launcher", last=60)))
 
 

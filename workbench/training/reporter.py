@@ -129,10 +129,8 @@ class RankContext:
             message = f"rank {self.rank} cannot read its configuration: {exc}"
         try:  # tell the launcher, if the run folder is writable from here at all
             (self.run_dir / "exit").mkdir(parents=True, exist_ok=True)
-            self._exit = {"rank": self.rank, "ok": False, "time": time.time(),
-                          "host": this_host(), "error": message}
-            write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json", self._exit)
-            self._beat()
+            self._record_exit({"rank": self.rank, "ok": False, "time": time.time(),
+                               "host": this_host(), "error": message})
         except OSError:
             pass
         sys.stderr.write(f"workbench: {message}\n")
@@ -160,9 +158,7 @@ class RankContext:
             record.update(ended_by="SIGTERM", error=(
                 f"rank {self.rank} was ended by SIGTERM: its launcher ends every rank once "
                 "one has failed, and a stop ends them all"))
-            self._exit = record
-            write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json", record)
-            self._beat()
+            self._record_exit(record)
             sys.stderr.write(f"workbench: {record['error']}\n")
         elif exc is not None:
             record["error"] = f"{exc_type.__name__}: {exc}"
@@ -173,10 +169,14 @@ class RankContext:
             sys.stderr.write(record["traceback"])
         sys.stdout.flush()
         sys.stderr.flush()
-        self._exit = record
-        write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json", record, self.durable)
-        self._beat()
+        self._record_exit(record, self.durable)
         return False
+
+    def _record_exit(self, record: dict[str, Any], durable: bool = True) -> None:
+        """How this rank ended: `exit/rank<k>.json`, and the same in its heartbeat."""
+        self._exit = record
+        write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json", record, durable)
+        self._beat()
 
     def _beat(self) -> None:
         """Rewrite this rank's heartbeat: host, pid and, once it has one, its exit record."""
