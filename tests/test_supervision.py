@@ -304,3 +304,33 @@ def test_a_heartbeats_age_counts_only_time_in_which_its_reader_could_look(tmp_pa
     assert seen.age() == pytest.approx(4.5)
     path.write_text("2")             # a change: silent for no time
     assert seen.age() == 0.0
+
+
+def test_a_clock_set_forward_does_not_make_a_live_owner_look_gone(tmp_path, monkeypatch):
+    """The wall clock jumps (NTP steps it, a virtual machine resumes): the boot time that
+    psutil adds to a process's start moves with it. A process's identity must not, or every
+    rank would take its live owner for dead, and every queue entry its owner's."""
+    import psutil
+
+    from workbench.jobs import cores
+    from workbench.records import liveness
+    from workbench.training import reporter
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        me, it = reporter.owner_id(), cores.owner_id(child.pid)
+        created = liveness.started(child.pid)
+        assert created != liveness.started(), "two processes, two starts"
+        real, before = psutil.boot_time(), psutil.Process(child.pid).create_time()
+        monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: real + 90.0)
+        monkeypatch.setattr(psutil, "boot_time", lambda: real + 90.0)
+        moved = psutil.Process(child.pid).create_time() - before
+        assert moved == pytest.approx(90.0), "the wall clock's answer moved"
+        assert liveness.process_alive(child.pid, created)
+        assert cores.owner_id(child.pid) == it and cores._owner_alive(it)
+        assert reporter.owner_id() == me
+    finally:
+        child.kill()
+        child.wait()
+    assert not liveness.process_alive(child.pid, created)
+    assert not cores._owner_alive(it)

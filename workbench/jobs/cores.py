@@ -57,6 +57,7 @@ from workbench.config import ConfigError
 from workbench.hosts.cpu import affinity
 from workbench.jobs import shared_file
 from workbench.jobs.queue_file import MAX_STATE_BYTES, find, parse_state
+from workbench.records.liveness import started
 
 ENV_SHARED_DIR = "WORKBENCH_SHARED_DIR"
 ENV_WHEN_BUSY = "WORKBENCH_WHEN_BUSY"
@@ -100,8 +101,8 @@ def current_user() -> str:
 
 def owner_id(pid: int | None = None) -> str:
     """"pid:start time" of a process: a pid reused by a later process does not match."""
-    proc = psutil.Process(pid)
-    return f"{proc.pid}:{proc.create_time()}"
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}:{started(pid)}"
 
 
 class Ticket:

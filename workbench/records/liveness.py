@@ -67,17 +67,36 @@ def read_pid_file(path: Path) -> tuple[int, str] | None:
     return int(parts[0]), (parts[1] if len(parts) > 1 else this_host())
 
 
-def process_alive(pid: int, created: float | None = None) -> bool:
-    """True while `pid` runs on this host (and, if given, was created at `created`).
+def started(pid: int | None = None) -> float:
+    """When process `pid` (default: this one) started, in seconds since this host booted.
 
-    A zombie (ended, not yet reaped by its parent) counts as gone. The creation time
+    With the pid it names one process for as long as the host runs: a pid reused by a later
+    process has a later start. Counted from boot (`/proc/<pid>/stat`, field 22), not read
+    off the wall clock as `psutil.Process.create_time()` is, so a clock set forward or back
+    (NTP, a resumed virtual machine) does not make a live process look like another one.
+    """
+    pid = os.getpid() if pid is None else pid
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        raise psutil.NoSuchProcess(pid) from None
+    except OSError:  # no /proc (macOS): the wall clock's answer
+        return psutil.Process(pid).create_time()
+    ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "(comm)" start at 3
+    return round(ticks / os.sysconf("SC_CLK_TCK"), 2)
+
+
+def process_alive(pid: int, created: float | None = None) -> bool:
+    """True while `pid` runs on this host (and, if given, was `started()` at `created`).
+
+    A zombie (ended, not yet reaped by its parent) counts as gone. The start time
     guards against the pid having been reused by another process.
     """
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        return created is None or abs(proc.create_time() - created) < 1.0
+        return created is None or abs(started(pid) - created) < 0.05
     except psutil.Error:
         return False
 
@@ -116,9 +135,8 @@ def prepare_heartbeats(run_dir: Path, world_size: int) -> None:
 
 def owner_beat(run_dir: Path, stop: bool = False) -> None:
     """The owner's heartbeat: who it is, and whether ranks should go on."""
-    me = psutil.Process()
-    beat(heartbeat_path(run_dir, "owner"), host=this_host(), pid=me.pid,
-         created=me.create_time(), state="stop" if stop else "run")
+    beat(heartbeat_path(run_dir, "owner"), host=this_host(), pid=os.getpid(),
+         created=started(), state="stop" if stop else "run")
 
 
 class Staleness:

@@ -42,6 +42,7 @@ from workbench.records.liveness import (
     heartbeat_path,
     process_alive,
     read_beat,
+    started,
     this_host,
     write_pid_file,
 )
@@ -51,7 +52,7 @@ from workbench.records.store import CorruptRecord, read_json, write_all, write_j
 #: Environment variables the launcher sets for every rank.
 ENV_RUN_DIR = "WORKBENCH_RUN_DIR"
 ENV_RUN_ID = "WORKBENCH_RUN_ID"
-ENV_OWNER = "WORKBENCH_OWNER"      # "host:pid:create_time" of the process that started the job
+ENV_OWNER = "WORKBENCH_OWNER"      # "host:pid:start" of the process that started the job
 ENV_T0 = "WORKBENCH_T0"            # launch time, seconds since the epoch
 
 
@@ -250,15 +251,13 @@ class RankContext:
 
 
 def owner_id() -> str:
-    """This process as a job owner: "host:pid:create_time" (the value of ENV_OWNER)."""
-    import psutil
-
-    me = psutil.Process()
-    return f"{this_host()}:{me.pid}:{me.create_time()}"
+    """This process as a job owner (the value of ENV_OWNER): "host:pid:start", the start
+    as `started()` counts it."""
+    return f"{this_host()}:{os.getpid()}:{started()}"
 
 
 def _parse_owner(text: str) -> tuple[str, int, float] | None:
-    """(host, pid, create_time) from ENV_OWNER; the older "pid:create_time" means this host."""
+    """(host, pid, start) from ENV_OWNER; the older "pid:start" means this host."""
     parts = text.rsplit(":", 2)
     try:
         if len(parts) == 3:
