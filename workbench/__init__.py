@@ -15,17 +15,49 @@ Inside your code: `workbench.report(step=..., loss=...)`, `workbench.rank()`, `s
 workbench/jobs/rank_api.py).
 """
 
-from workbench.config import ConfigError, JobConfig
-from workbench.jobs import Job, start, start_module
-from workbench.jobs.pool import ranks
-from workbench.jobs.rank_api import kept, local_rank, rank, report, size
-from workbench.jobs.user_code import launch
-from workbench.records import RunRecord, list_runs, load_run
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.config import ConfigError, JobConfig
+    from workbench.jobs import Job, start, start_module
+    from workbench.jobs.pool import ranks
+    from workbench.jobs.rank_api import kept, local_rank, rank, report, size
+    from workbench.jobs.user_code import launch
+    from workbench.records import RunRecord, list_runs, load_run
 
 __version__ = "0.1.0"
+
+#: Where each public name lives. They are imported when first used (PEP 562), so that a
+#: rank, which imports `workbench.training...` and so this package, does not load the
+#: launcher, the core queue and the pool (tests/test_layers.py checks it).
+_WHERE = {
+    "ConfigError": "workbench.config", "JobConfig": "workbench.config",
+    "Job": "workbench.jobs.job", "start": "workbench.jobs.job",
+    "start_module": "workbench.jobs.job", "ranks": "workbench.jobs.pool",
+    "kept": "workbench.jobs.rank_api", "local_rank": "workbench.jobs.rank_api",
+    "rank": "workbench.jobs.rank_api", "report": "workbench.jobs.rank_api",
+    "size": "workbench.jobs.rank_api", "launch": "workbench.jobs.user_code",
+    "RunRecord": "workbench.records", "list_runs": "workbench.records",
+    "load_run": "workbench.records",
+}
 __all__ = ["ConfigError", "Job", "JobConfig", "RunRecord", "kept", "launch", "list_runs",
            "load_run", "local_rank", "rank", "ranks", "report", "size", "start", "start_module",
            "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})
 
 
 def load_ipython_extension(shell) -> None:

@@ -25,8 +25,27 @@ The package is called `jobs`, not `launch`, so that `workbench.launch(fn)` can b
 that runs a user's own function on real ranks.
 """
 
-from workbench.jobs.engines import ENGINES, Engine
-from workbench.jobs.job import FINAL_STATES, Job, apply_preset, start, start_module, stop_all
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.jobs.engines import ENGINES, Engine
+    from workbench.jobs.job import FINAL_STATES, Job, apply_preset, start, start_module, stop_all
+
+#: Imported when first used, as in workbench/__init__.py: a rank that needs one of these
+#: modules (the rank protocol, the engines' table) does not load the launcher.
+_WHERE = {"ENGINES": "workbench.jobs.engines", "Engine": "workbench.jobs.engines",
+          **dict.fromkeys(["FINAL_STATES", "Job", "apply_preset", "start", "start_module",
+                           "stop_all"], "workbench.jobs.job")}
 __all__ = ["ENGINES", "FINAL_STATES", "Engine", "Job", "apply_preset", "start", "start_module",
            "stop_all"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'workbench.jobs' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
