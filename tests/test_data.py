@@ -88,3 +88,22 @@ def test_cached_and_fresh_loads_agree(tmp_path, name) -> None:
     fresh = load_dataset(name, samples=64)
     assert torch.equal(first.x, fresh.x) and torch.equal(again.x, fresh.x)
     assert torch.equal(again.y, fresh.y) and again.n_classes == fresh.n_classes
+
+
+def test_digits_are_scikit_learns_without_importing_it() -> None:
+    """Read from the file scikit-learn ships: the same arrays as its loader, in a process
+    that never imports scikit-learn or SciPy (a second of CPU in every rank)."""
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    x, y, k = data._digits()
+    bunch = load_digits()
+    assert k == 10 and np.array_equal(x, bunch.data) and np.array_equal(y, bunch.target)
+    assert y.dtype == np.int64
+    probe = ("import sys; from workbench.data import load_dataset; load_dataset('digits'); "
+             "print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip() == "[]"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import json
 import os
 from collections.abc import Callable
@@ -71,10 +72,7 @@ def _raw(name: str, samples: int, features: int,
          seed: int) -> tuple[np.ndarray, np.ndarray, int]:
     """The inputs as made or stored (any numeric dtype), the labels, the number of classes."""
     if name == "digits":
-        from sklearn.datasets import load_digits
-
-        bunch = load_digits()
-        return bunch.data, bunch.target, 10
+        return _digits()
     if name == "synthetic":
         return _synthetic_table(samples, features, seed)
     if name == "synthetic-images":
@@ -155,6 +153,25 @@ def _prepared(folder: Path, key: str,
                 tmp.replace(path)
     k = json.loads(meta_path.read_text())["classes"]
     return np.load(x_path, mmap_mode="c"), np.load(y_path), k
+
+
+def _digits() -> tuple[np.ndarray, np.ndarray, int]:
+    """scikit-learn's digits, read from the file it ships (each row: 64 pixels, the label).
+
+    The same arrays as `sklearn.datasets.load_digits()` (tests/test_data.py), without
+    importing scikit-learn and SciPy, which cost every rank about a second of CPU; with a
+    scikit-learn that keeps the file elsewhere, its own loader.
+    """
+    spec = importlib.util.find_spec("sklearn")
+    folders = spec.submodule_search_locations if spec is not None else None
+    path = Path(folders[0]) / "datasets" / "data" / "digits.csv.gz" if folders else None
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits
+
+        bunch = load_digits()
+        return bunch.data, bunch.target, 10
+    table = np.loadtxt(path, delimiter=",")
+    return table[:, :-1], table[:, -1].astype(np.int64), 10
 
 
 def _synthetic_table(samples: int, features: int, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
