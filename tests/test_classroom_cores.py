@@ -286,3 +286,27 @@ def test_the_training_panel_shows_a_queued_job_and_its_place(tmp_path, two_cores
     finally:
         panel.close()
         holder.release()
+
+
+def test_a_job_that_takes_no_cores_waits_only_behind_its_own_users_jobs(two_cores, monkeypatch):
+    """It takes nothing the jobs ahead wait for (cpu_bind="none", or more ranks than cores:
+    unbound), so it need not queue behind another user's job waiting for cores."""
+    monkeypatch.setenv(cores.ENV_JOBS_PER_USER, "0")
+    holder = ticket(1, "ann", monkeypatch)
+    assert holder.poll()
+    both = ticket(2, "ann", monkeypatch)                  # waits for the held core
+    unbound = ticket(0, "bob", monkeypatch)               # binds none: starts at once
+    too_big = ticket(3, "bob", monkeypatch)               # more than the host: unbound too
+    anns_own = ticket(0, "ann", monkeypatch)              # but not before ann's own job
+    small = ticket(1, "bob", monkeypatch)                 # takes a core: still first in, first out
+    assert not both.poll()
+    assert unbound.poll() and unbound.cores == []
+    assert too_big.poll() and too_big.cores == [] and "host has 2" in too_big.warning
+    assert not anns_own.poll() and not small.poll()
+    holder.release()
+    assert both.poll() and both.cores == two_cores
+    assert anns_own.poll() and not small.poll()
+    for t in (both, unbound, too_big, anns_own):
+        t.release()
+    assert small.poll()
+    small.release()

@@ -11,8 +11,10 @@ The file holds the jobs that run (`held`: their cores) and those that wait (`wai
 the order they asked. A waiting job starts when
 
 1. every job that asked before it waits only for its own user's running jobs (first in,
-   first out: a job waiting for cores is never overtaken, so a big job cannot starve;
-   one user's jobs held back by their limit do not hold up other users),
+   first out: a job waiting for cores is never overtaken by one that takes cores, so a big
+   job cannot starve; one user's jobs held back by their limit do not hold up other users;
+   a job that takes no cores, binding none or needing more than the host has, waits only
+   behind its own user's jobs, since it takes nothing another job waits for),
 2. its user runs fewer jobs than the per-user limit, and
 3. enough cores are free: it then takes the lowest-numbered free ones.
 
@@ -162,8 +164,10 @@ class Ticket:
             ahead = state["waiting"][:state["waiting"].index(mine)]
             self._position = 1 + len(ahead)
             # First in, first out: wait behind anyone who asked earlier, unless they wait
-            # for their own user's running job (that must not hold up other users).
-            if any(self._under_limit(e["user"], state) for e in ahead):
+            # for their own user's running job (that must not hold up other users), or this
+            # job takes no cores (it takes nothing another user's job waits for).
+            if any(self._under_limit(e["user"], state) and not (
+                    self._takes_none(mine) and e["user"] != self.user) for e in ahead):
                 return False
             if not self._could_start(mine, state):
                 return False
@@ -208,6 +212,10 @@ class Ticket:
     def _under_limit(self, user: str, state: dict[str, Any]) -> bool:
         limit = self.sharing.jobs_per_user
         return limit == 0 or sum(e["user"] == user for e in state["held"]) < limit
+
+    def _takes_none(self, entry: dict[str, Any]) -> bool:
+        """A job that binds no cores here, or needs more than the host has (it runs unbound)."""
+        return entry["n_cores"] == 0 or entry["n_cores"] > len(affinity())
 
     def _could_start(self, entry: dict[str, Any], state: dict[str, Any]) -> bool:
         """Whether `entry` may start now: its user is under the limit and cores suffice
