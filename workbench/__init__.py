@@ -35,8 +35,8 @@ __version__ = "0.1.0"
 #: launcher, the core queue and the pool (tests/test_layers.py checks it).
 _WHERE = {
     "ConfigError": "workbench.config", "JobConfig": "workbench.config",
-    "Job": "workbench.jobs.job", "start": "workbench.jobs.job",
-    "start_module": "workbench.jobs.job", "ranks": "workbench.jobs.pool",
+    "Job": "workbench.jobs.job", "start": "workbench.jobs.starting",
+    "start_module": "workbench.jobs.starting", "ranks": "workbench.jobs.pool",
     "kept": "workbench.jobs.rank_api", "local_rank": "workbench.jobs.rank_api",
     "rank": "workbench.jobs.rank_api", "report": "workbench.jobs.rank_api",
     "size": "workbench.jobs.rank_api", "launch": "workbench.jobs.user_code",

@@ -16,7 +16,8 @@ from typing import Any
 
 from workbench.config import ConfigError, add_job_flags, config_from_args
 from workbench.jobs import slurm
-from workbench.jobs.job import FINAL_STATES, Job, start
+from workbench.jobs.job import FINAL_STATES, Job
+from workbench.jobs.starting import start
 from workbench.records import MetricsReader, list_runs, load_run, of_kind
 from workbench.training.checkpoint import CHECKPOINT
 

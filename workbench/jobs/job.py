@@ -1,6 +1,7 @@
 """A running job: launch it, watch it, stop it, and always leave a complete record.
 
-`start(cfg)` writes `config.json`, starts the engine's launcher and returns a `Job` at once.
+`start(cfg)` (starting.py) makes a `Job`, which writes `config.json`, starts the engine's
+launcher and returns at once.
 Before launching, the job takes its cores from the host's allocation (cores.py): while
 other jobs hold them, it is "queued" and a thread waits for its turn, then launches.
 A watcher thread then checks the job five times a second (watch.py) until it has
@@ -10,46 +11,36 @@ With `launcher="slurm"` the job is submitted to Slurm instead (see slurm.py): it
 "pending" while Slurm queues it, ranks are watched through what they write in the runs
 folder and the job's state in Slurm, and stopping it is `scancel`.
 
-Whatever the outcome, every process of the job is ended (see processes.py; remote ranks
-end themselves when the owner's heartbeat says "stop") and `summary.json` is written
-atomically. If the watcher itself hits an error (a full disk, an unreadable file), the job
-still ends, as "failed" with that error in the summary: it never stays "running" forever.
+Whatever the outcome, every process of the job is ended and `summary.json` is written
+(ending.py): a job never stays "running" for ever.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import threading
 import time
-import traceback
 import warnings
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workbench.config import ConfigError, JobConfig, parse_hosts
 from workbench.hosts.cpu import cpu_budget
 from workbench.jobs import cores, slurm
-from workbench.jobs.blame import launcher_tail
-from workbench.jobs.devices import rank_environment, resolve_device
-from workbench.jobs.engines import ENGINES, training_engines
+from workbench.jobs.devices import rank_environment
+from workbench.jobs.ending import Ending
+from workbench.jobs.engines import ENGINES
 from workbench.jobs.environment import (
     ENV_FILE,
-    SECRETS_FILE,
     allowed_environment,
     recorded,
     split_environment,
     write_env_file,
-)
-from workbench.jobs.processes import (
-    job_processes,
-    known_ranks,
-    terminate,
 )
 from workbench.jobs.watch import Watching, _one_line
 from workbench.records import (
@@ -62,15 +53,9 @@ from workbench.records import (
 from workbench.records.liveness import (
     owner_beat,
     prepare_heartbeats,
-    this_host,
 )
 from workbench.records.private import load_own_pickle
-from workbench.records.summary import training_figures, versions
-from workbench.training.checkpoint import apply_resume
 from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0, owner_id
-
-if TYPE_CHECKING:
-    from workbench.jobs.pool import Pool
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
 QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come
@@ -78,7 +63,7 @@ GUARD = Path(__file__).with_name("guard.py")  # run beside every launcher (see g
 _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 
 
-class Job(Watching):
+class Job(Watching, Ending):
     """One launched job. Create it with `start()` or `start_module()`."""
 
     #: Whether summary.json is fsynced (see `write_json_atomic`; a pool's call is not).
@@ -328,137 +313,6 @@ class Job(Watching):
         _LIVE_JOBS.add(self)
         threading.Thread(target=self._watch, name=f"watch-{self.run_id}", daemon=True).start()
 
-    def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
-        """End all processes, then write summary.json. Runs once, whoever calls first.
-
-        Ctrl-C cannot cut it short: called from the main thread (where Python raises
-        KeyboardInterrupt), the work runs in a thread of its own, and a Ctrl-C meanwhile is
-        raised once the job has ended.
-        """
-        if threading.current_thread() is not threading.main_thread():
-            return self._end(status, failure)
-        ended, raised = threading.Event(), []
-
-        def end() -> None:
-            try:
-                self._end(status, failure)
-            except BaseException as exc:  # noqa: BLE001 - raised again in the caller
-                raised.append(exc)
-            finally:
-                ended.set()
-
-        threading.Thread(target=end, name=f"finish-{self.run_id}").start()
-        interrupted = False  # from here on the job ends, even if a Ctrl-C escapes the loop
-        while not ended.is_set():
-            try:
-                ended.wait()
-            except KeyboardInterrupt:
-                interrupted = True  # the job ends first
-        if raised:
-            raise raised[0]
-        if interrupted:
-            raise KeyboardInterrupt
-
-    def _end(self, status: str, failure: dict[str, Any] | None = None) -> None:
-        """_finish's work. Whatever fails in here, the job ends: status and `done` are set
-        in `finally`."""
-        survivors: list = []
-        with self._lock:
-            if self._done.is_set():
-                return
-            summary: dict[str, Any] = {"run_id": self.run_id, "run_dir": str(self.run_dir),
-                                       "status": status}
-            try:
-                survivors = self._end_processes()
-                if failure:
-                    failure.update(self._log_tail(failure.get("rank")))
-                summary = self._summary(status, failure)
-                if survivors:
-                    summary["survivors"] = [p.pid for p in survivors]
-            except Exception as exc:  # noqa: BLE001 - the job must end whatever happens
-                status = "failed"
-                summary.update(status=status, failure={
-                    "rank": None, "error": f"ending the job failed: {_one_line(exc)}",
-                    "traceback": traceback.format_exc(), "first_outcome": failure})
-            try:
-                write_json_atomic(self.run_dir / "summary.json", summary, self.durable)
-            except Exception as exc:  # noqa: BLE001 - read-only or full disk: say so
-                status = "failed"
-                summary.update(status=status, failure={
-                    **(summary.get("failure") or {}), "rank": None,
-                    "error": f"could not write {self.run_dir / 'summary.json'}: "
-                             f"{_one_line(exc)}", "first_outcome": failure})
-            finally:
-                self._failure = summary.get("failure")
-                self._summary_data = summary
-                self._status = status
-                self._done.set()
-        if survivors:
-            raise RuntimeError(f"processes {[p.pid for p in survivors]} of {self.run_id} "
-                               "survived SIGKILL")
-
-    def _end_processes(self) -> list:
-        """Tell remote ranks to stop (heartbeat), end local ones; return any survivors."""
-        try:
-            self._stopping = True
-            owner_beat(self.run_dir, stop=True)
-            if self._slurm and self._proc is not None:  # ---- Slurm hook: scancel, and wait
-                try:                                     # until Slurm has ended the job
-                    self._proc.cancel()
-                finally:
-                    self._proc.stop_guard()
-        finally:  # a failed write must not spare the local processes
-            survivors = terminate(job_processes(self.run_id, self.run_dir, self.launcher_pid))
-            try:
-                if self._proc is not None:
-                    self._proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                pass
-            with contextlib.suppress(OSError, ConfigError):  # never lose the summary for it
-                self._ticket.release()  # the processes are gone: the cores are free again
-            (self.run_dir / SECRETS_FILE).unlink(missing_ok=True)  # read by every rank by now
-        return survivors
-
-    def _log_tail(self, rank: int | None) -> dict[str, str]:
-        """The failed rank's last log lines; the launcher's when the rank's log is empty
-        (a rank that died before it could redirect its output left its error there)."""
-        record = RunRecord(self.run_dir)
-        if rank is not None:
-            tail = record.log(rank, last=20)
-            if tail.strip():
-                return {"log_tail": tail, "log": f"rank{rank}.log"}
-        return {"log_tail": launcher_tail(record.log("launcher", last=200)),
-                "log": "launcher.log"}
-
-    def _summary(self, status: str, failure: dict[str, Any] | None) -> dict[str, Any]:
-        """summary.json: how the job ran here (ranks, cores, times), then what its metrics
-        add up to (records/summary.py, shared with runs started by plain launchers)."""
-        cfg = self.config
-        summary: dict[str, Any] = {
-            "run_id": self.run_id, "run_dir": str(self.run_dir), "status": status,
-            "engine": cfg.engine, "np": self.world_size, "launcher": cfg.launcher,
-            "ranks": {str(rank): {"pid": pid, "host": host} for rank, (pid, host)
-                      in sorted(known_ranks(self.run_dir, self.world_size).items())},
-            "launcher_process": {"pid": self.launcher_pid, "host": this_host()},
-            "threads_per_rank": cfg.resolved_threads(),
-            "cores": self._ticket.cores,
-            "queued_s": (self._started if self._proc else time.time()) - self._asked,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self._started)),
-            "duration_s": time.time() - self._started,
-            **training_figures(self._reader.all(), self.result()),
-            "warnings": self.warnings,
-            "versions": versions(),
-        }
-        if self._reader.bad_lines:
-            summary["warnings"] = [*self.warnings, f"{self._reader.bad_lines} metrics line(s) "
-                                   "were not valid JSON and were skipped"]
-        if self._slurm and self._proc is not None:
-            summary["slurm_job_id"] = self._proc.job_id
-            summary["slurm_state"] = self._proc.state
-        if failure:
-            summary["failure"] = failure
-        return summary
-
 
 class SlurmTicket:
     """The gate's answer for a Slurm job: go. It waits in Slurm's queue, for the cluster's
@@ -475,68 +329,6 @@ class SlurmTicket:
         """Nothing to give back here: Slurm frees the job's cores."""
 
 
-# ---------------------------------------------------------------------- starting jobs
-def start(cfg: JobConfig, pool: Pool | None = None) -> Job:
-    """Validate `cfg` and launch a training job; returns at once (see `Job`).
-
-    With `cfg.resume` set, the job continues that run from its last checkpoint, taking its
-    configuration for every field left at its default (see `training/checkpoint.py`).
-    While this process has a pool of warm ranks (`workbench.ranks`) that can run the job,
-    it runs there, in milliseconds instead of seconds (see pool.py); `pool` insists on one.
-    """
-    from workbench.jobs.pool import pool_for
-
-    cfg = apply_preset(apply_resume(cfg)).validate()
-    _check_engine(cfg.engine)
-    module = ENGINES[cfg.engine].rank_module
-    if module is None:
-        raise ConfigError(f"--engine {cfg.engine} runs the labs' workers, not training: use "
-                          f"one of {', '.join(training_engines())}")
-    if cfg.launcher == "slurm":
-        slurm.check(cfg)
-    cfg, note = resolve_device(cfg)     # "auto" settles here; "cuda" is checked here
-    if pool is not None and (why := pool.why_not(cfg)):
-        raise ConfigError(f"this job cannot run on {pool!r}: {why}; start it with "
-                          "workbench.start(cfg), on ranks of its own")
-    pool = pool or pool_for(cfg)
-    job = pool._train(cfg, module) if pool is not None else Job(cfg, module, [])
-    _note(job, note)
-    return job
-
-
-def start_module(engine: str, np: int, module: str, args: list[str] | None = None,
-                 runs_dir: str = "runs", name: str = "", threads_per_rank: int = 1,
-                 hosts: str | None = None, stall_timeout: float = 120.0,
-                 files: dict[str, bytes] | None = None, **fields: Any) -> Job:
-    """Launch any rank module (one that uses `RankContext`) as a job on `np` ranks.
-
-    `files` ({path in the run folder: bytes}) are written into the run folder before the
-    ranks start: inputs too large for command-line arguments (see workers.py), such as the
-    pickled function of `workbench.launch`.
-    """
-    cfg = JobConfig(engine=engine, np=1 if engine == "serial" else np, runs_dir=runs_dir,
-                    name=name, threads_per_rank=threads_per_rank, hosts=hosts,
-                    stall_timeout=stall_timeout, **fields).validate()
-    _check_engine(engine)
-    if cfg.launcher == "slurm":
-        slurm.check(cfg)
-    cfg, note = resolve_device(cfg)
-    job = Job(cfg, module, list(args or []), files)
-    _note(job, note)
-    return job
-
-
-def apply_preset(cfg: JobConfig) -> JobConfig:
-    """Check the configuration's preset name; return `cfg`.
-
-    Presets are applied when a `JobConfig` is built, to the fields its caller did not pass
-    (see `JobConfig`), so a field set explicitly, even to its default, is never overridden.
-    """
-    if cfg.preset is not None:
-        cfg.validate()  # raises ConfigError naming an unknown preset
-    return cfg
-
-
 def stop_all() -> None:
     """Stop every job this process started (called when Python exits)."""
     for job in list(_LIVE_JOBS):
@@ -548,19 +340,6 @@ atexit.register(stop_all)
 
 
 # ---------------------------------------------------------------------- helpers
-def _check_engine(engine: str) -> None:
-    problem = ENGINES[engine].available()
-    if problem:
-        raise ConfigError(f"--engine {engine} cannot run here: {problem}")
-
-
-def _note(job: Job, note: str | None) -> None:
-    """Add a warning to a job that has just started (shown by the CLI and the panel)."""
-    if note:
-        job.warnings.append(note)
-        warnings.warn(note, stacklevel=3)
-
-
 def cores_needed(cfg: JobConfig) -> int:
     """Cores this job binds on this host: ranks × threads, or 0 when it binds none here
     (`cpu_bind="none"`, or ranks on other hosts, or Slurm's): then it only counts for its

@@ -56,8 +56,8 @@ from typing import Any
 
 from workbench.config import ConfigError, JobConfig
 from workbench.jobs import pool_channel
-from workbench.jobs.job import start_module
 from workbench.jobs.pool_call import PoolCall
+from workbench.jobs.starting import start_module
 
 POOL_RANK_MODULE = "workbench.jobs.pool_rank"
 ENGINES = ("horovod", "torch")
@@ -233,7 +233,7 @@ class Pool:
 
         Raises ConfigError, in one line, when the job needs ranks of its own (see `why_not`).
         """
-        from workbench.jobs.job import start
+        from workbench.jobs.starting import start
 
         return start(cfg, pool=self)
 

@@ -39,7 +39,8 @@ from typing import Any
 import cloudpickle
 
 from workbench.config import ConfigError
-from workbench.jobs.job import Job, start_module
+from workbench.jobs.job import Job
+from workbench.jobs.starting import start_module
 from workbench.jobs.user_rank import PAYLOAD
 
 #: The rank module that runs user code.

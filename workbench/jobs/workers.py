@@ -87,7 +87,7 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
         WorkerError: a worker raised (its error and traceback are in the message), died,
             or the run took longer than `timeout` seconds. The run folder is named too.
     """
-    from workbench.jobs.job import start_module
+    from workbench.jobs.starting import start_module
 
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
