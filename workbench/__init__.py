@@ -18,6 +18,7 @@ workbench/jobs/rank_api.py).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -48,12 +49,18 @@ __all__ = ["ConfigError", "Job", "JobConfig", "RunRecord", "kept", "launch", "li
            "__version__"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'workbench' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
+def lazy_names(namespace: dict[str, Any], where: dict[str, str]) -> Callable[[str], Any]:
+    """A package's `__getattr__` (PEP 562) that imports each name of `where` ({name:
+    module}) when first asked for, and keeps it in the package's `namespace`."""
+    def get(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+        namespace[name] = getattr(importlib.import_module(where[name]), name)
+        return namespace[name]
+    return get
+
+
+__getattr__ = lazy_names(globals(), _WHERE)
 
 
 def __dir__() -> list[str]:

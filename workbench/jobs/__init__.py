@@ -27,8 +27,9 @@ that runs a user's own function on real ranks.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from workbench import lazy_names
 
 if TYPE_CHECKING:
     from workbench.jobs.engines import ENGINES, Engine
@@ -44,9 +45,4 @@ __all__ = ["ENGINES", "FINAL_STATES", "Engine", "Job", "apply_preset", "start", 
            "stop_all"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'workbench.jobs' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(globals(), _WHERE)
