@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from workbench.model_parallel.pipeline import idle_fraction
+from workbench.model_parallel.schedule import idle_fraction
 from workbench.scaling import metrics
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,8 +9,9 @@ import sys
 import pytest
 from _labs_helpers import assert_recorded_and_reaped
 
-from workbench.model_parallel.compare import compare, memory_figure
+from workbench.model_parallel.compare import compare
 from workbench.model_parallel.pipeline import train_unsplit
+from workbench.ui.parallelism_charts import memory_figure
 
 WIDTH, STEPS = 256, 3
 

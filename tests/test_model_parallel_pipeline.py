@@ -10,13 +10,12 @@ from _labs_helpers import assert_recorded_and_reaped
 
 from workbench.model_parallel.pipeline import (
     PipelineConfig,
-    gantt_tasks,
-    pipeline_figure,
     run_pipelines,
     schedule_ops,
-    theoretical_bubble,
     train_unsplit,
 )
+from workbench.model_parallel.schedule import theoretical_bubble
+from workbench.ui.parallelism_charts import gantt_tasks, pipeline_figure
 
 STEPS = 3
 

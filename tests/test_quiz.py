@@ -15,7 +15,7 @@ import ipywidgets as widgets
 import pytest
 import yaml
 
-from workbench.model_parallel.pipeline import idle_fraction
+from workbench.model_parallel.schedule import idle_fraction
 from workbench.quiz import TOPICS, BankError, Quiz, fairness, grade, load_bank, quiz_html
 from workbench.quiz.bank import BANK_PATH, learner_seed, mentions, parse_number, shuffled
 from workbench.quiz.widget import PARSE_NUMBER_JS

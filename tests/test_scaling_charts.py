@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.scaling import metrics, report
+from workbench.scaling import fit, metrics
 from workbench.scaling import timeline as tl
+from workbench.ui import scaling_report as report
 
 # A timeline in Horovod 0.28's format (see docs/scaling.md): tensor 1 is negotiated, rank 1
 # is ready at 100 µs and rank 0 at 400 µs; the allreduce runs from 500 to 900 µs.
@@ -71,11 +72,11 @@ def test_scaling_charts_fit_and_update():
     charts.update(rows)                                 # as a panel would after each run
     assert [f.title.text for f in charts.figures] == list(report.CHART_TITLES)
     assert charts.points.data["np"] == [1, 2, 4]
-    name, f, _ = report.fitted_law(rows, "strong")
+    name, f, _ = fit.fitted_law(rows, "strong")
     assert name == "Amdahl" and f == pytest.approx(0.9, abs=0.01)
     labels = [item.label["value"] for item in charts.speedup.legend[0].items]
     assert f"Amdahl fit, f = {f:.3f}" in labels
-    assert report.fitted_law(rows, "weak")[0] == "Gustafson"
+    assert fit.fitted_law(rows, "weak")[0] == "Gustafson"
 
 
 def test_no_fit_is_drawn_through_a_run_slower_than_one_worker():
@@ -83,22 +84,22 @@ def test_no_fit_is_drawn_through_a_run_slower_than_one_worker():
     a flat line at 1, far from the points. Say why instead, with Karp–Flatt."""
     rows = metrics.scaling_rows([1, 2], [10.0, 33.3], [100.0, 30.0])
     assert rows[1]["speedup"] == pytest.approx(0.3)
-    assert report.fitted_law(rows, "strong") is None
+    assert fit.fitted_law(rows, "strong") is None
     charts = report.ScalingCharts(rows)
     assert charts.fit.data["x"] == [] and charts.fit_far.data["x"] == []
     labels = [item.label["value"] for item in charts.speedup.legend[0].items]
     assert "no fit (see the note)" in labels
-    note = report.fit_note(rows, "strong")
+    note = fit.fit_note(rows, "strong")
     kf = metrics.karp_flatt(0.3, 2)
     assert "slower than one worker: communication costs more than it saves" in note.lower()
     assert f"Karp–Flatt e = {kf:.2f}" in note and kf > 1
     assert "No Amdahl fit is drawn" in note
-    assert report.fit_note(metrics.scaling_rows([1, 2], [10.0, 6.0], [100.0, 166.0])) is None
+    assert fit.fit_note(metrics.scaling_rows([1, 2], [10.0, 6.0], [100.0, 166.0])) is None
 
     weak = metrics.scaling_rows([1, 2], [10.0, 33.3], [100.0, 30.0], mode="weak")
     assert weak[1]["karp_flatt"] is None                 # Karp–Flatt is for strong scaling
-    assert "No Gustafson fit" in report.fit_note(weak, "weak")
-    assert "is for strong scaling" in report.fit_note(weak, "weak")
+    assert "No Gustafson fit" in fit.fit_note(weak, "weak")
+    assert "is for strong scaling" in fit.fit_note(weak, "weak")
     page = report.report_html(rows, {"engine": "horovod", "mode": "strong"})
     assert "communication costs more than it saves" in page
 

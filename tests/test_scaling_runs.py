@@ -13,7 +13,8 @@ import pytest
 
 import workbench
 from workbench.scaling import timeline as tl
-from workbench.scaling.report import CHART_TITLES
+from workbench.ui.scaling_report import CHART_TITLES
+from workbench.ui.timeline_charts import breakdown_figures, gantt_figure
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -106,7 +107,7 @@ def test_horovod_timeline_gantt_and_breakdown(tmp_path: Path):
     for lane in ("rank 0", "rank 1"):
         strip = sorted((t["start"], t["end"]) for t in tasks if t["lane"] == lane)
         assert all(a[1] == pytest.approx(b[0]) for a, b in zip(strip, strip[1:], strict=False))
-    fig = tl.gantt_figure(timeline)
+    fig = gantt_figure(timeline)
     assert list(fig.y_range.factors) == ["rank 1", "rank 0"]
 
     out = cli("timeline", job.run_id, "--runs-dir", str(tmp_path), "--json",
@@ -132,7 +133,7 @@ def test_compute_sync_breakdown_of_a_ddp_run(tmp_path: Path):
     # the per-rank totals are the sums of that rank's step lines
     mine = [m for m in metrics if m.get("kind") == "step" and m["rank"] == 1]
     assert ranks["rank 1"]["sync"] == pytest.approx(sum(m["sync_s"] for m in mine))
-    per_step, per_rank = tl.breakdown_figures(metrics)
+    per_step, per_rank = breakdown_figures(metrics)
     assert list(per_rank.x_range.factors) == ["rank 0", "rank 1"]
     out = cli("timeline", job.run_id, "--runs-dir", str(tmp_path))
     assert out.returncode == 0 and "no Horovod timeline" in out.stdout

@@ -16,7 +16,7 @@ Narayanan et al., ICML 2021) keeps the same bubble but holds only P micro-batche
 activations instead of M; the original PipeDream (SOSP 2019) is asynchronous.
 
 The checker's reference counts idle slots in the simulated schedule,
-:func:`workbench.model_parallel.pipeline.schedule` (also ``ex.schedule`` and
+:func:`workbench.model_parallel.schedule.schedule` (also ``ex.schedule`` and
 ``ex.show_schedule`` in the notebook), rather than trusting the formula: the formula is what
 the student derives.
 """
@@ -33,7 +33,7 @@ from workbench.exercises.feedback import (
     not_yet,
     whole_number,
 )
-from workbench.model_parallel.pipeline import (  # noqa: F401 - the notebook prints ex.show_schedule
+from workbench.model_parallel.schedule import (  # noqa: F401 - the notebook prints ex.show_schedule
     idle_fraction,
     schedule,
     show_schedule,

@@ -8,20 +8,11 @@ to compare the engines (naive, DDP, Horovod) on the same job.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from workbench.records import RunRecord, load_run, of_kind, overall_by_step
+from workbench.records import of_kind, overall_by_step
+from workbench.records import record_of as record
 from workbench.synchronization.stragglers import summarize_run
-
-
-def record(run: Any) -> RunRecord:
-    """A :class:`RunRecord` from a job, a record, a run folder or a run id."""
-    if isinstance(run, RunRecord):
-        return run
-    if hasattr(run, "record"):          # a workbench Job
-        return run.record()
-    return load_run(Path(run))
 
 
 def step_losses(run: Any) -> tuple[list[int], list[float]]:

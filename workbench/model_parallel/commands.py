@@ -32,7 +32,8 @@ def format_bytes(n: float) -> str:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from workbench.model_parallel.pipeline import pipeline_figure, run_pipeline
+    from workbench.model_parallel.pipeline import run_pipeline
+    from workbench.ui.parallelism_charts import pipeline_figure
 
     r = run_pipeline(args.stages, args.microbatches, args.schedule, steps=args.steps,
                      batch_size=args.batch_size, width=args.width, layers=args.layers,

@@ -149,17 +149,3 @@ def compare(workers: int = 2, *, width: int = 512, layers: int = 4, batch_size: 
             "predicted_comm_bytes_per_step": (1 if workers == 2 else 2) * batch_size * width * 4,
             "step_time_s": _median_after_first(mp_times), "losses": mp[-1]["losses"]},
     }
-
-
-def memory_figure(result: dict[str, Any]):
-    """Stacked bars: bytes per worker (parameters, gradients, optimizer, activations)."""
-    from workbench.ui import charts
-
-    parts = ["params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes"]
-    strategies = {"data parallel": result["data_parallel"]["memory_per_worker"],
-                  "model parallel": result["model_parallel"]["memory_per_worker"]}
-    stacks = {p.removesuffix("_bytes"): [m[p] / 2**20 for m in strategies.values()]
-              for p in parts}
-    fig, _ = charts.stacked_bar(list(strategies), stacks, "Memory per worker",
-                                y_label="MiB")
-    return fig

@@ -53,6 +53,7 @@ from torch import nn
 
 from workbench.jobs.workers import run_workers
 from workbench.model_parallel.memory import ActivationMeter, memory_breakdown
+from workbench.model_parallel.schedule import theoretical_bubble
 
 SCHEDULES = ("gpipe", "1f1b")
 OPTIMIZERS = ("sgd", "adam")
@@ -95,38 +96,6 @@ class PipelineConfig:
         if self.compute_ms < 0:
             raise ValueError(f"compute_ms must be ≥ 0 milliseconds, got {self.compute_ms}")
         return self
-
-
-def theoretical_bubble(stages: int, microbatches: int) -> float:
-    """Idle fraction of a pipeline: (P−1)/(M+P−1) (GPipe, Huang et al. 2019; same for 1F1B)."""
-    return (stages - 1) / (microbatches + stages - 1)
-
-
-# --- the GPipe forward schedule, slot by slot (notebook 05 and exercise 5 print it) ----------
-
-def schedule(stages: int, micro_batches: int) -> list[list[int | None]]:
-    """The forward schedule: rows are stages, columns are time slots, cells the micro-batch.
-
-    Stage s handles micro-batch m in slot s + m; None marks an idle slot (the bubble).
-    """
-    slots = micro_batches + stages - 1
-    return [[t - s if 0 <= t - s < micro_batches else None for t in range(slots)]
-            for s in range(stages)]
-
-
-def show_schedule(stages: int, micro_batches: int) -> str:
-    """The schedule as text: one row per stage, '.' for idle slots."""
-    grid = schedule(stages, micro_batches)
-    width = len(str(micro_batches - 1))
-    rows = [f"stage {s}: " + " ".join("." * width if m is None else f"{m:>{width}}"
-                                       for m in row) for s, row in enumerate(grid)]
-    return "\n".join(rows)
-
-
-def idle_fraction(stages: int, micro_batches: int) -> float:
-    """Share of (stage, slot) cells in the schedule that are idle: the measured bubble."""
-    cells = [m for row in schedule(stages, micro_batches) for m in row]
-    return sum(m is None for m in cells) / len(cells)
 
 
 # --- the model and its split ---------------------------------------------------------------
@@ -416,41 +385,3 @@ def train_unsplit(steps: int = 3, batch_size: int = 64, width: int = 128, layers
         opt.step()
         losses.append(loss.item())
     return losses
-
-
-def gantt_tasks(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Tasks for :func:`workbench.ui.charts.gantt`: every pass, plus the idle gaps (bubble)."""
-    tasks = []
-    by_stage: dict[int, list[dict]] = {}
-    for e in result["events"]:
-        by_stage.setdefault(e["stage"], []).append(e)
-        kind = "forward" if e["kind"] == "fwd" else "backward"
-        tasks.append({"lane": f"stage {e['stage']}", "start": e["start"], "end": e["end"],
-                      "kind": kind, "label": f"{kind} of micro-batch {e['microbatch']} "
-                                             f"(step {e['step']})"})
-    for stage, events in by_stage.items():
-        for step in sorted({e["step"] for e in events}):
-            mine = [e for e in events if e["step"] == step]
-            everyone = [e for e in result["events"] if e["step"] == step]
-            edges = [min(e["start"] for e in everyone)]
-            for e in mine:
-                edges += [e["start"], e["end"]]
-            edges.append(max(e["end"] for e in everyone))
-            for gap_start, gap_end in zip(edges[::2], edges[1::2], strict=True):
-                if gap_end - gap_start > 1e-4:
-                    tasks.append({"lane": f"stage {stage}", "start": gap_start,
-                                  "end": gap_end, "kind": "idle",
-                                  "label": f"idle (bubble), step {step}"})
-    return tasks
-
-
-def pipeline_figure(result: dict[str, Any]):
-    """A Bokeh Gantt chart of a run: who computes what, when, and where the bubble is."""
-    from workbench.ui import charts
-
-    title = (f"{result['schedule']} pipeline, P={result['stages']}, "
-             f"M={result['microbatches']}: bubble {result['measured_bubble']:.2f} measured, "
-             f"{result['theoretical_bubble']:.2f} in theory")
-    lanes = [f"stage {k}" for k in range(result["stages"])]
-    fig, _ = charts.gantt(gantt_tasks(result), title, lanes=lanes)
-    return fig

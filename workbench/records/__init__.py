@@ -9,7 +9,7 @@ from workbench.records.metrics import (
     step_start,
     throughput,
 )
-from workbench.records.runs import RunRecord, list_runs, load_run
+from workbench.records.runs import RunRecord, list_runs, load_run, record_of
 from workbench.records.store import (
     CorruptRecord,
     new_run_dir,
@@ -19,5 +19,5 @@ from workbench.records.store import (
 )
 
 __all__ = ["CorruptRecord", "MetricsReader", "RunRecord", "events", "list_runs", "load_run",
-           "metrics_path", "new_run_dir", "of_kind", "overall_by_step", "read_json",
+           "metrics_path", "new_run_dir", "of_kind", "overall_by_step", "read_json", "record_of",
            "step_start", "throughput", "write_all", "write_json_atomic"]

@@ -91,3 +91,12 @@ def load_run(run: str | Path, runs_dir: str | Path = "runs") -> RunRecord:
         raise FileNotFoundError(f"{what} matching {run!r} in {Path(runs_dir).resolve()};"
                                 " list them with `workbench runs`")
     return matches[0]
+
+
+def record_of(run: Any) -> RunRecord:
+    """A :class:`RunRecord` from a job, a record, a run folder or a run id."""
+    if isinstance(run, RunRecord):
+        return run
+    if hasattr(run, "record"):          # a workbench Job
+        return run.record()
+    return load_run(Path(run))

@@ -19,16 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workbench.cli import emit_json, guard
-from workbench.config import DEVICES
+from workbench.cli import emit_json, guard, positive_int
+from workbench.config import DEVICES, ConfigError
 from workbench.hosts.cpu import cpu_budget
 from workbench.scaling import simulate as sim
 from workbench.scaling import units
 from workbench.scaling.costmodel import ALGORITHM_NAMES, ServerLayout, algorithm_named
-
-
-class UsageError(ValueError):
-    """Bad command-line input: reported in one line, exit code 2."""
 
 
 # ---------------------------------------------------------------------- scale
@@ -39,7 +35,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
     try:
         workers = units.parse_workers(args.np)
     except ValueError as exc:
-        raise UsageError(f"--np: {exc}") from None
+        raise ConfigError(f"--np: {exc}") from None
     base = config_from_args(args, np=workers[0])
     target = None
     if args.target_loss is not None or args.target_accuracy is not None:
@@ -97,7 +93,7 @@ def print_scale_table(rows: list[dict]) -> None:
 
 
 def _write_scale_report(args: argparse.Namespace, sweep, rows: list[dict]) -> str:
-    from workbench.scaling.report import write_report
+    from workbench.ui.scaling_report import write_report
 
     first = sweep.configs[0]
     shown = ("model", "width", "dataset", "samples", "epochs", "batch_size", "lr", "preset")
@@ -116,9 +112,9 @@ def cmd_bench_allreduce(args: argparse.Namespace) -> int:
     try:
         sizes = units.parse_list(args.sizes, units.parse_size, "message sizes")
     except ValueError as exc:
-        raise UsageError(f"--sizes: {exc}") from None
+        raise ConfigError(f"--sizes: {exc}") from None
     if args.np < 2:
-        raise UsageError(f"--np {args.np}: an allreduce needs at least 2 ranks, use --np 2")
+        raise ConfigError(f"--np {args.np}: an allreduce needs at least 2 ranks, use --np 2")
     try:
         result = run_allreduce_bench(args.engine, args.np, sizes, runs_dir=args.runs_dir,
                                      budget_s=args.budget_s, blocking=args.blocking,
@@ -199,7 +195,7 @@ def _layout(args: argparse.Namespace, preset: sim.Preset | None,
     largest = (units.parse_count(args.largest_tensor)
                if args.largest_tensor is not None else 0.0)
     if largest > params:
-        raise UsageError(f"--largest-tensor {args.largest_tensor}: larger than --params")
+        raise ConfigError(f"--largest-tensor {args.largest_tensor}: larger than --params")
     return ServerLayout(servers=args.servers or 1, colocated=args.colocated,
                         pipelined=args.pipelined, busiest_share=largest / params or None)
 
@@ -208,7 +204,7 @@ def _preset(name: str | None) -> sim.Preset | None:
     if name is None:
         return None
     if name not in sim.PRESETS:
-        raise UsageError(f"unknown preset {name!r}: choose one of {', '.join(sim.PRESETS)} "
+        raise ConfigError(f"unknown preset {name!r}: choose one of {', '.join(sim.PRESETS)} "
                          "(see --list-presets)")
     return sim.PRESETS[name]
 
@@ -219,9 +215,9 @@ def _pick(text: str | None, parse: Callable, fallback: float | None, flag: str) 
         try:
             return parse(text)
         except ValueError as exc:
-            raise UsageError(f"{flag}: {exc}") from None
+            raise ConfigError(f"{flag}: {exc}") from None
     if fallback is None:
-        raise UsageError(f"{flag} is required (or pick a --preset; see --list-presets)")
+        raise ConfigError(f"{flag} is required (or pick a --preset; see --list-presets)")
     return fallback
 
 
@@ -257,7 +253,9 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     if horovod is not None:
         doc["timeline"] = tl.time_shares(tl.rank_activities(horovod))
     if args.html:
-        _write_timeline_html(Path(args.html), record.run_id, horovod, metrics)
+        from workbench.ui.timeline_charts import write_timeline_page
+
+        write_timeline_page(Path(args.html), record.run_id, horovod, metrics)
         doc["html"] = args.html
     if args.json:
         emit_json(doc)
@@ -277,21 +275,6 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     if args.html:
         print(f"charts: {args.html}")
     return 0
-
-
-def _write_timeline_html(path: Path, run_id: str, horovod, metrics: list[dict]) -> None:
-    from bokeh.embed import file_html
-    from bokeh.layouts import column, row
-    from bokeh.resources import INLINE
-
-    from workbench.scaling import timeline as tl
-
-    per_step, per_rank = tl.breakdown_figures(metrics)
-    parts = [tl.gantt_figure(horovod)] if horovod is not None else []
-    parts.append(row(per_step, per_rank))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(file_html(column(*parts), INLINE, title=f"Where the time goes: {run_id}"),
-                    encoding="utf-8")
 
 
 # ---------------------------------------------------------------------- registration
@@ -355,7 +338,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                           help="ring (Patarasuk & Yuan), rabenseifner (halving and "
                                "doubling; also accepted as tree), "
                                "recursive-doubling, ps (parameter servers; see --servers)")
-    simulate.add_argument("--servers", type=_positive_int, default=None, metavar="K",
+    simulate.add_argument("--servers", type=positive_int, default=None, metavar="K",
                           help="--algorithm ps: parameter servers the model is sharded over "
                                "(default 1)")
     simulate.add_argument("--colocated", action="store_true",
@@ -389,16 +372,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     timeline.add_argument("--html", metavar="FILE.html", help="write the charts to a file")
     timeline.add_argument("--json", action="store_true")
     timeline.set_defaults(func=guard(cmd_timeline))
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not at least 1")
-    return value
 
 
 def _cores(text: str) -> int:

@@ -146,7 +146,7 @@ class Sweep:
             self.job.wait(self.timeout_s)
             if not self.job.done:
                 self.job.stop()
-            point = _point(cfg.np, self.job, self.target)
+            point = sweep_point(cfg.np, self.job, self.target)
             self.points.append(point)
             yield point
             if not point.ok:
@@ -184,7 +184,7 @@ class Sweep:
         return rows
 
 
-def _point(np: int, job, target: Target | None = None) -> SweepPoint:
+def sweep_point(np: int, job, target: Target | None = None) -> SweepPoint:
     """Read a finished run's summary (and time to target) into a :class:`SweepPoint`."""
     summary = job.summary or {}
     reached = target.seconds(of_kind(job.metrics(), "epoch")) if target else None

@@ -218,16 +218,6 @@ def time_shares(tasks: Iterable[Mapping]) -> dict[str, dict[str, float]]:
     return shares
 
 
-def gantt_figure(tl: HorovodTimeline, title: str = "Where the time goes (Horovod timeline)",
-                 start: float | None = None, end: float | None = None):
-    """A Bokeh Gantt chart, one lane per rank: compute, wait, negotiation, allreduce."""
-    from workbench.ui import charts
-
-    tasks = rank_activities(tl, start=start, end=end)
-    fig, _ = charts.gantt(tasks, title, lanes=[f"rank {r}" for r in tl.ranks])
-    return fig
-
-
 # --- compute vs synchronize from the metrics files (any engine) -------------------------------
 
 def step_breakdown(metrics: Iterable[Mapping]) -> dict[str, list]:
@@ -264,28 +254,3 @@ def rank_breakdown(metrics: Iterable[Mapping]) -> dict[str, dict[str, float]]:
             lane["compute"] += m["compute_s"]
             lane["sync"] += m["sync_s"]
     return dict(sorted(out.items(), key=lambda kv: int(kv[0].split()[1])))
-
-
-def breakdown_figures(metrics: Sequence[Mapping], title: str = "Compute vs synchronize"):
-    """Two Bokeh figures from metric lines (Horovod or DDP runs alike):
-
-    1. per step, seconds computing and synchronizing (mean over ranks), as lines;
-    2. per rank, total seconds of each, as stacked bars — a straggler shows up as a rank with
-       more compute and the *others* with more synchronize (they wait for it).
-    """
-    from workbench.ui import charts
-
-    cols = step_breakdown(metrics)
-    per_step = charts.figure(f"{title}, per step", "step", "seconds",
-                             tooltips=[("step", "@step"), ("compute", "@compute_s{0.0000}"),
-                                       ("sync", "@sync_s{0.0000}")])
-    src = charts.source(list(cols), cols)
-    charts.line(per_step, src, "step", "compute_s", color=charts.kind_color("compute"),
-                legend="compute")
-    charts.line(per_step, src, "step", "sync_s", color=charts.kind_color("sync"), legend="sync")
-    ranks = rank_breakdown(metrics)
-    per_rank, _ = charts.stacked_bar(
-        list(ranks), {"compute": [v["compute"] for v in ranks.values()],
-                      "sync": [v["sync"] for v in ranks.values()]},
-        f"{title}, per rank", y_label="seconds in the run")
-    return per_step, per_rank

@@ -11,8 +11,8 @@ from __future__ import annotations
 from math import prod
 from typing import Any
 
-from workbench.lessons.runs import record
 from workbench.records import of_kind
+from workbench.records import record_of as record
 from workbench.sharded.costmodel import (
     STRATEGY_OF,
     fsdp2_shard,
@@ -105,18 +105,3 @@ COLUMNS = [("engine", "engine", "s"), ("rank", "rank", "d"),
            ("optimizer_bytes", "optimizer (MB)", ".3f"), ("held", "held (MB)", ".3f"),
            ("held_model", "model (MB)", ".3f"), ("sent_bytes", "sent/step (MB)", ".3f"),
            ("sent_model", "model (MB)", ".3f")]
-
-
-def held_chart(runs: list[Any]):
-    """A stacked bar per run: what its rank 0 holds, in MB (the project's chart helper)."""
-    from workbench.ui import charts
-
-    rows = [footprint_rows(run)[0] for run in runs]
-    names = [f"{r['engine']} np={record(run).config['np']}" for r, run in
-             zip(rows, runs, strict=True)]
-    fig, _ = charts.stacked_bar(
-        names, {"parameters": [r["param_bytes"] for r in rows],
-                "gradients": [r["grad_bytes"] for r in rows],
-                "optimizer state": [r["optimizer_bytes"] for r in rows]},
-        "bytes held by rank 0", y_label="MB")
-    return fig

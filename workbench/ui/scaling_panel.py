@@ -15,7 +15,7 @@ cores). As each run finishes, its point is added to three charts and to the tabl
 
 The per-run configurations come from :mod:`workbench.scaling.sweep` (strong scaling splits the
 global batch over the ranks; weak scaling gives every rank the same work), the charts from
-:class:`workbench.scaling.report.ScalingCharts`, and the formulas from
+:class:`workbench.ui.scaling_report.ScalingCharts`, and the formulas from
 :mod:`workbench.scaling.metrics`; this module only schedules the runs and shows them live.
 Like the training panel it never blocks the kernel: an asyncio task polls the job in progress
 and starts the next one when it has finished.
@@ -30,9 +30,10 @@ import ipywidgets as widgets
 
 from workbench.config import ENGINES, PRESETS, ConfigError, JobConfig
 from workbench.records.metrics import MetricsReader
-from workbench.scaling.report import ScalingCharts, _table_html, fit_note
-from workbench.scaling.sweep import MODES, Sweep, SweepPoint, _point
+from workbench.scaling.fit import fit_note
+from workbench.scaling.sweep import MODES, Sweep, SweepPoint, sweep_point
 from workbench.ui import charts, live
+from workbench.ui.scaling_report import ScalingCharts, table_html
 
 #: What the charts mean, under them.
 CAPTION = (
@@ -228,7 +229,7 @@ class ScalingPanel(widgets.VBox):
             self._say(f"Run {n} of {len(self.sweep.configs)}: {job.config.np} worker(s), "
                       f"{self._steps // max(1, job.config.world_size)} steps done ...")
             return
-        point = _point(job.config.np, job)
+        point = sweep_point(job.config.np, job)
         self.sweep.points.append(point)
         self.progress.value = len(self.sweep.points)
         rows = self.sweep.rows()
@@ -251,7 +252,7 @@ class ScalingPanel(widgets.VBox):
         """Plot the sweep's rows, fill the table, and say why no fit is drawn when none can
         hold (a run slower than one worker). Call on the kernel's event loop."""
         self._charts.update(rows)
-        self.table.value = _table_html(rows) if rows else ""
+        self.table.value = table_html(rows) if rows else ""
         note = fit_note(rows, self._charts.mode)
         self.note.value = live.message_html(note, "warn") if note else ""
 

@@ -68,7 +68,7 @@ column a time slot, each number the micro-batch in work, `.` an idle slot.
 """),
     code(r"""
 from workbench.lessons.show import curves, figure_widget, table
-from workbench.model_parallel.pipeline import show_schedule
+from workbench.model_parallel.schedule import show_schedule
 from workbench.ui import charts
 
 charts.load_bokehjs()
@@ -96,7 +96,8 @@ in well under a millisecond, about what one message costs, so each forward pass 
 speed per stage. Set `COMPUTE_MS = 0` to time the bare computation instead.
 """),
     code(r"""
-from workbench.model_parallel.pipeline import PipelineConfig, pipeline_figure, run_pipelines
+from workbench.model_parallel.pipeline import PipelineConfig, run_pipelines
+from workbench.ui.parallelism_charts import pipeline_figure
 
 STAGES = 2                   # processes, one per stage; try 4
 MICROBATCHES = [1, 2, 4, 8]  # micro-batches per batch of 64
@@ -178,7 +179,8 @@ measures, per worker: memory (parameters, gradients, optimizer state, activation
 sent per step, and seconds per step.
 """),
     code(r"""
-from workbench.model_parallel.compare import compare, memory_figure
+from workbench.model_parallel.compare import compare
+from workbench.ui.parallelism_charts import memory_figure
 
 WIDTH = 512   # units per hidden layer: the model grows as WIDTH²
 BATCH = 64    # samples per step; try WIDTH = 64, BATCH = 1024

@@ -168,7 +168,8 @@ the step in which none of the others was happening. Recording the timeline costs
 time itself. Use the zoom tools to look at a few steps.
 """),
     code(r"""
-from workbench.scaling.timeline import gantt_figure, load_timeline, rank_activities, time_shares
+from workbench.scaling.timeline import load_timeline, rank_activities, time_shares
+from workbench.ui.timeline_charts import gantt_figure
 
 run_dir = Path(panel.points[-1].summary["run_dir"])   # the run with the most workers
 timeline = load_timeline(run_dir / "timeline.json")

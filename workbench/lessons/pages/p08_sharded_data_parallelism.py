@@ -39,6 +39,7 @@ import workbench
 from workbench.lessons.show import figure_widget, table
 from workbench.sharded import costmodel, measured
 from workbench.ui import charts
+from workbench.ui.parallelism_charts import held_chart
 
 charts.load_bokehjs()
 pool = workbench.ranks(np=2, engine="torch")   # the jobs below (np=2, torchrun) run on it
@@ -90,7 +91,7 @@ from workbench.lessons.runs import parameter_gap
 
 for run in runs[1:]:
     print(f"{run.config.engine:6s} ends {parameter_gap(ddp, run):.1e} away from DDP")
-figure_widget(measured.held_chart(runs))
+figure_widget(held_chart(runs))
 """),
     md(r"""
 The parameters end where DDP's do (to float32 rounding): sharding changes where the

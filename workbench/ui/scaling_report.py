@@ -1,15 +1,13 @@
-"""Charts of a scaling sweep, and the standalone HTML report that holds them.
+"""Charts of a scaling sweep, and the standalone HTML report that holds them (notebook 06,
+`workbench scale --report`).
 
-Three charts, each with the fitted speedup law drawn through the measured points:
+Three charts, each with the fitted speedup law (workbench/scaling/fit.py) drawn through the
+measured points:
 
 1. **speedup** S(p) against workers, with the ideal line S = p;
 2. **efficiency** E(p) = S / p of each run, as bars, with the ideal 1.0;
 3. **scalability** how efficiency behaves as workers grow, on a log axis and extrapolated
    beyond the measured runs with the fitted law — the question "how far can this go?".
-
-Strong scaling (fixed total work) is fitted with Amdahl's law; weak scaling (fixed work per
-worker) with Gustafson's, because Amdahl's law describes a fixed problem and would read a
-weak-scaling speedup as a serial fraction that is not there.
 
 The figures are built with the shared helper :mod:`workbench.ui.charts`. :class:`ScalingCharts`
 keeps their data sources so a live panel can call :meth:`ScalingCharts.update` as each run of
@@ -27,55 +25,11 @@ from bokeh.layouts import column
 from bokeh.models import Div
 from bokeh.resources import INLINE
 
-from workbench.scaling import metrics
+from workbench.scaling.fit import fit_note, fitted_law
 from workbench.ui import charts
 
 #: Titles of the three charts; the report test looks for them.
 CHART_TITLES = ("Speedup", "Efficiency", "Scalability")
-
-
-def law_name(mode: str) -> str:
-    """The law fitted to a sweep: Amdahl for strong scaling, Gustafson for weak."""
-    return "Gustafson" if mode == "weak" else "Amdahl"
-
-
-def fit_note(rows: Sequence[Mapping], mode: str = "strong") -> str | None:
-    """Why no law is fitted to these rows, in words a student can act on; None if one is.
-
-    Amdahl's and Gustafson's laws never give a speedup below 1, whatever their serial
-    share: a run slower than one worker is overhead (communication, waiting), and a line
-    fitted through it would only mislead. Karp–Flatt says the same in a number: e > 1.
-    """
-    slow = [r for r in rows if r["np"] > 1 and r["speedup"] < 1]
-    if not slow:
-        return None
-    r = slow[0]
-    note = (f"Slower than one worker: communication costs more than it saves. With {r['np']} "
-            f"workers the speedup is {r['speedup']:.2f}. ")
-    if r.get("karp_flatt") is not None:
-        note += (f"Karp–Flatt e = {r['karp_flatt']:.2f}: above 1, which no serial fraction "
-                 "can explain; the loss is overhead that grows with the workers. ")
-    elif mode == "weak":
-        note += "(Karp–Flatt is for strong scaling, so it is not shown.) "
-    return note + (f"No {law_name(mode)} fit is drawn: that law cannot give a speedup below 1. "
-                   "Try the compute-bound preset, or a larger batch per worker.")
-
-
-def fitted_law(rows: Sequence[Mapping], mode: str = "strong"):
-    """Return ``(name, parallel_fraction, speedup_of_p)`` fitted to the rows, or None.
-
-    None when there is no run with more than one worker yet (nothing to fit), or when a
-    run was slower than one worker (no such law can hold; :func:`fit_note` says why).
-    """
-    points = [(r["np"], r["speedup"]) for r in rows if r["np"] > 1 and r["speedup"] > 0]
-    if not points or fit_note(rows, mode):
-        return None
-    ps, ss = zip(*points, strict=True)
-    if mode == "weak":
-        f = metrics.fit_gustafson(ps, ss)
-        return "Gustafson", f, lambda p: metrics.gustafson(p, f)
-    f = metrics.fit_amdahl(ps, ss)
-    return "Amdahl", f, lambda p: metrics.amdahl(p, f)
 
 
 def _curve_points(max_workers: float, n: int = 60) -> list[float]:
@@ -174,7 +128,7 @@ class ScalingCharts:
         return fig
 
 
-def _table_html(rows: Sequence[Mapping]) -> str:
+def table_html(rows: Sequence[Mapping]) -> str:
     """The sweep table as HTML (the same columns as the command prints)."""
     head = "".join(f"<th>{h}</th>" for h in
                    ("np", "time (s)", "samples/s", "speedup", "efficiency", "Karp–Flatt e"))
@@ -212,7 +166,7 @@ def _intro_html(rows: Sequence[Mapping], meta: Mapping) -> str:
         "of workers grows. <b>Karp–Flatt e</b> = (1/S − 1/p)/(1 − 1/p), for strong scaling: a "
         "serial fraction that grows with p points at overhead (communication) rather than "
         "serial code.</p>"
-        f"{fit}{_table_html(rows)}"
+        f"{fit}{table_html(rows)}"
         f"<p style='color:#666'>Setup: {setup}</p>"
     )
 
