@@ -26,7 +26,7 @@ from pathlib import Path
 
 import workbench
 from workbench.config import PRESETS
-from workbench.jobs.engines import horovodrun
+from workbench.engines import horovodrun
 from workbench.records import events, of_kind
 
 HERE = Path(__file__).parent / "baselines"

@@ -18,7 +18,7 @@ import torch
 import workbench
 from workbench.cli import main as cli_main
 from workbench.config import ConfigError, JobConfig
-from workbench.jobs.engines import ENGINES
+from workbench.engines import ENGINES
 from workbench.jobs.processes import job_processes, rank_pids
 from workbench.lessons.runs import step_split
 from workbench.records import MetricsReader, events, load_run, of_kind
@@ -427,7 +427,7 @@ def test_serial_takes_one_rank_unless_told_otherwise():
     explicit `--np 2` with it is, saying how to fix it."""
     import argparse
 
-    from workbench.config import add_job_flags, config_from_args
+    from workbench.flags import add_job_flags, config_from_args
 
     parser = argparse.ArgumentParser()
     add_job_flags(parser)

@@ -20,7 +20,7 @@ import pytest
 from workbench.cli import main as cli_main
 from workbench.config import ENGINES as CONFIG_ENGINES
 from workbench.config import JobConfig
-from workbench.jobs.engines import ENGINES, training_engines
+from workbench.engines import ENGINES, training_engines
 from workbench.records import list_runs, of_kind
 from workbench.training.standalone import config_from_flags
 

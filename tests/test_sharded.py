@@ -210,7 +210,7 @@ def test_bad_sharded_or_precision_settings_are_one_line_errors(fields, flag):
 
 
 def test_sharded_engines_start_with_torchrun_and_name_their_engine():
-    from workbench.jobs.engines import ENGINES
+    from workbench.engines import ENGINES
 
     for engine in ("zero1", "zero2", "fsdp"):
         assert ENGINES[engine].plain_command(2) == [

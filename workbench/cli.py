@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from workbench.flags import Parser
+
 #: Modules that add sub-commands, in the order `workbench --help` lists them.
 COMMAND_MODULES = [
     "workbench.doctor",                       # workbench doctor
@@ -23,13 +25,6 @@ COMMAND_MODULES = [
     "workbench.model_parallel.commands",      # workbench pipeline / compare
     "workbench.classroom.commands",           # workbench classroom nbgrader / cores / quiet-lab
 ]
-
-
-class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (no usage block) and exit with code 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 # ---------------------------------------------------------------- helpers for commands.py

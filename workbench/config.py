@@ -8,23 +8,24 @@ with one line that names the field, the value and what is allowed.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.engines import ENGINES as ENGINE_TABLE
+from workbench.engines import ShardedEngine, training_engines
 from workbench.hosts.cpu import cpu_budget
 
 #: "naive" averages each gradient with the workbench's own ring after backward (naive_rank.py).
 #: "bucketed" and "overlapped" are the naive engine made fast by hand (data_parallel/);
 #: "zero1", "zero2" and "fsdp" shard the training state between the ranks (sharded/).
-ENGINES = ("horovod", "torch", "naive", "bucketed", "overlapped", "zero1", "zero2", "fsdp",
-           "serial")
-SHARDED_ENGINES = ("zero1", "zero2", "fsdp")
+ENGINES = tuple(training_engines())   # the one engine table: workbench/engines.py
+SHARDED_ENGINES = tuple(name for name, engine in ENGINE_TABLE.items()
+                        if isinstance(engine, ShardedEngine))
 #: Engines that run something other than the training loop, so the panels do not offer them:
 #: "fork" starts the labs' workers (workbench/jobs/workers.py).
-LAB_ENGINES = ("fork",)
+LAB_ENGINES = tuple(name for name in ENGINE_TABLE if name not in ENGINES)
 MODELS = ("logreg", "mlp", "cnn")
 DATASETS = ("digits", "synthetic", "synthetic-images", "mnist", "cifar10")
 OPTIMIZERS = ("sgd", "adam")
@@ -332,49 +333,6 @@ class JobConfig:
         for name, unset in slurm_only.items():
             if getattr(self, name) != unset:
                 raise ConfigError(_bad(name, getattr(self, name), "only with --launcher slurm"))
-
-
-# ---------------------------------------------------------------------- flags
-_SKIP = {"extra"}  # not a flag: filled by code (the labs' settings)
-
-
-def add_job_flags(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per JobConfig field: `workbench run`'s flags, also taken by `scale` and by
-    the rank modules run under plain torchrun or horovodrun (training/standalone.py)."""
-    for f in dataclasses.fields(JobConfig):
-        if f.name in _SKIP:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if str(f.type).startswith("list"):  # `env`: repeat the flag, one item each time
-            parser.add_argument(flag, dest=f.name, action="append", default=None,
-                                metavar="KEY[=VALUE]", help="(repeatable)")
-            continue
-        if f.type in ("bool", bool):
-            parser.add_argument(flag, dest=f.name, action="store_true", default=None,
-                                help=f"(default {f.default})")
-            continue
-        kind = {"int": int, "float": float}.get(str(f.type), str)
-        parser.add_argument(flag, dest=f.name, type=_typed(f.name, kind), default=None,
-                            metavar=f.name.upper(), help=f"(default {f.default!r})")
-
-
-def config_from_args(args: argparse.Namespace, **overrides: Any) -> JobConfig:
-    """The JobConfig that the given flags describe (unset flags keep their defaults)."""
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JobConfig)
-             if f.name not in _SKIP and getattr(args, f.name, None) is not None}
-    given.update(overrides)
-    return JobConfig(**given)
-
-
-def _typed(name: str, kind: type):
-    """An argparse type that names the flag and the expected kind in its one-line error."""
-    def convert(text: str):
-        try:
-            return kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
-    return convert
 
 
 def sbatch_args(text: str) -> list[str]:

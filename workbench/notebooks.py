@@ -116,13 +116,15 @@ def build(cells: list, solution: bool, language_info: dict | None = None) -> nbf
 
 
 def pages(package: str) -> dict[str, list]:
-    """{file name: cells} for every page module of `package`, in file-name order.
+    """{file name: cells} for every page module of `package`, in file-name order. A module
+    whose name begins with "_" holds sections that a page includes, and is no page itself.
 
     Imported here, when asked for, and not at the top of this module: the pages themselves
     import :func:`md` and :func:`code` from it.
     """
     found = [importlib.import_module(f"{package}.{info.name}")
-             for info in pkgutil.iter_modules(importlib.import_module(package).__path__)]
+             for info in pkgutil.iter_modules(importlib.import_module(package).__path__)
+             if not info.name.startswith("_")]
     return {page.NAME: page.CELLS for page in sorted(found, key=lambda page: page.NAME)}
 
 

@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING
 from workbench import lazy_names
 
 if TYPE_CHECKING:
-    from workbench.jobs.engines import ENGINES, Engine
+    from workbench.engines import ENGINES, Engine
     from workbench.jobs.job import FINAL_STATES, Job, stop_all
     from workbench.jobs.starting import apply_preset, start, start_module
 
 #: Imported when first used, as in workbench/__init__.py: a rank that needs one of these
 #: modules (the rank protocol, the engines' table) does not load the launcher.
-_WHERE = {"ENGINES": "workbench.jobs.engines", "Engine": "workbench.jobs.engines",
+_WHERE = {"ENGINES": "workbench.engines", "Engine": "workbench.engines",
           **dict.fromkeys(["FINAL_STATES", "Job", "stop_all"], "workbench.jobs.job"),
           **dict.fromkeys(["apply_preset", "start", "start_module"], "workbench.jobs.starting")}
 __all__ = ["ENGINES", "FINAL_STATES", "Engine", "Job", "apply_preset", "start", "start_module",

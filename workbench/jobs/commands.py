@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.config import ConfigError, add_job_flags, config_from_args
+from workbench.config import ConfigError
+from workbench.flags import add_job_flags, config_from_args
 from workbench.jobs import slurm
 from workbench.jobs.job import FINAL_STATES, Job
 from workbench.jobs.starting import start

@@ -12,7 +12,7 @@ password) never travel on a command line nor in the launcher's environment: Horo
 even local ranks under `/bin/sh -c env K=V ... python`, where `ps` shows them to every user,
 and writes them onto each remote rank's ssh command line. They go into a file that only
 their owner can read, `secrets.json` (0600) in the run folder, which the launcher names
-in `WORKBENCH_ENV_FILE`; each rank reads it as it starts (`load_env_file`) and the
+in `WORKBENCH_ENV_FILE`; each rank reads it as it starts (`training.reporter.load_env_file`) and the
 launcher deletes it when the job ends. `config.json` records their names, not their values
 (a resumed run forwards them by name from its launcher's environment).
 """
@@ -26,7 +26,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 #: Names the file of the secret variables (see above), set by the launcher for the ranks.
-ENV_FILE = "WORKBENCH_ENV_FILE"
 SECRETS_FILE = "secrets.json"
 
 #: Variables forwarded by exact name: finding programs and modules, the user and locale.
@@ -101,23 +100,3 @@ def write_env_file(run_dir: Path, values: dict[str, str]) -> Path:
     with os.fdopen(fd, "w") as f:
         json.dump(values, f)
     return path
-
-
-def load_env_file(environ: dict[str, str] | None = None) -> None:
-    """In a rank: add the variables of the file WORKBENCH_ENV_FILE names to os.environ.
-
-    The file must be ours and readable by no one else (records/private.py); a foreign or
-    unreadable one ends the rank with one line, as a missing configuration does.
-    """
-    from workbench.records.private import read_own
-
-    environ = os.environ if environ is None else environ
-    name = environ.get(ENV_FILE)
-    if not name:
-        return
-    path = Path(name)
-    try:
-        data = read_own(path, path.parent, secret=True)
-        environ.update({str(k): str(v) for k, v in json.loads(data).items()})
-    except (OSError, ValueError, AttributeError) as exc:
-        raise SystemExit(f"workbench: cannot read the job's variables from {path}: {exc}") from None

@@ -30,13 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig, parse_hosts
+from workbench.engines import ENGINES
 from workbench.hosts.cpu import cpu_budget
 from workbench.jobs import cores, slurm
 from workbench.jobs.devices import rank_environment
 from workbench.jobs.ending import Ending
-from workbench.jobs.engines import ENGINES
 from workbench.jobs.environment import (
-    ENV_FILE,
     allowed_environment,
     recorded,
     split_environment,
@@ -55,7 +54,14 @@ from workbench.records.liveness import (
     prepare_heartbeats,
 )
 from workbench.records.private import load_own_pickle
-from workbench.training.reporter import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0, owner_id
+from workbench.training.reporter import (
+    ENV_FILE,
+    ENV_OWNER,
+    ENV_RUN_DIR,
+    ENV_RUN_ID,
+    ENV_T0,
+    owner_id,
+)
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
 QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come

@@ -239,8 +239,8 @@ class Pool:
 
     def why_not(self, cfg: JobConfig) -> str | None:
         """Why the (validated) training job `cfg` cannot run on this pool; None if it can."""
-        from workbench.jobs.engines import ENGINES as ALL_ENGINES
-        from workbench.jobs.engines import TorchEngine
+        from workbench.engines import ENGINES as ALL_ENGINES
+        from workbench.engines import TorchEngine
 
         engine = ALL_ENGINES[cfg.engine]
         family = "torch" if isinstance(engine, TorchEngine) else engine.name

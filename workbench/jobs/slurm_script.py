@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from workbench.config import ConfigError, JobConfig, sbatch_args
-from workbench.jobs.engines import ENGINES
+from workbench.engines import ENGINES
 
 
 def tasks_per_node(cfg: JobConfig) -> int:

@@ -11,9 +11,9 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from workbench.config import ConfigError, JobConfig
+from workbench.engines import ENGINES, training_engines
 from workbench.jobs import slurm
 from workbench.jobs.devices import resolve_device
-from workbench.jobs.engines import ENGINES, training_engines
 from workbench.jobs.job import Job
 from workbench.training.checkpoint import apply_resume
 

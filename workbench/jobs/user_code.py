@@ -84,7 +84,7 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
         job = pool.run_pickled(files[PAYLOAD], fields["name"])
     else:
         job = start_module(engine, np, USER_RANK_MODULE, rank_args, files=files, **fields)
-    if echo and _in_kernel():
+    if echo and in_kernel():
         from workbench.ui.rank_output import RankOutput
 
         RankOutput(job).show()
@@ -260,7 +260,7 @@ def _safe_name(label: str) -> str:
     return (re.sub(r"[^A-Za-z0-9_.-]+", "", label) or "function")[:40]
 
 
-def _in_kernel() -> bool:
+def in_kernel() -> bool:
     """True inside a Jupyter kernel, where output can be shown under the cell."""
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None

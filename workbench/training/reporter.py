@@ -47,12 +47,14 @@ from workbench.records.liveness import (
     write_pid_file,
 )
 from workbench.records.metrics import metrics_path
+from workbench.records.private import read_own
 from workbench.records.store import CorruptRecord, read_json, write_all, write_json_atomic
 
 #: Environment variables the launcher sets for every rank.
 ENV_RUN_DIR = "WORKBENCH_RUN_DIR"
 ENV_RUN_ID = "WORKBENCH_RUN_ID"
 ENV_OWNER = "WORKBENCH_OWNER"      # "host:pid:start" of the process that started the job
+ENV_FILE = "WORKBENCH_ENV_FILE"    # the job's secret variables: a 0600 file (environment.py)
 ENV_T0 = "WORKBENCH_T0"            # launch time, seconds since the epoch
 
 
@@ -68,7 +70,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Ended
 
 
-def _env_int(*names: str, default: int = 0) -> int:
+def env_int(*names: str, default: int = 0) -> int:
     """The first of `names` that is set, as an int (launchers use different names)."""
     for name in names:
         if os.environ.get(name, "") != "":
@@ -101,12 +103,11 @@ class RankContext:
         by plain torchrun, horovodrun or python), the ranks make their own run folder from
         their command-line flags: see training/standalone.py.
         """
-        from workbench.jobs.environment import load_env_file
 
         load_env_file()  # the job's secret --env values, from their 0600 file
-        rank = _env_int("HOROVOD_RANK", "RANK", "OMPI_COMM_WORLD_RANK")
-        size = _env_int("HOROVOD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", default=1)
-        local = _env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
+        rank = env_int("HOROVOD_RANK", "RANK", "OMPI_COMM_WORLD_RANK")
+        size = env_int("HOROVOD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", default=1)
+        local = env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
         if ENV_RUN_DIR not in os.environ:
             from workbench.training.standalone import standalone_context
 
@@ -248,6 +249,24 @@ class RankContext:
     def write_result(self, result: dict[str, Any]) -> None:
         """Rank 0's result of the job (final metrics, benchmark rows...): result.json."""
         write_json_atomic(self.run_dir / "result.json", result)
+
+
+def load_env_file(environ: dict[str, str] | None = None) -> None:
+    """In a rank: add the variables of the file WORKBENCH_ENV_FILE names to os.environ.
+
+    The file must be ours and readable by no one else (records/private.py); a foreign or
+    unreadable one ends the rank with one line, as a missing configuration does.
+    """
+    environ = os.environ if environ is None else environ
+    name = environ.get(ENV_FILE)
+    if not name:
+        return
+    path = Path(name)
+    try:
+        data = read_own(path, path.parent, secret=True)
+        environ.update({str(k): str(v) for k, v in json.loads(data).items()})
+    except (OSError, ValueError, AttributeError) as exc:
+        raise SystemExit(f"workbench: cannot read the job's variables from {path}: {exc}") from None
 
 
 def owner_id() -> str:

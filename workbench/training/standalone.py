@@ -43,8 +43,8 @@ from typing import Any
 
 import psutil
 
-from workbench.cli import Parser
-from workbench.config import ConfigError, JobConfig, add_job_flags, config_from_args
+from workbench.config import ConfigError, JobConfig
+from workbench.flags import Parser, add_job_flags, config_from_args
 from workbench.records import MetricsReader, new_run_dir, read_json, write_json_atomic
 from workbench.records.liveness import owner_beat, read_pid_file
 from workbench.records.summary import training_figures, versions
@@ -86,7 +86,7 @@ def standalone_context(rank: int, size: int, local_rank: int) -> StandaloneConte
 
 def running_engine() -> tuple[str, str]:
     """(engine, module): the engine whose rank module this process runs (`-m <module>`)."""
-    from workbench.jobs.engines import ENGINES  # the engines' table says which is whose
+    from workbench.engines import ENGINES  # the engines' table says which is whose
 
     spec = getattr(sys.modules["__main__"], "__spec__", None)
     module = spec.name if spec else None

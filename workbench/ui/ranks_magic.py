@@ -78,9 +78,9 @@ class RanksMagics(Magics):
 
 def _follow(job: Any) -> Any:
     """Show the ranks' output live under the cell (in a kernel), else None."""
-    from workbench.jobs.user_code import _in_kernel
+    from workbench.jobs.user_code import in_kernel
 
-    if not _in_kernel():
+    if not in_kernel():
         return None
     from workbench.ui.rank_output import RankOutput
 

@@ -30,50 +30,22 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.config import (
-    DATASETS,
-    DEVICES,
-    ENGINES,
-    MODELS,
-    OPTIMIZERS,
     ConfigError,
     JobConfig,
 )
-from workbench.jobs import FINAL_STATES, devices, slurm
+from workbench.jobs import FINAL_STATES
 from workbench.records.metrics import MetricsReader
 from workbench.sharded.costmodel import SHARDED_STATES, STRATEGY_OF
 from workbench.ui import charts, live
 from workbench.ui.logs import LogPane
 from workbench.ui.run_charts import RunCharts
-
-#: The JobConfig fields the panel shows, in order, with their label and widget kind.
-CONTROL_SPECS: list[tuple[str, str, Any]] = [
-    ("engine", "engine", ENGINES),
-    ("np", "ranks (np)", int),
-    ("model", "model", MODELS),
-    ("dataset", "dataset", DATASETS),
-    ("epochs", "epochs", int),
-    ("batch_size", "batch/rank", int),
-    ("accumulate", "micro-batches", int),   # gradient accumulation: k per step
-    ("bucket_mb", "bucket (MiB)", float),   # the bucketed and overlapped engines
-    ("lr", "learning rate", float),
-    ("optimizer", "optimizer", OPTIMIZERS),
-    ("seed", "seed", int),
-    ("threads_per_rank", "threads/rank", int),
-]
-
-
-def control_specs(launcher: str = "local") -> list[tuple[str, str, Any]]:
-    """CONTROL_SPECS, with a launcher choice where Slurm's `sbatch` is here to submit to,
-    and a device choice where CUDA exists (elsewhere "local" and "cpu" are the only
-    choices, and a control for them would only distract)."""
-    specs = list(CONTROL_SPECS)
-    if slurm.available() is None:
-        choices = tuple(dict.fromkeys(("local", "slurm", launcher)))
-        specs = [*specs[:2], ("launcher", "launcher", choices), *specs[2:]]
-    if devices.gpu_count() > 0:
-        specs.append(("device", "device", DEVICES))
-    return specs
-
+from workbench.ui.run_controls import (
+    control_specs,
+    failure_text,
+    make_control,
+    run_label,
+    summary_text,
+)
 
 #: What the charts show, in one sentence each, under the charts.
 CAPTION = (
@@ -87,18 +59,6 @@ CAPTION = (
 
 #: Refreshes between two re-reads of the log files (logs change less often than metrics).
 LOG_EVERY = 4
-
-
-def _make_control(name: str, label: str, kind: Any, value: Any) -> widgets.Widget:
-    """One input widget. Numbers use plain text boxes, not bounded ones, so that a bad value
-    reaches ``JobConfig.validate()`` and the student sees *why* it is refused."""
-    style = {"description_width": "92px"}
-    layout = widgets.Layout(width="186px")
-    if isinstance(kind, tuple):
-        return widgets.Dropdown(options=list(kind), value=value, description=label,
-                                style=style, layout=layout)
-    cls = {int: widgets.IntText, float: widgets.FloatText}[kind]
-    return cls(value=value, description=label, style=style, layout=layout)
 
 
 class TrainingPanel(widgets.VBox):
@@ -130,7 +90,7 @@ class TrainingPanel(widgets.VBox):
         self._ticks = 0
         self._steps_total = 0
         self._epochs = self._base.epochs
-        self.controls = {name: _make_control(name, label, kind, getattr(self._base, name))
+        self.controls = {name: make_control(name, label, kind, getattr(self._base, name))
                          for name, label, kind in control_specs(self._base.launcher)}
         # no icons: an icon font adds a character to the button's accessible name
         self.start_button = widgets.Button(description="Start", button_style="success",
@@ -330,11 +290,11 @@ class TrainingPanel(widgets.VBox):
         self.progress.bar_style = style
         if state == "succeeded":
             self.progress.value = self.progress.max
-            self._say(f"Run {run_id} succeeded. {_summary_text(summary)}", "ok")
+            self._say(f"Run {run_id} succeeded. {summary_text(summary)}", "ok")
         elif state == "stopped":
-            self._say(f"Run {run_id} was stopped. {_summary_text(summary)}", "warn")
+            self._say(f"Run {run_id} was stopped. {summary_text(summary)}", "warn")
         else:
-            self._say(f"Run {run_id} {state}.", "error", detail=_failure_text(summary))
+            self._say(f"Run {run_id} {state}.", "error", detail=failure_text(summary))
 
     # ------------------------------------------------------------------ past runs
     def refresh_runs(self) -> None:
@@ -345,7 +305,7 @@ class TrainingPanel(widgets.VBox):
             runs = list_runs(self._base.runs_dir)
         except Exception:  # noqa: BLE001 - an unreadable runs folder must not break the panel
             runs = []
-        options = [(_run_label(r), str(r.run_dir)) for r in reversed(runs)]
+        options = [(run_label(r), str(r.run_dir)) for r in reversed(runs)]
         self.run_picker.options = options
         if options:
             self.run_picker.value = options[0][1]
@@ -398,52 +358,6 @@ class TrainingPanel(widgets.VBox):
                   self._chart_box, self.logs, self.run_picker, self.open_button]:
             w.close()
         super().close()
-
-
-def _summary_text(summary: dict) -> str:
-    """One line with the outcome of a finished run (fields of summary.json)."""
-    parts = []
-    if summary.get("duration_s") is not None:
-        parts.append(f"took {live.fmt_seconds(float(summary['duration_s']))}")
-    if summary.get("startup_s") is not None and summary.get("train_time_s") is not None:
-        # launching ranks and importing torch often costs more than training a small model
-        parts.append(f"start-up {live.fmt_seconds(float(summary['startup_s']))}, "
-                     f"training {live.fmt_seconds(float(summary['train_time_s']))}")
-    loss = summary.get("final_loss", summary.get("last_epoch_loss"))
-    acc = summary.get("final_accuracy", summary.get("last_epoch_accuracy"))
-    if loss is not None:
-        parts.append(f"final loss {float(loss):.3f}")
-    if acc is not None:
-        parts.append(f"accuracy {float(acc):.2f}")
-    if summary.get("samples_per_s"):
-        parts.append(f"{float(summary['samples_per_s']):,.0f} samples/s")
-    return " · ".join(parts)
-
-
-def _failure_text(summary: dict) -> str:
-    """The failed rank, its error and the last lines of its log (summary.json's failure)."""
-    failure = summary.get("failure") or {}
-    if not failure:
-        return "No failure details were recorded (see the logs below)."
-    rank = failure.get("rank")
-    who = f"rank {rank}" if rank is not None else "the launcher"
-    lines = [f"{who}: {failure.get('error') or 'failed'}"]
-    log = failure.get("log_tail") or ""
-    if isinstance(log, list):
-        log = "\n".join(log)
-    traceback = (failure.get("traceback") or "").rstrip()
-    if traceback and traceback not in log:  # too long for the log's last lines: show it all
-        lines += ["", traceback]
-    if log:
-        lines += ["", f"last lines of the log of {who}:", log]
-    return "\n".join(lines)
-
-
-def _run_label(record: Any) -> str:
-    """A past run as one line of the picker: id, status, engine, ranks, model, dataset."""
-    cfg = record.config
-    return (f"{record.run_id} — {record.status} — {cfg.get('engine', '?')} "
-            f"np={cfg.get('np', '?')} {cfg.get('model', '?')}/{cfg.get('dataset', '?')}")
 
 
 def _charts_for(cfg: JobConfig) -> RunCharts:

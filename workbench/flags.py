@@ -1,0 +1,64 @@
+"""The job's command-line flags: one per `JobConfig` field, and a parser whose errors are
+one line.
+
+`workbench run` and `workbench scale` take them (jobs/commands.py, scaling/commands.py), and
+so does every training rank module run by hand under plain torchrun, horovodrun or python
+(training/standalone.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from workbench.config import JobConfig
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage block) and exit with code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+_SKIP = {"extra"}  # not a flag: filled by code (the labs' settings)
+
+
+def add_job_flags(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per JobConfig field: `workbench run`'s flags, also taken by `scale` and by
+    the rank modules run under plain torchrun or horovodrun (training/standalone.py)."""
+    for f in dataclasses.fields(JobConfig):
+        if f.name in _SKIP:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if str(f.type).startswith("list"):  # `env`: repeat the flag, one item each time
+            parser.add_argument(flag, dest=f.name, action="append", default=None,
+                                metavar="KEY[=VALUE]", help="(repeatable)")
+            continue
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, dest=f.name, action="store_true", default=None,
+                                help=f"(default {f.default})")
+            continue
+        kind = {"int": int, "float": float}.get(str(f.type), str)
+        parser.add_argument(flag, dest=f.name, type=_typed(f.name, kind), default=None,
+                            metavar=f.name.upper(), help=f"(default {f.default!r})")
+
+
+def config_from_args(args: argparse.Namespace, **overrides: Any) -> JobConfig:
+    """The JobConfig that the given flags describe (unset flags keep their defaults)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JobConfig)
+             if f.name not in _SKIP and getattr(args, f.name, None) is not None}
+    given.update(overrides)
+    return JobConfig(**given)
+
+
+def _typed(name: str, kind: type):
+    """An argparse type that names the flag and the expected kind in its one-line error."""
+    def convert(text: str):
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+    return convert
