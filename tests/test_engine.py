@@ -357,23 +357,20 @@ def test_metrics_reader_holds_back_a_partial_line(tmp_path):
     assert reader.read_new() == [{"kind": "step", "a": 2}]
 
 
-def test_runs_and_show_read_records_back(tmp_path, capsys):
-    job = run_job(tmp_path, engine="serial", np=1)
-    assert cli_main(["runs", "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
-    listed = json.loads(capsys.readouterr().out)
-    assert [r["run_id"] for r in listed] == [job.run_id]
-    assert cli_main(["show", job.run_id[-4:], "--runs-dir", str(tmp_path / "runs"),
-                     "--json"]) == 0
-    shown = json.loads(capsys.readouterr().out)
-    assert shown["run_id"] == job.run_id and shown["status"] == "succeeded"
-
-
-def test_run_json_prints_the_summary_alone(tmp_path, capsys):
-    code = cli_main(["run", "--engine", "serial", "--np", "1", "--epochs", "1",
-                     "--runs-dir", str(tmp_path), "--json"])
+def test_run_json_prints_the_summary_alone_and_runs_and_show_read_it_back(tmp_path, capsys):
+    """One serial run through the CLI, checked three ways (one job, not one per command)."""
+    runs = str(tmp_path / "runs")
+    code = cli_main(["run", "--engine", "serial", "--np", "1", "--epochs", "1", "--model",
+                     "mlp", "--width", "32", "--dataset", "digits", "--runs-dir", runs, "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["status"] == "succeeded"
     assert Path(out["run_dir"]).name == out["run_id"]
+    assert cli_main(["runs", "--runs-dir", runs, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["run_id"] for r in listed] == [out["run_id"]]
+    assert cli_main(["show", out["run_id"][-4:], "--runs-dir", runs, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["run_id"] == out["run_id"] and shown["status"] == "succeeded"
 
 
 # ----------------------------------------------------------------- rejected configurations
