@@ -112,7 +112,12 @@ def test_plain_flags_are_workbench_runs_flags_and_the_launcher_decides_np():
 
 # ----------------------------------------------------------------- the engines' own knowledge
 def test_every_training_engine_is_a_configuration_choice_and_has_a_rank_module():
-    assert set(training_engines()) == set(CONFIG_ENGINES)
+    """config.py reads its engine names off the one table (engines.py): each training
+    engine is a valid choice with a module its ranks run; the labs' engine is neither."""
+    assert CONFIG_ENGINES == tuple(training_engines()) and "fork" not in CONFIG_ENGINES
+    for name in CONFIG_ENGINES:
+        assert JobConfig(engine=name, np=1).validate().engine == name
+        assert importlib.util.find_spec(ENGINES[name].rank_module) is not None, name
     assert ENGINES["fork"].rank_module is None  # the labs' engine trains nothing
 
 
