@@ -124,18 +124,28 @@ def chromium_page(width: int = 1400, height: int = 1300):
             browser.close()
 
 
+#: JavaScript: true once the notebook's kernel is connected.
+KERNEL_CONNECTED = ("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+                    " return w && w.sessionContext && w.sessionContext.session &&"
+                    " w.sessionContext.session.kernel &&"
+                    " w.sessionContext.session.kernel.connectionStatus === 'connected'; }")
+
+
 def open_and_run(page, url: str, token: str, notebook: str, timeout_ms: int = 120_000) -> None:
     """Open ``notebook`` in JupyterLab and run all its cells (returns once they are queued)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.goto(f"{url}/lab/tree/{notebook}?token={token}")
     page.wait_for_function(
         "() => window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')",
         timeout=timeout_ms)
-    page.wait_for_function(  # the kernel must be ready before cells are sent to it
-        "() => { const w = window.jupyterapp.shell.currentWidget;"
-        " return w && w.sessionContext && w.sessionContext.session &&"
-        " w.sessionContext.session.kernel &&"
-        " w.sessionContext.session.kernel.connectionStatus === 'connected'; }",
-        timeout=timeout_ms)
+    try:  # the kernel must be ready before cells are sent to it
+        page.wait_for_function(KERNEL_CONNECTED, timeout=timeout_ms // 2)
+    except PlaywrightTimeout:
+        # On a loaded machine a first load can fail a request (seen: "Error Loading Theme",
+        # a stylesheet that did not come) and the page never connects: load it once more.
+        page.reload()
+        page.wait_for_function(KERNEL_CONNECTED, timeout=timeout_ms // 2)
     # execute() returns a promise that may never settle: start it and return at once
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells');"
                   " return true; }")
