@@ -222,9 +222,8 @@ class Ticket:
         (or the job will not wait for cores: it binds none, or runs unbound)."""
         if not self._under_limit(entry["user"], state):
             return False
-        need = entry["n_cores"]
-        return (need == 0 or need > len(affinity()) or self.sharing.when_busy == "unbound"
-                or len(_free(state)) >= need)
+        return (self._takes_none(entry) or self.sharing.when_busy == "unbound"
+                or len(_free(state)) >= entry["n_cores"])
 
     def _take(self, state: dict[str, Any]) -> list[int]:
         """The lowest free cores, or [] (unbound, with a warning saying why)."""
