@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.config import JobConfig
 from workbench.jobs import cores, start_module, torch_hosts
 from workbench.jobs import job as job_module
 from workbench.jobs.blame import (
@@ -31,7 +32,10 @@ from workbench.jobs.blame import (
     ranks_failure,
     reported_failure,
 )
+from workbench.jobs.launchers import Local, Ssh, cores_needed, launcher_for
 from workbench.jobs.processes import job_processes
+from workbench.jobs.slurm import SlurmBatch
+from workbench.jobs.watch import outcome
 from workbench.records import read_json
 
 SMALL = dict(engine="serial", np=1, model="logreg", dataset="digits", epochs=1, max_steps=5,
@@ -95,6 +99,46 @@ def test_a_launcher_that_ended_first_blames_only_a_rank_that_had_started():
                        "rank(s) [1, 2] reported: ModuleNotFoundError: No module named 'x'"}
     assert launcher_failure(2, {}, set(), "it ended", None) == {
         "rank": None, "error": "it ended before rank(s) [0, 1] reported"}
+
+
+# ------------------------------------------------------------ what one look concludes
+def ending(rc: int) -> str:
+    return f"the torch launcher exited with code {rc}"
+
+
+def test_the_outcome_of_one_look_is_a_function_of_what_was_seen():
+    ok = {"ok": True, "time": 1.0}
+    # still running: no failure and the launcher has not exited, whatever the ranks said
+    assert outcome(2, {0: ok}, [], {0, 1}, None, ending) is None
+    assert outcome(2, {0: ok, 1: ok}, [], {0, 1}, None, ending) is None
+    # every rank reported success and the launcher exited 0
+    assert outcome(2, {0: ok, 1: ok}, [], {0, 1}, 0, ending) == ("succeeded", None)
+    # a failure ends the job while the launcher still runs, blaming the culprit
+    killed = Failure(1, "vanished", 10.0, "rank 1 ended without reporting")
+    assert outcome(2, {0: ok}, [killed], {0, 1}, None, ending) == (
+        "failed", {"rank": 1, "error": "rank 1 ended without reporting", "others": {}})
+    # all succeeded but the launcher failed: a failure, with the launcher's words and cause
+    status, failure = outcome(2, {0: ok, 1: ok}, [], {0, 1}, 3, ending)
+    assert status == "failed" and failure["error"] == "the torch launcher exited with code 3"
+    # the launcher exited (even with 0) before rank 1 reported: rank 1 is blamed
+    status, failure = outcome(2, {0: ok}, [], {0, 1}, 0, ending,
+                              "[1]<stderr>:ImportError: no module named x\n")
+    assert status == "failed" and failure["rank"] == 1
+    assert failure["error"].endswith("before rank(s) [1] reported: ImportError: no module "
+                                     "named x")
+
+
+def test_each_way_of_starting_ranks_is_one_launcher_class():
+    assert launcher_for(JobConfig(engine="torch", np=2)) is Local
+    assert launcher_for(JobConfig(engine="torch", np=2, hosts="localhost:2")) is Local
+    assert launcher_for(JobConfig(engine="torch", np=2, hosts="10.9.9.9:1,localhost:1")) is Ssh
+    assert launcher_for(JobConfig(engine="horovod", np=2, launcher="slurm")) is SlurmBatch
+    assert cores_needed(JobConfig(engine="torch", np=2, threads_per_rank=2)) == 4
+    assert cores_needed(JobConfig(engine="torch", np=2, hosts="localhost:2")) == 2
+    for no_cores_here in (dict(cpu_bind="none"), dict(hosts="10.9.9.9:1,localhost:1"),
+                          dict(launcher="slurm")):
+        assert cores_needed(JobConfig(engine="torch", np=2, **no_cores_here)) == 0
+    assert Local.shares_this_host and not SlurmBatch.shares_this_host
 
 
 # ------------------------------------------------------------ one real torch job

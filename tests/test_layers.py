@@ -25,6 +25,7 @@ RANK_MODULES = sorted({e.rank_module for e in ENGINES.values() if e.rank_module}
 
 #: What no rank may load (a name, or a package and everything under it).
 LAUNCHER_AND_UI = ["workbench.jobs.job", "workbench.jobs.starting", "workbench.jobs.ending",
+                   "workbench.jobs.launchers",
                    "workbench.jobs.pool", "workbench.jobs.cores",
                    "workbench.jobs.watch", "workbench.jobs.slurm", "workbench.cli",
                    "workbench.ui", "workbench.lessons", "workbench.exercises", "bokeh",

@@ -73,14 +73,14 @@ def ranks_failure(failures: list[Failure], exits: dict[int, dict[str, Any]]) -> 
 
 def launcher_failure(world_size: int, exits: dict[int, dict[str, Any]], started: set[int],
                      ended: str, cause: str | None) -> dict[str, Any]:
-    """The summary's `failure` when the launcher ended (`ended`, in words) before every
-    rank reported. A rank is blamed only if it got as far as starting: one that failed
+    """The summary's `failure` when the launcher failed (`ended`, in words), often before
+    every rank reported. A rank is blamed only if it got as far as starting: one that failed
     before (an import error, a Horovod/torch mismatch) left its cause in the launcher's log
     (`cause`, its telling line)."""
     missing = sorted(set(range(world_size)) - set(exits))
+    before = f" before rank(s) {missing} reported" if missing else ""
     return {"rank": next((r for r in missing if r in started), None),
-            "error": f"{ended} before rank(s) {missing} reported" + (
-                f": {cause}" if cause else "")}
+            "error": f"{ended}{before}" + (f": {cause}" if cause else "")}
 
 
 #: Lines of a launcher log that name an error (a traceback's last line, "error: ...").

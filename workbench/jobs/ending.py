@@ -3,8 +3,9 @@
 A job ends once, whoever asks first: the watcher (watch.py) when it has decided the
 outcome, `stop()`, or Python's exit. Ending
 
-1. tells remote ranks to stop (the owner's heartbeat says "stop"), cancels a Slurm job,
-   and ends every local process of the job, SIGTERM then SIGKILL (processes.py);
+1. tells remote ranks to stop (the owner's heartbeat says "stop"), has the launcher end
+   what it runs elsewhere (a Slurm job is cancelled), and ends every local process of the
+   job, SIGTERM then SIGKILL (processes.py);
 2. gives the job's cores back to the host's queue (cores.py);
 3. writes `summary.json` atomically: how the job ran here (ranks, cores, times), what its
    metrics add up to (records/summary.py), and, if it failed, which rank failed, with the
@@ -112,11 +113,8 @@ class Ending:
         try:
             self._stopping = True
             owner_beat(self.run_dir, stop=True)
-            if self._slurm and self._proc is not None:  # ---- Slurm hook: scancel, and wait
-                try:                                     # until Slurm has ended the job
-                    self._proc.cancel()
-                finally:
-                    self._proc.stop_guard()
+            if self._proc is not None:  # e.g. Slurm: scancel, and wait until it has ended
+                self._proc.end()
         finally:  # a failed write must not spare the local processes
             survivors = terminate(job_processes(self.run_id, self.run_dir, self.launcher_pid))
             try:
@@ -162,9 +160,8 @@ class Ending:
         if self._reader.bad_lines:
             summary["warnings"] = [*self.warnings, f"{self._reader.bad_lines} metrics line(s) "
                                    "were not valid JSON and were skipped"]
-        if self._slurm and self._proc is not None:
-            summary["slurm_job_id"] = self._proc.job_id
-            summary["slurm_state"] = self._proc.state
+        if self._proc is not None:
+            summary.update(self._proc.facts())  # e.g. Slurm's job id and state
         if failure:
             summary["failure"] = failure
         return summary

@@ -18,21 +18,17 @@ Whatever the outcome, every process of the job is ended and `summary.json` is wr
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
 import warnings
 import weakref
-from pathlib import Path
 from typing import Any
 
-from workbench.config import ConfigError, JobConfig, parse_hosts
+from workbench.config import JobConfig
 from workbench.engines import ENGINES
 from workbench.hosts.cpu import cpu_budget
-from workbench.jobs import cores, slurm
+from workbench.jobs import cores
 from workbench.jobs.devices import rank_environment
 from workbench.jobs.ending import Ending
 from workbench.jobs.environment import (
@@ -41,6 +37,7 @@ from workbench.jobs.environment import (
     split_environment,
     write_env_file,
 )
+from workbench.jobs.launchers import Launched, launcher_for
 from workbench.jobs.watch import Watching, _one_line
 from workbench.records import (
     CorruptRecord,
@@ -65,7 +62,6 @@ from workbench.training.reporter import (
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
 QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come
-GUARD = Path(__file__).with_name("guard.py")  # run beside every launcher (see guard.py)
 _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 
 
@@ -90,17 +86,16 @@ class Job(Watching, Ending):
         self.world_size = cfg.world_size
         self.warnings: list[str] = []
         self._watch_state()
-        self._proc: subprocess.Popen[bytes] | slurm.SlurmBatch | None = None
-        self._slurm = cfg.launcher == "slurm"
+        self._launcher = launcher_for(cfg)  # how the ranks start: launchers.py
+        self._proc: Launched | None = None  # ... and, once started, how they are seen
         self._started = self._asked = time.time()
         # ---- the gate: take this job's cores from the host's allocation, or queue for them
         try:
-            self._ticket = SlurmTicket() if self._slurm else \
-                cores.Ticket(self.run_id, cores_needed(cfg), sharing)
+            self._ticket = self._launcher.ticket(self.run_id, cfg, sharing)
         except BaseException:  # the queue cannot be reached (its lock held for long, say):
             shutil.rmtree(self.run_dir, ignore_errors=True)  # no run, and no half record
             raise
-        if not self._slurm and cfg.oversubscribed():  # said at once, even while queued
+        if self._launcher.shares_this_host and cfg.oversubscribed():  # said at once
             self.warnings.append(
                 f"{cfg.world_size} ranks x {cfg.resolved_threads()} threads exceed the "
                 f"{cpu_budget().usable} cores this host gives us: ranks will share cores and "
@@ -145,7 +140,7 @@ class Job(Watching, Ending):
     @property
     def pending_reason(self) -> str | None:
         """Why Slurm still queues the job ("Resources", "Priority", ...); None otherwise."""
-        return self._proc.pending_reason if self._slurm and self._proc is not None else None
+        return self._proc.pending_reason if self._proc is not None else None
 
     @property
     def queue_position(self) -> int:
@@ -281,58 +276,14 @@ class Job(Watching, Ending):
         }
         if secret:  # values in a 0600 file, never on a command line (environment.py)
             env[ENV_FILE] = str(write_env_file(self.run_dir, secret))
-        if self._slurm:  # ---- Slurm hook: Slurm starts the ranks (see slurm.py) ----
-            # The ranks run on compute nodes, where our pid means nothing: no owner pid
-            # watchdog there (they still leave when the owner's heartbeat says "stop").
-            del env[ENV_OWNER]
-            self._started = time.time()
-            self._proc = slurm.submit(cfg, self.run_id, self.run_dir, module, args, env)
-            _LIVE_JOBS.add(self)
-            threading.Thread(target=self._watch, name=f"watch-{self.run_id}",
-                             daemon=True).start()
-            return
         if self._ticket.warning:
             self.warnings.append(self._ticket.warning)
             warnings.warn(self.warnings[-1], stacklevel=3)
-        launcher = ENGINES[cfg.engine].command(cfg.world_size, module, args, cfg.hosts,
-                                               self.run_id)
-        if shutil.which(launcher[0]) is None:
-            raise ConfigError(f"cannot start the {cfg.engine} launcher {launcher[0]!r}: it is "
-                              "not an executable file; run `workbench doctor`")
-        # The guard ends the launcher if this process dies first (a restarted kernel).
-        cmd = [sys.executable, str(GUARD), str(os.getpid()), "--", *launcher]
-        if self._ticket.cores:  # the launcher and every rank it starts inherit these cores
-            cmd = ["taskset", "--cpu-list", ",".join(map(str, self._ticket.cores)), *cmd]
         self._started = time.time()
-        with open(self.run_dir / "logs" / "launcher.log", "ab") as log:
-            log.write((" ".join(cmd) + "\n").encode())
-            log.flush()
-            try:
-                # A new session, so a Ctrl-C in a terminal reaches us, not the ranks
-                # directly: we stop them ourselves, in order, and record it.
-                self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, env=env,
-                                              start_new_session=True)
-            except OSError as exc:
-                raise ConfigError(f"cannot start the {cfg.engine} launcher {cmd[0]!r}: "
-                                  f"{exc.strerror or exc}") from None
+        self._proc = self._launcher.start(cfg, self.run_id, self.run_dir, module, args, env,
+                                          self._ticket.cores)
         _LIVE_JOBS.add(self)
         threading.Thread(target=self._watch, name=f"watch-{self.run_id}", daemon=True).start()
-
-
-class SlurmTicket:
-    """The gate's answer for a Slurm job: go. It waits in Slurm's queue, for the cluster's
-    cores, not in this host's queue for this host's cores."""
-
-    cores: list[int] = []
-    warning: str | None = None
-    position = 0
-
-    def poll(self) -> bool:
-        return True
-
-    def release(self) -> None:
-        """Nothing to give back here: Slurm frees the job's cores."""
 
 
 def stop_all() -> None:
@@ -346,18 +297,5 @@ atexit.register(stop_all)
 
 
 # ---------------------------------------------------------------------- helpers
-def cores_needed(cfg: JobConfig) -> int:
-    """Cores this job binds on this host: ranks × threads, or 0 when it binds none here
-    (`cpu_bind="none"`, or ranks on other hosts, or Slurm's): then it only counts for its
-    user's limit. `--hosts` naming only this host (`localhost:4`) is this host: its ranks
-    queue for cores like any other local job's."""
-    from workbench.jobs.torch_hosts import is_local  # (not at import: it is a launcher too)
-
-    if cfg.cpu_bind != "core" or cfg.launcher == "slurm" or not (
-            cfg.hosts is None or all(is_local(host) for host in parse_hosts(cfg.hosts))):
-        return 0
-    return cfg.world_size * cfg.resolved_threads()
-
-
 def _label(cfg: JobConfig) -> str:
     return f"{cfg.name or cfg.engine}-np{cfg.world_size}"

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.config import JobConfig
 from workbench.jobs.job import _LIVE_JOBS, Job, _label
+from workbench.jobs.launchers import ByPid
 from workbench.jobs.watch import POLL_S
 from workbench.records import new_run_dir, write_json_atomic
 
@@ -50,7 +51,7 @@ class PoolCall(Job):
         self.world_size = cfg.world_size
         self.warnings: list[str] = []
         self._watch_state()
-        self._slurm, self._wake = False, threading.Event()
+        self._wake = threading.Event()
         self._replies: dict[int, bool] = {}
         self._ticket = _PoolCores(ranks.job.cores)
         self._proc = _CallProgress(self)
@@ -106,15 +107,6 @@ class PoolCall(Job):
                               f"({self._ranks.job.status}, run {self._ranks.job.run_id})"}
         return None
 
-    def _remote_age(self, rank: int) -> float:
-        """A call's ranks write no heartbeat (their pool's ranks do): one on another host is
-        known lost when its channel closes (`_lost_rank`), never by silence."""
-        return 0.0
-
-    def _undecided_remote(self, exits: dict[int, dict[str, Any]],
-                          ranks: dict[int, tuple[int, str]], since: float) -> bool:
-        return False  # a lost channel is seen at once (see `_remote_age`)
-
     def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
         self._ending = status
         super()._finish(status, failure)
@@ -147,13 +139,15 @@ class PoolCall(Job):
                        interrupted_ranks=self.interrupted)
         return summary
 
-class _CallProgress:
-    """What a job's watcher asks of its launcher, answered for a call: it "exits" (0) once
-    every rank has replied."""
 
-    pid = None
+class _CallProgress(ByPid):
+    """What a job's watcher asks of its launcher (launchers.py), answered for a call: it
+    "exits" (0) once every rank has replied. A rank on another host is known lost when its
+    channel closes (`PoolCall._lost_rank`), never by a silent heartbeat: a call's ranks
+    write none (their pool's ranks do)."""
 
     def __init__(self, call: PoolCall) -> None:
+        super().__init__()
         self.call = call
 
     def poll(self) -> int | None:

@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
+from workbench.jobs.blame import Failure
+from workbench.jobs.launchers import GUARD, Exits, Launched, Ranks
 from workbench.jobs.processes import rank_pids
 from workbench.jobs.slurm_script import (  # noqa: F401 (re-exported: the batch script, -H)
     horovod_hosts,
@@ -121,13 +123,11 @@ def submit(cfg: JobConfig, run_id: str, run_dir: Path, module: str, args: list[s
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing was queued (or it was cancelled)
         raise
     write_json_atomic(run_dir / "slurm" / "job.json", {"slurm_job_id": job_id})
-    return SlurmBatch(job_id, run_dir, guard)
+    return SlurmBatch(job_id, run_dir, guard, cfg.world_size)
 
 
 def start_guard(run_id: str, run_dir: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """The guard that `scancel`s the job named `run_id` if this process dies (guard.py)."""
-    from workbench.jobs.job import GUARD
-
     with open(run_dir / "logs" / "launcher.log", "ab") as log:
         return subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()), "--scancel",
                                  run_id], stdout=log, stderr=subprocess.STDOUT,
@@ -187,25 +187,44 @@ def _me() -> str:
 
 
 # ---------------------------------------------------------------------- watching
-class SlurmBatch:
-    """A submitted batch job, seen by the watcher in job.py as it sees a launcher process.
+class SlurmBatch(Launched):
+    """A submitted batch job, seen by the watcher as it sees a launcher process (the
+    interface is launchers.py's).
 
     Like `subprocess.Popen`, it answers `poll()` (None while the job lives, then its exit
     code) and `wait(timeout)`; it has no local `pid`. It adds Slurm's view: `state` and
-    `reason` (why it is PENDING), `cancel()` and the ranks that ended without reporting.
+    `reason` (why it is PENDING), `end()` (scancel) and the ranks that ended without
+    reporting.
     """
 
     pid = None  # the ranks run on compute nodes: no local process stands for the job
 
     def __init__(self, job_id: str, run_dir: Path,
-                 guard: subprocess.Popen[bytes] | None = None) -> None:
+                 guard: subprocess.Popen[bytes] | None = None, world_size: int = 1) -> None:
         self.job_id = job_id
         self.run_dir = run_dir
         self.guard = guard  # scancels the job if its owner dies (guard.py)
+        self.world_size = world_size
+        self.started = time.time()
         self.state, self.reason = "PENDING", "None"
         self.final: dict[str, str] = {}  # scontrol's JobState and ExitCode, once ended
         self._asked = 0.0
         self.returncode: int | None = None
+
+    @staticmethod
+    def ticket(run_id: str, cfg: JobConfig, sharing: Any) -> SlurmTicket:
+        """No place in this host's queue: the job waits in Slurm's, for the cluster's cores."""
+        return SlurmTicket()
+
+    @staticmethod
+    def start(cfg: JobConfig, run_id: str, run_dir: Path, module: str, args: list[str],
+              env: dict[str, str], cores_held: list[int]) -> SlurmBatch:
+        """Submit the job. Its ranks run on compute nodes, where our pid means nothing: no
+        owner pid watchdog there (they still leave when the owner's heartbeat says "stop")."""
+        from workbench.training.reporter import ENV_OWNER
+
+        return submit(cfg, run_id, run_dir, module, args,
+                      {k: v for k, v in env.items() if k != ENV_OWNER})
 
     @property
     def pending_reason(self) -> str | None:
@@ -247,16 +266,18 @@ class SlurmBatch:
             time.sleep(0.2)
         return rc
 
-    def cancel(self, timeout: float = 10.0) -> None:
-        """`scancel` the job (SIGTERM to every task, SIGKILL after Slurm's KillWait) and wait
-        until Slurm has ended it."""
-        if self.poll(now=True) is not None:
-            return
-        subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30)
+    def end(self, timeout: float = 10.0) -> None:
+        """`scancel` the job (SIGTERM to every task, SIGKILL after Slurm's KillWait), wait
+        until Slurm has ended it, and end the guard."""
         try:
-            self.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass  # the caller's sweep of local processes and summary still run
+            if self.poll(now=True) is None:
+                subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30)
+                try:
+                    self.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    pass  # the caller's sweep of local processes and summary still run
+        finally:
+            self.stop_guard()
 
     def stop_guard(self) -> None:
         """End the guard: the job has ended, or has just been cancelled."""
@@ -267,18 +288,44 @@ class SlurmBatch:
             except subprocess.TimeoutExpired:
                 self.guard.kill()
 
-    def ending(self) -> str:
+    def ending(self, rc: int) -> str:
         """How the job ended, in words, for a failure report."""
         return (f"Slurm job {self.job_id} ended {self.state} (exit code "
                 f"{self.final.get('ExitCode', self.returncode)})")
 
-    def vanished(self, exits: dict[int, Any]) -> list[tuple[int, int | None]]:
-        """(rank, pid) of ranks that ended (tasks/rank<k>.json) without an exit record."""
+    def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
+        """Ranks that ended (their task wrote tasks/rank<k>.json) without an exit record."""
         pids = rank_pids(self.run_dir)
-        ended = sorted((rec.get("time", 0.0), int(f.stem[4:]))
-                       for f in (self.run_dir / "tasks").glob("rank*.json")
-                       if (rec := read_json(f)) is not None)
-        return [(rank, pids.get(rank)) for _, rank in ended if rank not in exits]
+        ended_tasks = sorted((rec.get("time", 0.0), int(f.stem[4:]))
+                             for f in (self.run_dir / "tasks").glob("rank*.json")
+                             if (rec := read_json(f)) is not None)
+        return [Failure(rank, "vanished", self.started,
+                        f"rank {rank} (pid {pids.get(rank)}) ended without reporting (its Slurm "
+                        "task recorded its end): killed by a signal or out of memory")
+                for _, rank in ended_tasks if rank not in exits]
+
+    def undecided(self, exits: Exits, ranks: Ranks, since: float) -> bool:
+        """A killed task's record (tasks/) may land moments after a peer's error, which its
+        death caused."""
+        return len(exits) < self.world_size
+
+    def facts(self) -> dict[str, Any]:
+        return {"slurm_job_id": self.job_id, "slurm_state": self.state}
+
+
+class SlurmTicket:
+    """The gate's answer for a Slurm job: go. It waits in Slurm's queue, for the cluster's
+    cores, not in this host's queue for this host's cores."""
+
+    cores: list[int] = []
+    warning: str | None = None
+    position = 0
+
+    def poll(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing to give back here: Slurm frees the job's cores."""
 
 
 #: What `queue_state` returns when squeue could not answer (controller busy or down).

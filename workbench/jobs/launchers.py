@@ -1,0 +1,242 @@
+"""How a job's ranks are started, seen and ended: one interface, one class for each way.
+
+torchrun's agent keeps its workers apart from how they were started; so does the job here.
+A `Job` (job.py) asks `launcher_for(cfg)` which way its ranks start, and from then on asks
+the object `start()` returned the same questions, whatever it is:
+
+| class | who starts the ranks | how a rank that died without a word is found |
+| --- | --- | --- |
+| `Local` | the engine's launcher (horovodrun, torchrun, python), here | its pid is gone |
+| `Ssh` | the same launcher, with ranks on other hosts over ssh | also: its heartbeat stopped |
+| `slurm.SlurmBatch` | Slurm, on its nodes, after `sbatch` | its task recorded its end |
+| `pool_call._CallProgress` | nobody: a pool's warm ranks are running already | its socket closed |
+
+The questions (`Launched`): `poll()` and `wait()` as `subprocess.Popen` answers them (the
+exit code once the launcher has ended), `pause()` between two looks, `vanished()` (ranks
+gone without an exit record, each a `blame.Failure`), `undecided()` (might a rank not yet
+known dead still be the culprit?), `here()` (is the rank's clock the watcher's?),
+`ending(rc)` (how it ended, in words) and `end()` (end what the launcher runs elsewhere).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.config import ConfigError, JobConfig, parse_hosts
+from workbench.engines import ENGINES
+from workbench.jobs import cores
+from workbench.jobs.blame import Failure
+from workbench.jobs.processes import pid_alive
+from workbench.records.liveness import RANK_STALE_S, Staleness, heartbeat_path, this_host
+
+GUARD = Path(__file__).with_name("guard.py")  # run beside every launcher (see guard.py)
+POLL_S = 0.2  # how often the watcher looks (s)
+#: After the launcher has exited, a remote rank whose heartbeat has not changed for this
+#: long is judged gone (it beats every second while alive).
+REMOTE_GONE_S = 3.0
+Ranks = dict[int, tuple[int, str]]  # rank -> (pid, host), from the ranks' pid files
+Exits = dict[int, dict[str, Any]]   # rank -> its exit record
+
+
+class Launched:
+    """What the watcher asks of a started job (see the module docstring). The defaults are
+    those of a launcher with nothing to say: no pid here, no rank found gone by it."""
+
+    pid: int | None = None
+    pending_reason: str | None = None  # why a scheduler still queues the job
+    #: Whether the ranks run on this host's cores, so that too many of them slow each other.
+    shares_this_host = False
+
+    def poll(self) -> int | None:
+        raise NotImplementedError
+
+    def wait(self, timeout: float | None = None) -> int:
+        raise NotImplementedError
+
+    def pause(self) -> None:
+        """Wait before the watcher's next look."""
+        time.sleep(POLL_S)
+
+    def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
+        """Ranks that ended without an exit record (`ended`: the launcher has exited)."""
+        return []
+
+    def undecided(self, exits: Exits, ranks: Ranks, since: float) -> bool:
+        """True while a rank without an exit record may yet prove to have died at about
+        `since` (time.monotonic()), before the failure the watcher has seen."""
+        return False
+
+    def here(self, rank: int, ranks: Ranks) -> bool:
+        """Whether `rank` ran on the watcher's host (its records' times are on our clock)."""
+        return False
+
+    def ending(self, rc: int) -> str:
+        return f"the launcher exited with code {rc}"
+
+    def end(self) -> None:
+        """End what the launcher runs beyond this host's processes (which the job ends)."""
+
+    def facts(self) -> dict[str, Any]:
+        """What the job's summary records about this launcher."""
+        return {}
+
+
+class ByPid(Launched):
+    """Ranks on this host: one whose pid is gone without an exit record has vanished."""
+
+    def __init__(self) -> None:
+        self.alive_at: dict[int, float] = {}  # rank: when the watcher last saw it alive
+
+    def here(self, rank: int, ranks: Ranks) -> bool:
+        return ranks.get(rank, (0, this_host()))[1] == this_host()
+
+    def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
+        """Ranks on this host whose pid is gone (or a zombie), each at the last moment the
+        watcher saw it alive (see blame.py)."""
+        out, here = [], this_host()
+        for rank, (pid, host) in sorted(ranks.items()):
+            if rank in exits or host != here:
+                continue
+            now = time.time()
+            if pid_alive(pid):
+                self.alive_at[rank] = now
+            else:
+                out.append(Failure(rank, "vanished", self.alive_at.get(rank, now),
+                                   f"rank {rank} (pid {pid}) ended without reporting: killed "
+                                   "by a signal (e.g. kill -9) or by the out-of-memory killer"))
+        return out
+
+
+class Local(ByPid):
+    """The engine's launcher started on this host under the guard (guard.py), which ends it
+    if the process that started it dies first (a restarted kernel)."""
+
+    shares_this_host = True
+
+    def __init__(self, proc: subprocess.Popen[bytes], engine: str, run_dir: Path) -> None:
+        super().__init__()
+        self.proc, self.pid, self.engine, self.run_dir = proc, proc.pid, engine, run_dir
+
+    @staticmethod
+    def ticket(run_id: str, cfg: JobConfig, sharing: cores.Settings) -> cores.Ticket:
+        """This job's place in the host's queue for cores (cores.py)."""
+        return cores.Ticket(run_id, cores_needed(cfg), sharing)
+
+    @classmethod
+    def start(cls, cfg: JobConfig, run_id: str, run_dir: Path, module: str, args: list[str],
+              env: dict[str, str], cores_held: list[int]) -> Local:
+        """Start the engine's launcher (bound to `cores_held`, if any), logging to
+        logs/launcher.log."""
+        launcher = ENGINES[cfg.engine].command(cfg.world_size, module, args, cfg.hosts, run_id)
+        if shutil.which(launcher[0]) is None:
+            raise ConfigError(f"cannot start the {cfg.engine} launcher {launcher[0]!r}: it is "
+                              "not an executable file; run `workbench doctor`")
+        cmd = [sys.executable, str(GUARD), str(os.getpid()), "--", *launcher]
+        if cores_held:  # the launcher and every rank it starts inherit these cores
+            cmd = ["taskset", "--cpu-list", ",".join(map(str, cores_held)), *cmd]
+        with open(run_dir / "logs" / "launcher.log", "ab") as log:
+            log.write((" ".join(cmd) + "\n").encode())
+            log.flush()
+            try:
+                # A new session, so a Ctrl-C in a terminal reaches us, not the ranks
+                # directly: we stop them ourselves, in order, and record it.
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=env,
+                                        start_new_session=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot start the {cfg.engine} launcher {cmd[0]!r}: "
+                                  f"{exc.strerror or exc}") from None
+        return cls(proc, cfg.engine, run_dir)
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.proc.wait(timeout)
+
+    def pause(self) -> None:
+        """POLL_S, but wake at once when the launcher ends."""
+        try:
+            self.proc.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            return
+        time.sleep(0.05)  # the launcher is gone: no busy loop while the watcher concludes
+
+    def ending(self, rc: int) -> str:
+        return f"the {self.engine} launcher exited with code {rc}"
+
+
+class Ssh(Local):
+    """A launcher here whose ranks run on other hosts too. Their pids mean nothing here, so
+    they are seen through the heartbeat files they write into the shared runs folder
+    (records/liveness.py), and through the launcher's exit, which notices their ssh session
+    end."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], engine: str, run_dir: Path) -> None:
+        super().__init__(proc, engine, run_dir)
+        self.beats: dict[int, Staleness] = {}
+
+    def age(self, rank: int) -> float:
+        """Seconds since rank `rank`'s heartbeat last changed."""
+        if rank not in self.beats:
+            self.beats[rank] = Staleness(heartbeat_path(self.run_dir, f"rank{rank}"))
+        return self.beats[rank].age()
+
+    def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
+        """Also: remote ranks whose heartbeat has not changed for `RANK_STALE_S`, or for
+        `REMOTE_GONE_S` once the launcher has exited."""
+        out, here = super().vanished(exits, ranks, ended), this_host()
+        for rank, (pid, host) in sorted(ranks.items()):
+            if rank in exits or host == here:
+                continue
+            age = self.age(rank)
+            if age > RANK_STALE_S or (ended and age > REMOTE_GONE_S):
+                out.append(Failure(rank, "vanished", time.time() - age,
+                                   f"rank {rank} (pid {pid} on {host}) ended without "
+                                   f"reporting: no heartbeat for {age:.0f} s (killed by a "
+                                   "signal, out of memory, or its host went down)"))
+        return sorted(out, key=lambda f: f.rank)
+
+    def undecided(self, exits: Exits, ranks: Ranks, since: float) -> bool:
+        """A remote rank whose heartbeat has not changed since `since`, but not for long
+        enough yet to call it gone: a live rank beats again within a second."""
+        here = this_host()
+        for rank, (_, host) in ranks.items():
+            if rank in exits or host == here:
+                continue
+            age = self.age(rank)
+            if self.beats[rank].changed_at <= since and age <= REMOTE_GONE_S:
+                return True
+        return False
+
+
+def launcher_for(cfg: JobConfig) -> type[Local] | type[Any]:
+    """The class that starts `cfg`'s ranks: Slurm's, ssh's or this host's."""
+    if cfg.launcher == "slurm":
+        from workbench.jobs.slurm import SlurmBatch
+
+        return SlurmBatch
+    return Ssh if on_other_hosts(cfg) else Local
+
+
+def on_other_hosts(cfg: JobConfig) -> bool:
+    """Whether `--hosts` names a host other than this one (`localhost:4` is this host)."""
+    from workbench.jobs.torch_hosts import is_local  # (not at import: it is a launcher too)
+
+    return cfg.hosts is not None and not all(is_local(h) for h in parse_hosts(cfg.hosts))
+
+
+def cores_needed(cfg: JobConfig) -> int:
+    """Cores this job binds on this host: ranks × threads, or 0 when it binds none here
+    (`cpu_bind="none"`, or ranks on other hosts, or Slurm's): then it only counts for its
+    user's limit. `--hosts` naming only this host is this host: its ranks queue for cores
+    like any other local job's."""
+    if cfg.cpu_bind != "core" or cfg.launcher == "slurm" or on_other_hosts(cfg):
+        return 0
+    return cfg.world_size * cfg.resolved_threads()
