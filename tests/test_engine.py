@@ -214,13 +214,6 @@ def test_no_progress_marks_the_job_stalled(tmp_path):
     assert no_process_left(job)
 
 
-def test_two_jobs_run_at_once_on_free_ports(tmp_path):
-    jobs = [workbench.start(workbench.JobConfig(engine=e, np=2, runs_dir=str(tmp_path), **SMALL))
-            for e in ("horovod", "horovod", "torch", "torch")]
-    assert [j.wait(240) for j in jobs] == ["succeeded"] * 4
-    assert len({j.run_id for j in jobs}) == 4
-
-
 def test_ranks_exit_when_the_process_that_started_them_dies(tmp_path):
     script = textwrap.dedent(f"""
         import time, workbench
@@ -270,23 +263,6 @@ def test_ctrl_c_during_workbench_run_stops_the_job(tmp_path):
     assert job_processes(run_dir.name, run_dir, None) == []
 
 
-def test_threads_are_recorded_and_oversubscription_warns(tmp_path):
-    cores = os.cpu_count() or 1
-    with pytest.warns(UserWarning, match="speedups will flatten"):
-        job = workbench.start(workbench.JobConfig(engine="torch", np=cores + 1,
-                                                  runs_dir=str(tmp_path), **SMALL))
-    assert job.wait(180) == "succeeded"
-    assert job.summary["threads_per_rank"] == 1
-    assert job.summary["warnings"]
-    allowed = sorted(os.sched_getaffinity(0))
-    assert ready_cores(job)[cores] == allowed[:1]  # one rank too many: it wraps round to core 0
-
-
-def test_cpu_bind_none_leaves_every_rank_all_cores(tmp_path):
-    job = run_job(tmp_path, engine="torch", np=2, cpu_bind="none")
-    assert ready_cores(job) == {r: sorted(os.sched_getaffinity(0)) for r in (0, 1)}
-
-
 def test_naive_engine_is_started_by_torchrun():
     command = ENGINES["naive"].command(2, ENGINES["naive"].rank_module, [], None, "run-id")
     assert command[1:4] == ["-m", "torch.distributed.run", "--standalone"]
@@ -323,13 +299,41 @@ def test_naive_engine_names_the_rank_that_failed(tmp_path):
 
 
 # ----------------------------------------------------------------- the record of a run
-def test_run_record_holds_config_metrics_logs_summary_and_model(tmp_path):
-    job = run_job(tmp_path, engine="horovod", np=2, epochs=2, lr=0.2, cycle_time_ms=2.5)
+def test_four_jobs_at_once_find_free_ports_and_each_keeps_its_record_and_cores(tmp_path):
+    """Four jobs started at once, two per launcher, so that each launcher must find ports
+    of its own; then each shows what its kind of run must:
+
+    - Horovod bound to cores: the whole record (config, metrics, logs, summary, model),
+      the cycle time reached Horovod in every rank, one core for each rank;
+    - Horovod and DDP with `cpu_bind="none"`: every rank may run on every core;
+    - DDP with one rank more than the cores: it warns, records its threads, and the extra
+      rank wraps round to core 0.
+    """
+    cores = os.cpu_count() or 1
+    allowed = sorted(os.sched_getaffinity(0))
+
+    def start(**fields) -> workbench.Job:
+        return workbench.start(workbench.JobConfig(runs_dir=str(tmp_path),
+                                                   **{**SMALL, **fields}))
+
+    recorded = start(engine="horovod", np=2, epochs=2, lr=0.2, cycle_time_ms=2.5)
+    unbound = [start(engine=engine, np=2, cpu_bind="none") for engine in ("horovod", "torch")]
+    with pytest.warns(UserWarning) as said:  # also: it runs without cores of its own
+        crowded = start(engine="torch", np=cores + 1)
+    assert any("speedups will flatten" in str(w.message) for w in said)
+    jobs = [recorded, *unbound, crowded]
+    assert [j.wait(240) for j in jobs] == ["succeeded"] * 4, [j.summary for j in jobs]
+    assert len({j.run_id for j in jobs}) == 4
+    for job in unbound:
+        assert ready_cores(job) == {r: allowed for r in (0, 1)}
+    assert crowded.summary["threads_per_rank"] == 1 and crowded.summary["warnings"]
+    assert ready_cores(crowded)[cores] == allowed[:1]  # one rank too many: wraps to core 0
+
+    job = recorded
     inits = events(job.metrics(), "init")
     assert sorted(e["rank"] for e in inits) == [0, 1]
     assert all(e["cycle_time_ms"] == 2.5 for e in inits)  # reached Horovod in every rank
-    cores = sorted(os.sched_getaffinity(0))
-    assert ready_cores(job) == {0: cores[:1], 1: cores[1:2]}  # bound: one core each (1 thread)
+    assert ready_cores(job) == {0: allowed[:1], 1: allowed[1:2]}  # bound: one core each
     d = job.run_dir
     assert json.loads((d / "config.json").read_text())["engine"] == "horovod"
     steps = of_kind(job.metrics(), "step")
