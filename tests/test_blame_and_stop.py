@@ -132,6 +132,7 @@ def test_each_way_of_starting_ranks_is_one_launcher_class():
     assert launcher_for(JobConfig(engine="torch", np=2)) is Local
     assert launcher_for(JobConfig(engine="torch", np=2, hosts="localhost:2")) is Local
     assert launcher_for(JobConfig(engine="torch", np=2, hosts="10.9.9.9:1,localhost:1")) is Ssh
+    assert launcher_for(JobConfig(engine="torch", np=2, hosts="a..b:1,localhost:1")) is Ssh
     assert launcher_for(JobConfig(engine="horovod", np=2, launcher="slurm")) is SlurmBatch
     assert cores_needed(JobConfig(engine="torch", np=2, threads_per_rank=2)) == 4
     assert cores_needed(JobConfig(engine="torch", np=2, hosts="localhost:2")) == 2

@@ -1,6 +1,6 @@
 """The launcher's guard: end the launcher when the process that started the job dies.
 
-A job's launcher (`horovodrun`, `torchrun`) runs in a session of its own (job.py), so a
+A job's launcher (`horovodrun`, `torchrun`) runs in a session of its own (launchers.py), so a
 notebook kernel that is restarted or killed leaves it behind. Its ranks notice that their
 owner is gone and leave (the watchdog in training/reporter.py), but nothing would end the
 launcher itself: `horovodrun` may then wait a long time on ranks it can no longer reach.

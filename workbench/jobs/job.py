@@ -86,11 +86,11 @@ class Job(Watching, Ending):
         self.world_size = cfg.world_size
         self.warnings: list[str] = []
         self._watch_state()
-        self._launcher = launcher_for(cfg)  # how the ranks start: launchers.py
-        self._proc: Launched | None = None  # ... and, once started, how they are seen
+        self._proc: Launched | None = None  # once started, how the ranks are seen
         self._started = self._asked = time.time()
         # ---- the gate: take this job's cores from the host's allocation, or queue for them
         try:
+            self._launcher = launcher_for(cfg)  # how the ranks start: launchers.py
             self._ticket = self._launcher.ticket(self.run_id, cfg, sharing)
         except BaseException:  # the queue cannot be reached (its lock held for long, say):
             shutil.rmtree(self.run_dir, ignore_errors=True)  # no run, and no half record

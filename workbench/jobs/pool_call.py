@@ -153,6 +153,9 @@ class _CallProgress(ByPid):
     def poll(self) -> int | None:
         return 0 if len(self.call._replies) >= self.call.world_size else None
 
+    def ending(self, rc: int) -> str:
+        return f"the {self.call.config.engine} launcher exited with code {rc}"
+
     def wait(self, timeout: float | None = None) -> int:
         """Every exit record is written: the replies follow within moments."""
         deadline = time.monotonic() + (timeout or 0.0)

@@ -74,7 +74,7 @@ def is_local(host: str) -> bool:
     """True when `host` names this machine (then torchrun runs without ssh)."""
     try:
         address = socket.gethostbyname(host)
-    except OSError:
+    except (OSError, UnicodeError):  # not resolvable, or not a valid name ("a..b")
         return False
     local = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
     return address in local or address.startswith("127.")
