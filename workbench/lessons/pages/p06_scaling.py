@@ -278,6 +278,8 @@ base = JobConfig(engine="torch", model="mlp", width=64, dataset="digits", batch_
                  lr=0.1, epochs=3, threads_per_rank=1,  # weak runs: epochs x 2, same steps
                  cpu_bind="none")  # like the pool's ranks, which then run the 2-worker runs
 pool = workbench.ranks(np=2, engine="torch", cpu_bind="none").wait_ready()
+"""),
+    code(r"""
 sweeps = {"strong": Sweep(base, [1, 2], "strong", target=TARGET),
           "weak, same lr": Sweep(base, [2], "weak", target=TARGET),
           "weak, lr x 2 + warm-up": Sweep(dataclasses.replace(base, warmup_epochs=0.5), [2],
