@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from _netns import free_subnet, remove_stale
+
 CTLD_PORT = 16827
 NODES = ("wbnode-a", "wbnode-b")
 SSHD = "/usr/sbin/sshd"
@@ -130,7 +132,9 @@ def _ssh_files(folder: Path, names: list[str]) -> tuple[Path, Path]:
 def slurm_nodes(folder: Path, runs: Path) -> Iterator[SlurmNodes]:
     """Start the two-node cluster (see the module docstring); stop and remove it after."""
     tag = os.getpid() % 10000
-    subnet, bridge = f"198.19.{tag % 250 + 1}", f"wbs{tag}"
+    bridge = f"wbs{tag}"
+    remove_stale([bridge, f"{bridge}v0", f"{bridge}v1"], [f"{bridge}-0", f"{bridge}-1"])
+    subnet = free_subnet("198.19", tag)
     ctl = socket.gethostname()
     for sub in ("munge", "state/ctld", "log", *(f"state/slurmd-{n}" for n in NODES)):
         (folder / sub).mkdir(parents=True, exist_ok=True)

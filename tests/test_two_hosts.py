@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from _netns import free_subnet, remove_stale
 from _setup_helpers import run_reaped
 
 import workbench
@@ -167,6 +168,23 @@ def end_processes_in(netns: str) -> None:
         time.sleep(0.5)
 
 
+def test_names_and_a_subnet_left_by_a_dead_test_process_are_not_taken_again() -> None:
+    """A bridge on a /24, and links named as this process names its own, as a killed test
+    process with the same pid would leave them: the /24 is skipped, the names removed."""
+    tag = os.getpid() % 10000
+    first, stale = free_subnet("198.18", tag), f"wbt{tag}v0"
+    sh("ip", "link", "add", stale, "type", "bridge")
+    try:
+        sh("ip", "addr", "add", f"{first}.1/24", "dev", stale)
+        sh("ip", "link", "set", stale, "up")
+        assert free_subnet("198.18", tag) not in (first, None)
+        remove_stale([stale], [])
+        assert subprocess.run(["ip", "link", "show", stale], capture_output=True).returncode
+        assert free_subnet("198.18", tag) == first
+    finally:
+        quiet("ip", "link", "del", stale)
+
+
 @pytest.fixture
 def two_hosts(tmp_path: Path) -> Iterator[Cluster]:
     """Two namespaces with sshd, joined by a bridge; everything removed afterwards."""
@@ -184,8 +202,10 @@ def cluster_of_two(tmp_path: Path, runs: Path) -> Iterator[Cluster]:
     if missing:
         pytest.fail(f"missing {', '.join(missing)}: run scripts/install_system_deps.sh as root")
     tag = os.getpid() % 10000
-    subnet = f"198.18.{tag % 250 + 1}"
     interface = f"wbt{tag}"
+    remove_stale([interface, f"{interface}v0", f"{interface}v1"],
+                 [f"{interface}-a", f"{interface}-b"])
+    subnet = free_subnet("198.18", tag)
     sshd_config, _, bin_dir = write_ssh_files(tmp_path / "ssh", subnet)
     hosts_file = tmp_path / "hosts"
     cluster = Cluster(hosts=[Host("wbhost-a", f"{subnet}.2", f"wbt{tag}-a"),
