@@ -13,16 +13,17 @@ from __future__ import annotations
 import subprocess
 
 
-def _quiet(*cmd: str) -> None:
+def quiet(*cmd: str) -> None:
+    """Run a clean-up command, ignoring failures (the thing may already be gone)."""
     subprocess.run(cmd, capture_output=True, timeout=30)
 
 
 def remove_stale(links: list[str], namespaces: list[str]) -> None:
     """Remove links and namespaces of these names, left by a dead process with our pid."""
     for netns in namespaces:
-        _quiet("ip", "netns", "del", netns)
+        quiet("ip", "netns", "del", netns)
     for link in links:
-        _quiet("ip", "link", "del", link)
+        quiet("ip", "link", "del", link)
 
 
 def free_subnet(prefix: str, tag: int) -> str:

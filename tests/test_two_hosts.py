@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from _netns import free_subnet, remove_stale
+from _netns import free_subnet, quiet, remove_stale
 from _setup_helpers import run_reaped
 
 import workbench
@@ -108,11 +108,6 @@ def sh(*cmd: str) -> None:
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {result.stderr.strip()}")
-
-
-def quiet(*cmd: str) -> None:
-    """Run a clean-up command, ignoring failures (the thing may already be gone)."""
-    subprocess.run(cmd, capture_output=True, timeout=30)
 
 
 def write_ssh_files(folder: Path, subnet: str) -> tuple[Path, Path, Path]:

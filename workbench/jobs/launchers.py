@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.config import ConfigError, JobConfig, parse_hosts
 from workbench.engines import ENGINES
@@ -34,6 +34,9 @@ from workbench.jobs import cores
 from workbench.jobs.blame import Failure
 from workbench.jobs.processes import pid_alive
 from workbench.records.liveness import RANK_STALE_S, Staleness, heartbeat_path, this_host
+
+if TYPE_CHECKING:
+    from workbench.jobs.slurm import SlurmBatch
 
 GUARD = Path(__file__).with_name("guard.py")  # run beside every launcher (see guard.py)
 POLL_S = 0.2  # how often the watcher looks (s)
@@ -86,6 +89,11 @@ class Launched:
         """What the job's summary records about this launcher."""
         return {}
 
+    @staticmethod
+    def cores_bound(cfg: JobConfig) -> int:
+        """Cores the job binds on this host: none unless its ranks run here."""
+        return 0
+
 
 class ByPid(Launched):
     """Ranks on this host: one whose pid is gone without an exit record has vanished."""
@@ -123,10 +131,16 @@ class Local(ByPid):
         super().__init__()
         self.proc, self.pid, self.engine, self.run_dir = proc, proc.pid, engine, run_dir
 
-    @staticmethod
-    def ticket(run_id: str, cfg: JobConfig, sharing: cores.Settings) -> cores.Ticket:
+    @classmethod
+    def ticket(cls, run_id: str, cfg: JobConfig, sharing: cores.Settings) -> cores.Ticket:
         """This job's place in the host's queue for cores (cores.py)."""
-        return cores.Ticket(run_id, cores_needed(cfg), sharing)
+        return cores.Ticket(run_id, cls.cores_bound(cfg), sharing)
+
+    @staticmethod
+    def cores_bound(cfg: JobConfig) -> int:
+        """Ranks × threads, or 0 with `cpu_bind="none"` (then the job only counts for its
+        user's limit)."""
+        return cfg.world_size * cfg.resolved_threads() if cfg.cpu_bind == "core" else 0
 
     @classmethod
     def start(cls, cfg: JobConfig, run_id: str, run_dir: Path, module: str, args: list[str],
@@ -182,6 +196,11 @@ class Ssh(Local):
         super().__init__(proc, engine, run_dir)
         self.beats: dict[int, Staleness] = {}
 
+    @staticmethod
+    def cores_bound(cfg: JobConfig) -> int:
+        """None: ranks on other hosts bind no core of this one's queue."""
+        return 0
+
     def age(self, rank: int) -> float:
         """Seconds since rank `rank`'s heartbeat last changed."""
         if rank not in self.beats:
@@ -216,7 +235,7 @@ class Ssh(Local):
         return False
 
 
-def launcher_for(cfg: JobConfig) -> type[Local] | type[Any]:
+def launcher_for(cfg: JobConfig) -> type[Local] | type[SlurmBatch]:
     """The class that starts `cfg`'s ranks: Slurm's, ssh's or this host's."""
     if cfg.launcher == "slurm":
         from workbench.jobs.slurm import SlurmBatch
@@ -237,6 +256,4 @@ def cores_needed(cfg: JobConfig) -> int:
     (`cpu_bind="none"`, or ranks on other hosts, or Slurm's): then it only counts for its
     user's limit. `--hosts` naming only this host is this host: its ranks queue for cores
     like any other local job's."""
-    if cfg.cpu_bind != "core" or cfg.launcher == "slurm" or on_other_hosts(cfg):
-        return 0
-    return cfg.world_size * cfg.resolved_threads()
+    return launcher_for(cfg).cores_bound(cfg)

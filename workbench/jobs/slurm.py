@@ -49,7 +49,6 @@ from typing import Any
 from workbench.config import ConfigError, JobConfig
 from workbench.jobs.blame import Failure
 from workbench.jobs.launchers import GUARD, Exits, Launched, Ranks
-from workbench.jobs.processes import rank_pids
 from workbench.jobs.slurm_script import (  # noqa: F401 (re-exported: the batch script, -H)
     horovod_hosts,
     print_hosts,
@@ -58,6 +57,7 @@ from workbench.jobs.slurm_script import (  # noqa: F401 (re-exported: the batch 
     write_scripts,
 )
 from workbench.records import read_json, write_json_atomic
+from workbench.records.liveness import this_host
 
 #: Slurm states in which the job still holds (or waits for) resources.
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
@@ -295,7 +295,8 @@ class SlurmBatch(Launched):
 
     def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
         """Ranks that ended (their task wrote tasks/rank<k>.json) without an exit record."""
-        pids = rank_pids(self.run_dir)
+        here = this_host()  # (only a pid of this host means anything here)
+        pids = {rank: pid for rank, (pid, host) in ranks.items() if host == here}
         ended_tasks = sorted((rec.get("time", 0.0), int(f.stem[4:]))
                              for f in (self.run_dir / "tasks").glob("rank*.json")
                              if (rec := read_json(f)) is not None)

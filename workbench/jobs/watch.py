@@ -120,10 +120,8 @@ class Watching:
                 rc = self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 rc = 0
-        if not failures and rc is None:
-            return None
-        log = "" if failures or (all_ok and rc == 0) else \
-            RunRecord(self.run_dir).log("launcher", last=60)
+        launcher_failed = not failures and rc is not None and not (all_ok and rc == 0)
+        log = RunRecord(self.run_dir).log("launcher", last=60) if launcher_failed else ""
         return outcome(self.world_size, exits, failures, set(ranks), rc, self._proc.ending, log)
 
 
