@@ -194,7 +194,9 @@ def test_the_loop_waits_once_per_step_and_never_for_the_whole_device(tmp_path,
     clock is settled exactly once per logged step, and torch.cuda.synchronize (which
     would also wait for NCCL's queued allreduces) is never called."""
     from workbench.models import make_optimizer
-    from workbench.training.loop import Synchronizer, build, train
+    from workbench.training.loop import train
+    from workbench.training.setup import build
+    from workbench.training.synchronizer import Synchronizer
 
     def no_full_sync(*_args, **_kwargs):
         raise AssertionError("torch.cuda.synchronize called in the training loop")

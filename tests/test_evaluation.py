@@ -11,8 +11,10 @@ from torch import nn
 import workbench
 from workbench.config import ConfigError, JobConfig
 from workbench.records import of_kind
-from workbench.training.loop import Synchronizer, build, evaluate
+from workbench.training.evaluation import evaluate
+from workbench.training.setup import build
 from workbench.training.sharding import eval_shard, holdout_split
+from workbench.training.synchronizer import Synchronizer
 
 
 def test_holdout_split_is_seeded_disjoint_and_complete():

@@ -24,10 +24,13 @@ import torch.distributed as dist
 from workbench.data_parallel.buckets import Bucket, make_buckets
 from workbench.models import make_optimizer
 from workbench.training.checkpoint import restore
-from workbench.training.loop import Synchronizer, build, finish, train
+from workbench.training.evaluation import finish
+from workbench.training.loop import train
 from workbench.training.naive_rank import broadcast_parameters
 from workbench.training.placement import pin_cpu
 from workbench.training.reporter import RankContext
+from workbench.training.setup import build
+from workbench.training.synchronizer import Synchronizer
 
 
 class BucketedSync(Synchronizer):

@@ -27,7 +27,7 @@ from torch import nn
 from workbench.config import JobConfig
 from workbench.models import make_optimizer
 from workbench.training.lab_hooks import set_lr, warmup_lr, warmup_start
-from workbench.training.loop import build
+from workbench.training.setup import build
 from workbench.training.sharding import epoch_order
 
 

@@ -25,9 +25,11 @@ from workbench.sharded.fsdp import shard_model
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero_rank import ZeroSync, join
-from workbench.training.loop import build, finish, train
+from workbench.training.evaluation import finish
+from workbench.training.loop import train
 from workbench.training.placement import pin_cpu
 from workbench.training.reporter import RankContext
+from workbench.training.setup import build
 
 
 class FSDPSync(ZeroSync):

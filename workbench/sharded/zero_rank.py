@@ -29,10 +29,13 @@ from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero1 import Zero1Optimizer
 from workbench.sharded.zero2 import Zero2Optimizer
-from workbench.training.loop import Synchronizer, build, finish, train
+from workbench.training.evaluation import finish
+from workbench.training.loop import train
 from workbench.training.naive_rank import broadcast_parameters
 from workbench.training.placement import pick_device, pin_cpu
 from workbench.training.reporter import RankContext
+from workbench.training.setup import build
+from workbench.training.synchronizer import Synchronizer
 
 STAGES = {"zero1": Zero1Optimizer, "zero2": Zero2Optimizer}
 

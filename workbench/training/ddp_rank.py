@@ -38,9 +38,12 @@ from workbench.models import make_optimizer
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.training.checkpoint import restore
-from workbench.training.loop import Synchronizer, build, finish, train
+from workbench.training.evaluation import finish
+from workbench.training.loop import train
 from workbench.training.placement import pick_device, pin_cpu
 from workbench.training.reporter import RankContext
+from workbench.training.setup import build
+from workbench.training.synchronizer import Synchronizer
 from workbench.training.timing import CudaClock, WallClock
 
 

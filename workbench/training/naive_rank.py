@@ -39,9 +39,12 @@ import torch.distributed as dist
 from workbench.models import make_optimizer
 from workbench.synchronization.ring_allreduce import dist_ring_allreduce
 from workbench.training.checkpoint import restore
-from workbench.training.loop import Synchronizer, build, finish, train
+from workbench.training.evaluation import finish
+from workbench.training.loop import train
 from workbench.training.placement import pin_cpu
 from workbench.training.reporter import RankContext
+from workbench.training.setup import build
+from workbench.training.synchronizer import Synchronizer
 
 
 class NaiveSync(Synchronizer):

@@ -1,0 +1,78 @@
+"""The held-out evaluation every rank joins, and the results rank 0 saves at the end.
+
+Evaluation uses samples training never sees (`sharding.holdout_split`). Every rank
+evaluates its own slice of them, one batch at a time (a forward pass over the whole set at
+once would hold every activation in memory together), and the ranks then add up their loss
+sums and counts with one allreduce, so all ranks learn the same held-out loss and accuracy.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch import nn
+
+from workbench.training.reporter import RankContext
+from workbench.training.setup import Setup
+from workbench.training.sharding import eval_shard
+from workbench.training.synchronizer import Synchronizer
+
+
+def evaluate(ctx: RankContext, setup: Setup, sync: Synchronizer) -> dict[str, float]:
+    """Mean loss and accuracy on the held-out samples, computed together by every rank.
+
+    Each rank takes its slice of the held-out samples and runs it through the model in
+    batches of `batch_size` (no gradients are kept, so this needs less memory than a
+    training step). Sums, not means, are added across ranks, because the slices may differ
+    in size by one sample: [loss sum, correct, count] in float64, one allreduce.
+    Returns {"val_loss", "val_accuracy"}; every rank must call it, as every rank must join
+    an allreduce.
+    """
+    model, data, device = setup.module, setup.data, setup.device
+    mine = eval_shard(setup.val_idx, ctx.rank, ctx.size)
+    totals = torch.zeros(3, dtype=torch.float64)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for batch in mine.split(ctx.config.batch_size):
+            x, y = data.x[batch].to(device), data.y[batch].to(device)
+            out = model(x)
+            totals[0] += float(nn.functional.cross_entropy(out, y, reduction="sum"))
+            totals[1] += int((out.argmax(1) == y).sum())
+            totals[2] += len(y)
+    model.train(was_training)
+    loss_sum, correct, count = sync.allreduce_sum(totals.to(device)).cpu().tolist()
+    return {"val_loss": loss_sum / count, "val_accuracy": correct / count}
+
+
+def finish(ctx: RankContext, setup: Setup, sync: Synchronizer,
+           held_out: dict[str, float] | None = None) -> None:
+    """Evaluate on the held-out samples (unless `train` just did); rank 0 saves the results.
+
+    Every rank must call it: the evaluation is shared. Rank 0 writes model.pt and
+    result.json with `final_loss` and `final_accuracy`, both on the held-out samples.
+    """
+    held_out = held_out or evaluate(ctx, setup, sync)
+    state = full_state(setup.module)  # every rank: gathering sharded parameters is collective
+    if ctx.rank != 0:
+        return
+    tmp = ctx.run_dir / "model.pt.tmp"
+    torch.save(state, tmp)
+    tmp.replace(ctx.run_dir / "model.pt")
+    ctx.write_result({"final_loss": held_out["val_loss"],
+                      "final_accuracy": held_out["val_accuracy"],
+                      "val_samples": len(setup.val_idx)})
+
+
+def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's whole state_dict on the CPU. A parameter sharded between the ranks (a
+    DTensor, as FSDP2 keeps them) is all-gathered first, so every rank must call this."""
+    # Imported only where it is already loaded (FSDP2 loads it): its import takes seconds.
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    state = {}
+    for name, value in model.state_dict().items():
+        if dtensor is not None and isinstance(value, dtensor.DTensor):
+            value = value.full_tensor()
+        state[name] = value.detach().cpu()
+    return state

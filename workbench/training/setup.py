@@ -1,0 +1,99 @@
+"""What a rank builds before it trains: the data, the model, the device and the clock.
+
+Every rank builds the same model from the job's seed (so no broadcast is needed to start
+equal) and holds every sample once; sharding.py says which of them it trains on.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from workbench.config import JobConfig
+from workbench.data import Dataset, load_dataset
+from workbench.models import build_model
+from workbench.training.sharding import holdout_split
+from workbench.training.timing import CudaClock, WallClock, clock_for
+
+
+@dataclass
+class Setup:
+    """What a rank builds before training: data, model, the device they live on and the
+    clock that times them.
+
+    `data` holds every sample once; `train_idx` and `val_idx` say which samples are trained
+    on and which are held out, so splitting costs no copy of the data.
+    """
+
+    data: Dataset
+    model: nn.Module
+    device: torch.device
+    train_idx: torch.Tensor
+    val_idx: torch.Tensor
+    first_epoch: int = 0  # later than 0 when resuming from a checkpoint
+    clock: WallClock | CudaClock = field(default_factory=WallClock)
+
+    @property
+    def module(self) -> nn.Module:
+        """The model itself, unwrapped from DistributedDataParallel where it is wrapped."""
+        return getattr(self.model, "module", self.model)
+
+
+#: A dataset smaller than this share of the GPU's memory is copied onto the GPU once, so a
+#: step gathers its batch there and nothing crosses PCIe while training.
+ON_GPU_MAX_SHARE = 0.25
+
+
+class Batches:
+    """Gathers this rank's batch (sample indices -> inputs, labels) on the training device.
+
+    On the CPU it is plain indexing, as before. On a GPU a small dataset lives on the GPU;
+    a large one stays in host memory, and each batch is gathered into a page-locked
+    ("pinned") buffer, from which the copy to the GPU runs asynchronously (`non_blocking`):
+    from ordinary pageable memory CUDA would first copy it to a pinned buffer itself, and
+    the host would wait. One buffer is enough: the loop waits for each step's last kernel.
+    """
+
+    def __init__(self, data: Dataset, device: torch.device) -> None:
+        self.device, self.x, self.y = device, data.x, data.y
+        self.pinned: tuple[torch.Tensor, torch.Tensor] | None = None
+        if device.type != "cuda":
+            return
+        size = self.x.nbytes + self.y.nbytes
+        if size <= ON_GPU_MAX_SHARE * torch.cuda.get_device_properties(device).total_memory:
+            self.x, self.y = self.x.to(device), self.y.to(device)
+
+    def __call__(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.x.device == self.device:     # the CPU, or a dataset that lives on the GPU
+            idx = idx.to(self.device)
+            return self.x[idx], self.y[idx]
+        n = len(idx)
+        if self.pinned is None or len(self.pinned[1]) != n:
+            self.pinned = (torch.empty((n, *self.x.shape[1:]), dtype=self.x.dtype).pin_memory(),
+                           torch.empty(n, dtype=self.y.dtype).pin_memory())
+        torch.index_select(self.x, 0, idx, out=self.pinned[0])
+        torch.index_select(self.y, 0, idx, out=self.pinned[1])
+        return (self.pinned[0].to(self.device, non_blocking=True),
+                self.pinned[1].to(self.device, non_blocking=True))
+
+
+def data_cache_dir(cfg: JobConfig) -> Path:
+    """Where the ranks of this host share their prepared dataset: runs/.cache/<host>/.
+    Named by host, because a runs folder on a shared file system serves several hosts."""
+    return Path(cfg.runs_dir).expanduser().resolve() / ".cache" / socket.gethostname()
+
+
+def build(cfg: JobConfig, device: torch.device) -> Setup:
+    """Load the data and build the model with the job's seed, identically on every rank."""
+    dtype = getattr(torch, cfg.dtype)
+    data = load_dataset(cfg.dataset, samples=cfg.samples, features=cfg.features,
+                        seed=cfg.seed, dtype=dtype, cache_dir=data_cache_dir(cfg))
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, tuple(data.x.shape[1:]), data.n_classes, cfg.width)
+    train_idx, val_idx = holdout_split(len(data), cfg.seed, cfg.val_fraction)
+    return Setup(data, model.to(device=device, dtype=dtype), device, train_idx, val_idx,
+                 clock=clock_for(device))

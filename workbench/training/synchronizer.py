@@ -1,0 +1,59 @@
+"""What an engine adds to the training loop: how the gradients are averaged over the ranks.
+
+The loop (loop.py) is the same for every engine; each rank module hands it a `Synchronizer`
+(ddp_rank.py, horovod_rank.py, naive_rank.py, the sharded engines), and this base class is
+the serial engine's, which has nothing to average. Lesson 02 (notebooks/02) reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class Synchronizer:
+    """No synchronization: the serial engine. Each engine overrides what it needs.
+
+    Every method is given the optimizer the loop steps with, so a synchronizer holds no
+    optimizer of its own.
+    """
+
+    def wait_for_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Return once every gradient of `optimizer`'s parameters is averaged over the ranks
+        (nothing to do here: one rank's gradients are already the average)."""
+
+    def stepping(self, optimizer: torch.optim.Optimizer) -> AbstractContextManager[Any]:
+        """The context `optimizer.step()` runs in (Horovod: skip a second allreduce)."""
+        return nullcontext()
+
+    def backward_wait_s(self) -> float:
+        """Seconds the last backward pass itself was blocked on communication (DDP), else 0.
+
+        Read after the loop has settled the step's clock, because on a GPU the marks are
+        CUDA events that complete only when the GPU gets there.
+        """
+        return 0.0
+
+    def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """`values` summed over every rank (one rank: itself). Every rank must call it."""
+        return values
+
+    def accumulating(self, model: nn.Module, last: bool) -> AbstractContextManager[Any]:
+        """The context of one micro-batch's forward and backward; `last`: the step's last
+        (DDP: `no_sync()` on the others, so only the last backward all-reduces)."""
+        return nullcontext()
+
+    def synced_bytes(self) -> int | None:
+        """Bytes of gradients this rank all-reduced in the last step, where the engine counts."""
+        return None
+    #: Measures what the rank holds and sends (workbench/sharded/memory.py's `Footprint`),
+    #: where the engine sets one: its figures join every "step" line.
+    measure: Callable[[], dict[str, int]] | None = None
+
+    def footprint(self) -> dict[str, int]:
+        """Bytes held in parameters, gradients, optimizer state, and sent since the last step."""
+        return self.measure() if self.measure else {}
