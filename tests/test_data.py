@@ -78,7 +78,7 @@ def test_ranks_of_a_host_prepare_the_data_once(tmp_path, monkeypatch) -> None:
     for ds in results:
         assert torch.equal(ds.x, fresh.x) and torch.equal(ds.y, fresh.y)
         assert ds.n_classes == fresh.n_classes
-    assert not list(tmp_path.glob("*.tmp")), "no half-written file is left"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")], "no half-written file"
 
 
 @pytest.mark.parametrize("name", ["digits", "synthetic-images"])

@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from workbench.records.store import atomic_file
+
 
 @dataclass
 class Dataset:
@@ -147,10 +149,8 @@ def _prepared(folder: Path, key: str,
             for path, write in ((y_path, lambda f: np.save(f, y)),
                                 (meta_path, lambda f: f.write(json.dumps({"classes": k}).encode())),
                                 (x_path, lambda f: np.save(f, x))):
-                tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-                with open(tmp, "wb") as f:
+                with atomic_file(path) as f:
                     write(f)
-                tmp.replace(path)
     k = json.loads(meta_path.read_text())["classes"]
     return np.load(x_path, mmap_mode="c"), np.load(y_path), k
 

@@ -20,7 +20,6 @@ horovodrun or torchrun: the point is to write those lines yourself.
 from __future__ import annotations
 
 import linecache
-import os
 import runpy
 import sys
 import traceback
@@ -31,6 +30,7 @@ import cloudpickle
 
 from workbench.jobs import rank_api
 from workbench.records.private import read_own
+from workbench.records.store import atomic_file
 from workbench.training.reporter import RankContext
 
 #: Where `launch()` puts the pickled (function, args) in the run folder.
@@ -115,9 +115,8 @@ def save_result(run_dir: Path, rank: int, value: Any) -> None:
                         f" ({exc}): return numbers, lists, dicts or tensors") from None
     path = run_dir / "results" / f"rank{rank}.pkl"
     path.parent.mkdir(mode=0o700, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    with atomic_file(path) as f:
+        f.write(data)
 
 
 def user_traceback(exc: BaseException) -> str:

@@ -50,6 +50,7 @@ from typing import Any, NoReturn
 from workbench.jobs.processes import exit_records, rank_pids
 from workbench.records import RunRecord
 from workbench.records.private import load_own_pickle
+from workbench.records.store import atomic_file
 from workbench.training.reporter import ENV_RUN_DIR, RankContext
 
 #: The fork engine runs `python -m workbench.jobs.workers --fork N` as the launcher.
@@ -246,10 +247,8 @@ def _run(fn: Callable[..., Any], args: tuple, ctx: RankContext, distributed: boo
 def _write_result(path: Path, value: Any) -> None:
     """Pickle `value` to `path` through a temporary name: never a half-written result."""
     path.parent.mkdir(mode=0o700, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+    with atomic_file(path) as f:
         pickle.dump(value, f)
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 A reader (a widget, `workbench show`, another process, another host) may look at a run
 folder at any moment, and a job may be killed at any moment. So:
 
-- JSON files are written to a temporary name and renamed into place: `os.replace` is
-  atomic, and a reader sees the old file or the new one, never half of one.
+- Whole files (JSON, pickles, checkpoints, datasets) are written to a temporary name and
+  renamed into place (`atomic_file`): `os.replace` is atomic, and a reader sees the old
+  file or the new one, never half of one.
 - Appends (`write_all`) loop until every byte is written: `os.write` may write only part
   of its buffer (a signal, a full pipe, an NFS server under load), and a partial line
   would be glued to the next one.
@@ -14,36 +15,53 @@ folder at any moment, and a job may be killed at any moment. So:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
 class CorruptRecord(ValueError):
     """A record file exists but cannot be read as JSON. The message names the file."""
 
 
-def write_json_atomic(path: Path, data: Any, durable: bool = True) -> None:
-    """Write `data` as JSON to `path` so that no reader ever sees a partial file.
+@contextlib.contextmanager
+def atomic_file(path: Path, durable: bool = False) -> Iterator[BinaryIO]:
+    """A binary file to write `path` through, so that no reader ever sees a partial file.
 
-    `durable`: also fsync before the rename, so that the file survives a power cut (about
-    10 ms on a busy disk; a warm pool's call, which writes three such files in a few tens
-    of ms, skips it, as metrics lines always do).
+    What is written goes to a temporary name beside `path`, renamed onto it once the `with`
+    block ends without an error (`os.replace` is atomic: a reader sees the old file or the
+    new one); after an error the temporary file is removed and `path` is left as it was.
+    `durable`: also fsync before the rename, so that the file survives a power cut.
+
+        with atomic_file(run_dir / "model.pt") as f:
+            torch.save(state, f)
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=2, default=str)
+        with open(tmp, "wb") as f:
+            yield f
             f.flush()
             if durable:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)  # only still there when something above failed
+
+
+def write_json_atomic(path: Path, data: Any, durable: bool = True) -> None:
+    """Write `data` as JSON to `path` so that no reader ever sees a partial file.
+
+    `durable`: also fsync before the rename (about 10 ms on a busy disk; a warm pool's call,
+    which writes three such files in a few tens of ms, skips it, as metrics lines always do).
+    """
+    with atomic_file(path, durable) as f:
+        f.write(json.dumps(data, indent=2, default=str).encode())
 
 
 def write_all(fd: int, data: bytes) -> None:

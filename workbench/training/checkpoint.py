@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from workbench.config import ConfigError, JobConfig
 from workbench.records import CorruptRecord, load_run, read_json
 from workbench.records.private import ForeignRecord, check_own_folder, read_own
+from workbench.records.store import atomic_file
 
 if TYPE_CHECKING:  # torch is imported where it is used: the launcher imports this module
     import torch  # for apply_resume, and `import workbench` must stay free of torch
@@ -62,9 +63,8 @@ def save(ctx: RankContext, model: nn.Module, optimizer: torch.optim.Optimizer,
              "batch_size": ctx.config.batch_size,
              "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
              "optimizer": optimizer.state_dict()}
-    tmp = ctx.run_dir / f".{CHECKPOINT}.tmp"
-    torch.save(state, tmp)
-    tmp.replace(ctx.run_dir / CHECKPOINT)
+    with atomic_file(ctx.run_dir / CHECKPOINT) as f:
+        torch.save(state, f)
     ctx.metric("event", message="checkpoint", epochs_done=epochs_done, steps_done=steps_done,
                save_s=time.perf_counter() - start)
 

@@ -13,6 +13,7 @@ import sys
 import torch
 from torch import nn
 
+from workbench.records.store import atomic_file
 from workbench.training.reporter import RankContext
 from workbench.training.setup import Setup
 from workbench.training.sharding import eval_shard
@@ -57,9 +58,8 @@ def finish(ctx: RankContext, setup: Setup, sync: Synchronizer,
     state = full_state(setup.module)  # every rank: gathering sharded parameters is collective
     if ctx.rank != 0:
         return
-    tmp = ctx.run_dir / "model.pt.tmp"
-    torch.save(state, tmp)
-    tmp.replace(ctx.run_dir / "model.pt")
+    with atomic_file(ctx.run_dir / "model.pt") as f:
+        torch.save(state, f)
     ctx.write_result({"final_loss": held_out["val_loss"],
                       "final_accuracy": held_out["val_accuracy"],
                       "val_samples": len(setup.val_idx)})
