@@ -43,8 +43,9 @@ def sleeps():
 
 
 @pytest.mark.timeout(90)
-def test_a_function_returns_each_ranks_value_in_rank_order(tmp_path):
-    job = workbench.launch(count_and_return, 3, np=2, engine="torch", runs_dir=str(tmp_path))
+@pytest.mark.parametrize("engine", ["torch", "fork"])   # fork: the labs' way, same protocol
+def test_a_function_returns_each_ranks_value_in_rank_order(tmp_path, engine):
+    job = workbench.launch(count_and_return, 3, np=2, engine=engine, runs_dir=str(tmp_path))
     assert job.wait(80) == "succeeded", job.summary
     assert job.results() == [{"rank": 0, "size": 2, "sum": 3}, {"rank": 1, "size": 2, "sum": 3}]
     steps = [m for m in job.metrics() if m["kind"] == "step"]

@@ -20,7 +20,7 @@ from workbench.config import ConfigError, JobConfig
 from workbench.jobs import start
 from workbench.jobs.job import Job
 from workbench.jobs.user_rank import PAYLOAD, run_function
-from workbench.jobs.workers import main as fork_main
+from workbench.jobs.user_rank import main as user_rank_main
 from workbench.records import new_run_dir
 from workbench.records.private import ENV_RUN_FOLDERS, ForeignRecord, load_own_pickle
 from workbench.training.reporter import ENV_RUN_DIR
@@ -63,14 +63,14 @@ def test_run_folders_are_private_unless_the_instructor_says(shared: Path,
 
 @needs_other_user
 def test_pickles_of_another_user_are_never_loaded(shared: Path, monkeypatch) -> None:
-    """function.pkl, call.pkl and results/*.pkl in a run folder that another user made
+    """function.pkl and results/*.pkl in a run folder that another user made
     (e.g. swapped in for yours in a runs folder they own) are refused in one line, unrun."""
     marker = shared / "ran"
     run = folder_for_other(shared / "theirs")
     trap = pickle.dumps(Trap(marker))
     script = ("import os, sys; d = sys.argv[1]; os.makedirs(d + '/user'); "
               "os.makedirs(d + '/results');\n"
-              "for name in ('user/function.pkl', 'call.pkl', 'results/rank0.pkl'):\n"
+              "for name in ('user/function.pkl', 'results/rank0.pkl'):\n"
               "    open(os.path.join(d, name), 'wb').write(bytes.fromhex(sys.argv[2]))")
     made = as_other([sys.executable, "-c", script, str(run), trap.hex()])
     assert made.returncode == 0, made.stderr
@@ -80,7 +80,7 @@ def test_pickles_of_another_user_are_never_loaded(shared: Path, monkeypatch) -> 
     assert "belongs to wbother" in str(err.value) and "\n" not in str(err.value)
     monkeypatch.setenv(ENV_RUN_DIR, str(run))
     with pytest.raises(ForeignRecord):
-        fork_main(["--fork", "1"])  # the labs' launcher reads call.pkl first
+        user_rank_main(["--fork", "1"])  # the fork launcher reads function.pkl before forking
     job = Job.__new__(Job)  # a job whose run folder was swapped for another user's
     job.run_dir, job.world_size = run, 1
     with pytest.raises(ForeignRecord):

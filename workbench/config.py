@@ -24,7 +24,7 @@ ENGINES = tuple(training_engines())   # the one engine table: workbench/engines.
 SHARDED_ENGINES = tuple(name for name, engine in ENGINE_TABLE.items()
                         if isinstance(engine, ShardedEngine))
 #: Engines that run something other than the training loop, so the panels do not offer them:
-#: "fork" starts the labs' workers (workbench/jobs/workers.py).
+#: "fork" forks the ranks of a function from one process: the labs' workers (jobs/workers.py).
 LAB_ENGINES = tuple(name for name in ENGINE_TABLE if name not in ENGINES)
 MODELS = ("logreg", "mlp", "cnn")
 DATASETS = ("digits", "synthetic", "synthetic-images", "mnist", "cifar10")

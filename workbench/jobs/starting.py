@@ -56,8 +56,8 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
     """Launch any rank module (one that uses `RankContext`) as a job on `np` ranks.
 
     `files` ({path in the run folder: bytes}) are written into the run folder before the
-    ranks start: inputs too large for command-line arguments (see workers.py), such as the
-    pickled function of `workbench.launch`.
+    ranks start: inputs too large for command-line arguments, such as the pickled function of
+    `workbench.launch` (and so of the labs' workers).
     """
     cfg = JobConfig(engine=engine, np=1 if engine == "serial" else np, runs_dir=runs_dir,
                     name=name, threads_per_rank=threads_per_rank, hosts=hosts,

@@ -56,8 +56,10 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
            **fields: Any) -> Job:
     """Run `fn(*args)`, or the script at a path with `args` as its argv, on `np` ranks.
 
-    Returns the running `Job` at once. `engine` is "horovod", "torch" or "serial" (one
-    process); `fields` are any other job settings (`runs_dir`, `threads_per_rank`, `hosts`,
+    Returns the running `Job` at once. `engine` is "horovod", "torch", "serial" (one
+    process) or "fork" (a function's ranks forked from one process that imported torch
+    once: quick to start, one host and CPU only, no launcher to init a group for you);
+    `fields` are any other job settings (`runs_dir`, `threads_per_rank`, `hosts`,
     `stall_timeout`, `name`, ...). In a notebook, `echo` shows what the ranks print under
     the cell, each line prefixed with its rank (capped; the full output is in the rank's log).
     Raises ConfigError before starting anything when the settings are bad or `fn` cannot be

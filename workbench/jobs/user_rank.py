@@ -2,6 +2,7 @@
 
     python -m workbench.jobs.user_rank                        # the function in user/function.pkl
     python -m workbench.jobs.user_rank --script train.py a b  # train.py with argv [train.py, a, b]
+    python -m workbench.jobs.user_rank --fork 3               # the function on 3 forked ranks
 
 It follows the rank protocol like the training ranks (pid file, log, owner watchdog, exit
 record: see reporter.py), so the launcher looks after your code exactly as after its own.
@@ -10,8 +11,10 @@ What it adds:
 - it unpickles the function and its arguments that `launch()` wrote into the run folder;
 - `workbench.report()` and `workbench.rank()` then work inside your code (rank_api.py);
 - the return value goes to `results/rank<k>.pkl`, which `job.results()` reads;
-- if your code raises, the exit record carries *your* frames only: the few frames of this
-  module and of runpy in front of them would only hide where the error is.
+- if your code raises, the exit record carries *your* frames only: the frames of the
+  workbench's launching code and of runpy in front of them would only hide where it is;
+- with the `fork` engine it is also its own launcher (`fork_ranks`): the labs' workers
+  (workers.py) and `launch(fn, engine="fork")` start in a fraction of a second.
 
 Your code does its own `hvd.init()` or `dist.init_process_group()`, as it would under
 horovodrun or torchrun: the point is to write those lines yourself.
@@ -20,33 +23,45 @@ horovodrun or torchrun: the point is to write those lines yourself.
 from __future__ import annotations
 
 import linecache
+import os
 import runpy
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import cloudpickle
 
 from workbench.jobs import rank_api
 from workbench.records.private import read_own
 from workbench.records.store import atomic_file
-from workbench.training.reporter import RankContext
+from workbench.training.reporter import ENV_RUN_DIR, RankContext
 
 #: Where `launch()` puts the pickled (function, args) in the run folder.
 PAYLOAD = "user/function.pkl"
 
-#: Files whose frames are the machinery around your code, not your code.
-_MACHINERY = (str(Path(__file__).resolve().parents[1]), runpy.__file__)
+#: Files whose frames, in front of your code, are the machinery that runs it: this package
+#: (the ranks' launching and protocol) and runpy. Frames after your first one all stay.
+_MACHINERY = (str(Path(__file__).resolve().parent), runpy.__file__)
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--fork"]:
+        fork_ranks(int(argv[1]))
+    if argv[:1] == ["--script"]:
+        run_rank(lambda ctx: run_script(argv[1], argv[2:]))
+    else:
+        run_rank(lambda ctx: run_function(ctx.run_dir / PAYLOAD, ctx.run_dir))
+
+
+def run_rank(body: Callable[[RankContext], Any]) -> None:
+    """One rank: `body(ctx)` inside the rank protocol; its return value is saved."""
     with RankContext.from_env() as ctx:
         rank_api.attach(ctx)
         try:
-            value = run_script(argv[1], argv[2:]) if argv[:1] == ["--script"] else \
-                run_function(ctx.run_dir / PAYLOAD, ctx.run_dir)
+            value = body(ctx)
         except BaseException as exc:
             exc.rank_traceback = user_traceback(exc)  # see RankContext.__exit__
             raise
@@ -54,18 +69,76 @@ def main(argv: list[str] | None = None) -> None:
         save_result(ctx.run_dir, ctx.rank, value)
 
 
-def run_function(payload: Path, run_dir: Path) -> Any:
-    """Unpickle `(fn, args, source)` and return `fn(*args)`.
+def fork_ranks(size: int) -> NoReturn:
+    """The `fork` engine's launcher (`--fork N`): load the function once, fork N ranks.
 
-    Only from a run folder and a file of our own (records/private.py): a pickle runs code.
+    Most of a rank's start-up is `import torch` (about 2.7 s of CPU here), and torchrun is
+    one more interpreter that imports it before its ranks import it again, each; the labs
+    start many short runs on 2-core machines. Forked from this process, which has imported
+    torch and the function's modules once, each rank starts with them loaded. Forking is
+    safe because this is a fresh interpreter that has started no thread and touched no GPU.
+    The limits: one host, CPU tensors only. Exits 0 when every rank did, else 1; ending the
+    others when one fails is the `Job`'s business, as for every engine.
     """
-    return call_pickled(read_own(payload, run_dir))
+    import torch.distributed  # noqa: F401  (imported once here, not once per rank)
+
+    run_dir = Path(os.environ[ENV_RUN_DIR])
+    fn, args = load_function(run_dir / PAYLOAD, run_dir)
+    children = {}
+    for rank in range(size):
+        pid = os.fork()
+        if pid == 0:
+            os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank))
+            _forked(lambda ctx: fn(*args))
+        children[pid] = rank
+    failed = False
+    while children:
+        pid, status = os.wait()
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            print(f"rank {children[pid]} (pid {pid}) exited with code {code}", flush=True)
+            failed = True
+        del children[pid]
+    sys.exit(1 if failed else 0)
+
+
+def _forked(body: Callable[[RankContext], Any]) -> NoReturn:
+    """A forked rank: `run_rank(body)`, then `os._exit`, never a return into the loop above."""
+    code = 1
+    try:
+        run_rank(body)
+        code = 0
+    except BaseException as exc:
+        if not hasattr(exc, "rank_traceback"):  # failed before the exit record could say why
+            traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def run_function(payload: Path, run_dir: Path) -> Any:
+    """`fn(*args)` of the `(fn, args, source)` that `launch()` pickled into `payload`."""
+    fn, args = load_function(payload, run_dir)
+    return fn(*args)
+
+
+def load_function(payload: Path, run_dir: Path) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """Unpickle `(fn, args)` from `payload`, only from a run folder and a file of our own
+    (records/private.py): a pickle runs code."""
+    return unpickle_call(read_own(payload, run_dir))
+
+
+def unpickle_call(data: bytes) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The `(fn, args)` of what `launch()` pickled, their source lines put back."""
+    fn, args, source = cloudpickle.loads(data)
+    restore_source(fn, *source)
+    return fn, args
 
 
 def call_pickled(data: bytes) -> Any:
     """`fn(*args)` of the `(fn, args, source)` that `launch()` pickled (also pool_rank.py)."""
-    fn, args, source = cloudpickle.loads(data)
-    restore_source(fn, *source)
+    fn, args = unpickle_call(data)
     return fn(*args)
 
 
@@ -120,7 +193,7 @@ def save_result(run_dir: Path, rank: int, value: Any) -> None:
 
 
 def user_traceback(exc: BaseException) -> str:
-    """The traceback of `exc` without the leading frames of the workbench and of runpy."""
+    """The traceback of `exc` without the leading frames of the machinery that called it."""
     stack = traceback.extract_tb(exc.__traceback__)
     first = next((i for i, frame in enumerate(stack)
                   if not frame.filename.startswith(_MACHINERY)), len(stack))

@@ -1,7 +1,7 @@
 """Run folders are private to their owner, and pickles are read only from one's own runs.
 
 On a shared server (a classroom JupyterHub) students are users of one machine. A run folder
-holds a student's code (`user/function.pkl`, `call.pkl`), results (`results/*.pkl`, graded
+holds a student's code (`user/function.pkl`), results (`results/*.pkl`, graded
 exercises) and the variables passed with `--env`, so it is made `0700`: only its owner (and
 root) can enter it. An instructor who wants to read the students' runs in a shared runs
 folder switches that, for every run, with one setting:
