@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +152,73 @@ def test_no_private_name_is_imported_from_another_package():
                 crossing += [f"{path.name}:{line} {target}.{n}" for n in names
                              if n.startswith("_")]
     assert crossing == []
+
+
+# ------------------------------------------------------------ the tests' map (tests/README.md)
+#: The page sources: one row for each folder, tested by running the notebooks made from them.
+PAGES = ("workbench/lessons/pages/", "workbench/exercises/pages/")
+#: Modules no test exercises, the only rows that may say `none`. Keep it short.
+UNTESTED = {
+    "workbench/ui/metrics_emitter.py",  # a stand-in rank for benchmarks/ui_latency.py only
+}
+ROW = re.compile(r"\| `([^`|]+)` \| (.*) \|")
+CELL = re.compile(r"none|`[^`]+`(, `[^`]+`){0,3}( \(indirectly\))?")
+
+
+def map_rows(readme: Path) -> dict[str, str]:
+    """{module: its "tested in" cell} from the table of `readme`."""
+    rows: dict[str, str] = {}
+    for line in readme.read_text().splitlines():
+        if match := ROW.fullmatch(line.strip()):
+            module, cell = match.groups()
+            assert module not in rows, f"two rows for {module} in {readme}"
+            rows[module] = cell.strip()
+    return rows
+
+
+def mentions(path: Path, module: str) -> bool:
+    """Whether a test file names `module` (a path such as workbench/jobs/job.py): by its
+    dotted name, its path, or `from workbench.jobs import job` (one import, several lines)."""
+    dotted = module.removesuffix(".py").rstrip("/").replace("/", ".")
+    package, _, name = dotted.rpartition(".")
+    text = path.read_text()
+    if module in text or re.search(rf"(?<![\w.]){re.escape(dotted)}\b", text):
+        return True
+    return path.suffix == ".py" and any(
+        isinstance(node, ast.ImportFrom) and node.module == package
+        and any(a.name == name for a in node.names) for node in ast.walk(ast.parse(text)))
+
+
+def test_every_module_has_a_row_in_the_tests_map_and_its_tests_exist():
+    """tests/README.md has one row per module of workbench/ (not the `__init__.py` files; one
+    per page folder), each test file it names exists, and one of them names the module,
+    unless the row says the module is reached `(indirectly)`."""
+    repo = Path(workbench.__file__).parent.parent
+    on_disk = set()
+    for path in (repo / "workbench").rglob("*.py"):
+        module = path.relative_to(repo).as_posix()
+        if path.name != "__init__.py":
+            on_disk.add(next((p for p in PAGES if module.startswith(p)), module))
+    rows = map_rows(repo / "tests" / "README.md")
+    wrong = [f"{m}: no row in tests/README.md" for m in sorted(on_disk - rows.keys())]
+    wrong += [f"{m}: a row in tests/README.md, no such module" for m in
+              sorted(rows.keys() - on_disk)]
+    for module, cell in sorted(rows.items()):
+        if not CELL.fullmatch(cell):
+            wrong.append(f"{module}: write `tests/test_x.py`, ... (at most 4), then optionally "
+                         f"(indirectly), or none: {cell!r}")
+            continue
+        named = re.findall(r"`([^`]+)`", cell)
+        if (cell == "none") != (module in UNTESTED):
+            wrong.append(f"{module}: `none` only for UNTESTED, and UNTESTED only for `none`")
+        for name in named:
+            if not (sorted(repo.glob(name)) if "*" in name else (repo / name).is_file()):
+                wrong.append(f"{module}: no {name}")
+        files = [repo / n for n in named if "*" not in n and (repo / n).is_file()]
+        named_by = [f.name for f in files if mentions(f, module)]
+        if cell.endswith("(indirectly)") and named_by:
+            wrong.append(f"{module}: {named_by} name it: drop (indirectly)")
+        elif named and not cell.endswith("(indirectly)") and not named_by:
+            wrong.append(f"{module}: none of {named} names it; name the test that does, or "
+                         f"say (indirectly)")
+    assert not wrong, "\n".join(wrong)
