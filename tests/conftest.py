@@ -51,7 +51,7 @@ def _no_job_outlives_its_test():
     (workbench.ranks), which a module's fixture keeps from one test to the next."""
     yield
     from workbench.jobs.job import _LIVE_JOBS
-    from workbench.jobs.pool import POOLS
+    from workbench.jobs.open_pools import POOLS
 
     pools = {pool.job for pool in POOLS.values()}
     for job in list(_LIVE_JOBS):

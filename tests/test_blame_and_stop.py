@@ -145,8 +145,8 @@ def test_each_way_of_starting_ranks_is_one_launcher_class():
 # ------------------------------------------------------------ one real torch job
 RAISE_IN_RANK_1 = """
     import os, time
-    from workbench.training.reporter import RankContext
-    with RankContext.from_env() as ctx:
+    from workbench.training.context import rank_context
+    with rank_context() as ctx:
         ctx.metric("event", message="ready", cores=sorted(os.sched_getaffinity(0)))
         if ctx.rank == 1:
             while not (ctx.run_dir / "metrics" / "rank0.jsonl").exists():

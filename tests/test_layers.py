@@ -143,6 +143,66 @@ def test_imports_point_down_only():
     assert up == []
 
 
+def import_graph() -> dict[str, set[str]]:
+    """module -> the modules of the package it imports, those inside functions too, but not
+    those under `if TYPE_CHECKING:` (annotations only: nothing runs). `from pkg import mod`
+    is an arrow to the module `mod`, not to the package."""
+    graph = {name: set() for _, name in modules()}
+    for path, module in modules():
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and "TYPE_CHECKING" in ast.unparse(node.test)
+                       for part in node.body for n in ast.walk(part)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                subs = [f"{node.module}.{a.name}" for a in node.names]
+                found = [m for m in subs if m in graph]
+                graph[module] |= set(found if len(found) == len(subs) else [node.module, *found])
+            elif isinstance(node, ast.Import):
+                graph[module] |= {a.name for a in node.names}
+        graph[module] &= set(graph) - {module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or round a loop (Tarjan's
+    strongly connected components with more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle():
+    """No two modules need each other, even through others: each could be read, and
+    tested, after what it imports (the circle finder itself is checked on a known one)."""
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles(import_graph()) == []
+
+
 def test_no_private_name_is_imported_from_another_package():
     crossing = []
     for path, module in modules():

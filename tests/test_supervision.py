@@ -58,8 +58,8 @@ def until_ranks(job, n: int = 1) -> None:
 
 WAIT_FOR_GO = """
     import os, pathlib, time
-    from workbench.training.reporter import RankContext
-    with RankContext.from_env() as ctx:
+    from workbench.training.context import rank_context
+    with rank_context() as ctx:
         ctx.metric("event", message="env", forwarded=os.environ.get("WB_FORWARDED"),
                    named=os.environ.get("WB_NAMED"), secret=os.environ.get("WB_TEST_SECRET"))
         go = ctx.run_dir / "go"
@@ -74,8 +74,8 @@ def test_protocol_minimal_step_lines_are_enough(tmp_path, modules):
     """Fields beyond kind/rank/time are optional: the summary copes, a bad line is counted."""
     name = modules("minimal_rank", """
         from workbench.records import metrics_path
-        from workbench.training.reporter import RankContext
-        with RankContext.from_env() as ctx:
+        from workbench.training.context import rank_context
+        with rank_context() as ctx:
             for i in range(3):
                 ctx.metric("step", step=i)
             ctx.metric("epoch", epoch=0)
@@ -107,8 +107,8 @@ def test_a_corrupt_config_fails_the_rank_at_once_naming_the_file(tmp_path, modul
     name = modules("corrupting_rank", """
         import os, pathlib
         (pathlib.Path(os.environ["WORKBENCH_RUN_DIR"]) / "config.json").write_text("{oops")
-        from workbench.training.reporter import RankContext
-        with RankContext.from_env() as ctx:
+        from workbench.training.context import rank_context
+        with rank_context() as ctx:
             raise AssertionError("must not get here")
     """)
     began = time.monotonic()
@@ -138,8 +138,8 @@ def test_an_import_error_before_the_rank_protocol_is_named_from_the_launcher_log
 def test_metrics_from_two_threads_give_each_record_exactly_once(tmp_path, modules):
     name = modules("chatty_rank", """
         import time
-        from workbench.training.reporter import RankContext
-        with RankContext.from_env() as ctx:
+        from workbench.training.context import rank_context
+        with rank_context() as ctx:
             for i in range(3000):
                 ctx.metric("step", step=i)
                 if i % 100 == 0:
@@ -235,9 +235,9 @@ def test_stop_reaches_a_rank_through_the_owners_heartbeat(tmp_path, modules):
     (the way ranks on other hosts, out of reach of any signal from here, learn of it)."""
     name = modules("stubborn_rank", """
         import signal, time
-        from workbench.training.reporter import RankContext
+        from workbench.training.context import rank_context
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        with RankContext.from_env() as ctx:
+        with rank_context() as ctx:
             time.sleep(120)
     """)
     job = start_module("serial", 1, name, runs_dir=str(tmp_path / "runs"))
@@ -255,7 +255,7 @@ def test_the_guard_ends_a_launcher_that_outlives_its_owner():
     """A launcher that would wait for ever (here `sleep`) ends within seconds of its owner."""
     import psutil
 
-    from workbench.jobs.launchers import GUARD
+    from workbench.jobs.launched import GUARD
 
     script = textwrap.dedent(f"""
         import os, subprocess, sys, time
@@ -276,7 +276,7 @@ def test_the_guard_ends_a_launcher_that_outlives_its_owner():
 
 @pytest.mark.parametrize(("shell", "code"), [("exit 3", 3), ("kill -TERM $$", 128 + 15)])
 def test_the_guard_passes_on_the_launchers_exit_code(shell, code):
-    from workbench.jobs.launchers import GUARD
+    from workbench.jobs.launched import GUARD
 
     result = subprocess.run([sys.executable, str(GUARD), str(os.getpid()), "--",
                              "sh", "-c", shell], timeout=30)

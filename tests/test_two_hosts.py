@@ -288,8 +288,8 @@ SECRET = "wb-two-host-secret-5e1d"
 
 WAIT_FOR_GO = """
 import os, time
-from workbench.training.reporter import RankContext
-with RankContext.from_env() as ctx:
+from workbench.training.context import rank_context
+with rank_context() as ctx:
     ctx.metric("event", message="env", forwarded=os.environ.get("WB_FORWARDED"),
                secret=os.environ.get("WB_TEST_SECRET"))
     end = time.time() + 120

@@ -42,8 +42,8 @@ CACHE_S = 30.0  # NFS's acdirmin; its default acdirmax is 60 s
 FAIL_ON_B = """
 import os, time
 from pathlib import Path
-from workbench.training.reporter import RankContext
-with RankContext.from_env() as ctx:
+from workbench.training.context import rank_context
+with rank_context() as ctx:
     go = Path(os.environ["WB_GO"])   # outside the runs folder: seen at once on every host
     while not go.exists():
         time.sleep(0.05)

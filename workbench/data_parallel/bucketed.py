@@ -24,11 +24,11 @@ import torch.distributed as dist
 from workbench.data_parallel.buckets import Bucket, make_buckets
 from workbench.models import make_optimizer
 from workbench.training.checkpoint import restore
+from workbench.training.context import rank_context
 from workbench.training.evaluation import finish
 from workbench.training.loop import train
 from workbench.training.naive_rank import broadcast_parameters
 from workbench.training.placement import pin_cpu
-from workbench.training.reporter import RankContext
 from workbench.training.setup import build
 from workbench.training.synchronizer import Synchronizer
 
@@ -59,7 +59,7 @@ class BucketedSync(Synchronizer):
 def run(make_sync: Callable[[torch.nn.Module, int, float], Synchronizer]) -> None:
     """The rank's steps, those of the naive rank, with the synchronizer that
     `make_sync(model, ranks, bucket_mb)` builds."""
-    with RankContext.from_env() as ctx:
+    with rank_context() as ctx:
         cfg = ctx.config
         # Step 1: join the process group (gloo), then pin this rank to its cores.
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.stall_timeout))

@@ -37,7 +37,8 @@ from workbench.jobs.environment import (
     split_environment,
     write_env_file,
 )
-from workbench.jobs.launchers import Launched, launcher_for
+from workbench.jobs.launched import Launched
+from workbench.jobs.launchers import launcher_for
 from workbench.jobs.watch import Watching, _one_line
 from workbench.records import (
     CorruptRecord,
@@ -119,7 +120,7 @@ class Job(Watching, Ending):
         """A job queued behind cores that this process's own warm ranks hold would wait
         until the pool is closed: say so (not to a pool's new ranks, which wait for its old
         ones to leave)."""
-        from workbench.jobs.pool import POOL_RANK_MODULE, holding_cores
+        from workbench.jobs.open_pools import POOL_RANK_MODULE, holding_cores
 
         pools = holding_cores()
         if pools and module != POOL_RANK_MODULE:

@@ -51,23 +51,20 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
 from workbench.jobs import pool_channel
+from workbench.jobs.open_pools import POOL_RANK_MODULE, POOLS, folder
 from workbench.jobs.pool_call import PoolCall
 from workbench.jobs.starting import start_module
 
-POOL_RANK_MODULE = "workbench.jobs.pool_rank"
 ENGINES = ("horovod", "torch")
 #: Settings fixed when a rank's process starts: a job that changes one needs fresh ranks.
 AT_PROCESS_START = ("hosts", "env", "launcher", "timeline", "cycle_time_ms", "cpu_bind",
                     "device")
 #: A pool's ranks write nothing while they wait for work: never call them stalled (s).
 IDLE_FOR_EVER_S = 86_400.0
-#: The pools of this process, by (engine, np, runs folder): `ranks()` reuses a live one.
-POOLS: dict[tuple[str, int, str, str], Pool] = {}
 
 
 class _Ranks:
@@ -252,7 +249,7 @@ class Pool:
         if cfg.resolved_threads() != mine.resolved_threads():
             return (f"the job asks {cfg.resolved_threads()} threads per rank and the pool's "
                     f"ranks have {mine.resolved_threads()}")
-        if _folder(cfg.runs_dir) != _folder(self.runs_dir):
+        if folder(cfg.runs_dir) != folder(self.runs_dir):
             return f"the job's runs folder is {cfg.runs_dir}, the pool's {self.runs_dir}"
         changed = [f for f in AT_PROCESS_START if getattr(cfg, f) != getattr(mine, f)]
         if changed:
@@ -343,35 +340,12 @@ def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
     other (`slurm` takes the Slurm fields of JobConfig: `partition`, `nodes`, `time_limit`,
     ...), and they reach this process over TCP (pool_channel.py).
     """
-    key = (engine, np, _folder(runs_dir), launcher)
+    key = (engine, np, folder(runs_dir), launcher)
     pool = POOLS.get(key)
     if pool is None or not pool.alive:
         pool = POOLS[key] = Pool(np, engine, runs_dir, threads_per_rank, cpu_bind, launcher,
                                  **slurm)
     return pool
-
-
-def running_pool(engine: str, np: int, runs_dir: str = "runs") -> Pool | None:
-    """The open pool for this engine, size and runs folder (for launch()), once it runs no
-    call: one still starting, or still running the last call, is waited for. Fresh ranks
-    instead would queue behind the cores the pool holds."""
-    pool = POOLS.get((engine, np, _folder(runs_dir), "local"))
-    return pool._once_free() if pool is not None and pool.alive else None
-
-
-def pool_for(cfg: JobConfig) -> Pool | None:
-    """The open pool of this process that can run the training job `cfg` (for start()),
-    once it runs no call, as for `running_pool`."""
-    for pool in list(POOLS.values()):
-        if pool.alive and pool.why_not(cfg) is None:
-            return pool._once_free()
-    return None
-
-
-def holding_cores() -> list[Pool]:
-    """The pools of this process that hold cores of this host (a queued job may wait for
-    them)."""
-    return [pool for pool in POOLS.values() if pool.alive and pool.job.cores]
 
 
 def close_all() -> None:
@@ -381,7 +355,3 @@ def close_all() -> None:
 
 
 atexit.register(close_all)  # after job.py's stop_all: runs before it
-
-
-def _folder(runs_dir: str | Path) -> str:
-    return str(Path(runs_dir).expanduser().resolve())

@@ -22,7 +22,7 @@ runs under `launch()` runs unchanged in a pool.
 
 A training job (`workbench.start` while a pool waits, or `pool.start(cfg)`) is a call too:
 the rank runs the engine's own rank module (`ddp_rank`, `horovod_rank`, `zero1_rank`, ...),
-whose `with RankContext.from_env() as ctx:` then gets the call's context, already open.
+whose `with rank_context() as ctx:` then gets the call's context, already open.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from typing import Any
 
 from workbench.jobs import pool_channel, rank_api
 from workbench.jobs.user_rank import call_pickled, save_result, user_traceback
+from workbench.training.context import handed_over, rank_context
 from workbench.training.reporter import RankContext
 
 #: The file name tracebacks give to the code of a `%%ranks` cell.
@@ -135,20 +136,6 @@ class Rank:
             call.restore()
 
 
-class _OpenCall:
-    """What `RankContext.from_env()` gives a rank module run as a call: the call's
-    context, entered and closed by `Rank.run_call` (which writes the exit record)."""
-
-    def __init__(self, call: RankContext) -> None:
-        self.call = call
-
-    def __enter__(self) -> RankContext:
-        return self.call
-
-    def __exit__(self, *_: Any) -> bool:
-        return False  # an error goes on to run_call, which records it
-
-
 #: The namespace that the cells run with `keep` share, for this rank process's life.
 KEPT_CELLS: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
 
@@ -159,12 +146,8 @@ def execute(header: dict[str, Any], payload: bytes, call: RankContext) -> Any:
     if header["kind"] == "function":
         return call_pickled(payload)
     if header["kind"] == "module":
-        from_env = RankContext.__dict__["from_env"]
-        RankContext.from_env = classmethod(lambda cls: _OpenCall(call))
-        try:
+        with handed_over(call):      # its `rank_context()` is the call's
             importlib.import_module(payload.decode()).main()
-        finally:
-            RankContext.from_env = from_env
         return None
     code = payload.decode()
     lines = code.splitlines(keepends=True)
@@ -199,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--address", required=True,
                         help="the owner's abstract socket name, or tcp:HOST:PORT")
     args = parser.parse_args(argv)
-    with RankContext.from_env() as ctx:
+    with rank_context() as ctx:
         import torch  # noqa: F401 - the point of a warm rank: imported once
 
         rank_api.attach(ctx)

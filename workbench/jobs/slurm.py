@@ -48,7 +48,7 @@ from typing import Any
 
 from workbench.config import ConfigError, JobConfig
 from workbench.jobs.blame import Failure
-from workbench.jobs.launchers import GUARD, Exits, Launched, Ranks
+from workbench.jobs.launched import GUARD, Exits, Launched, Ranks
 from workbench.jobs.slurm_script import (  # noqa: F401 (re-exported: the batch script, -H)
     horovod_hosts,
     print_hosts,
@@ -189,7 +189,7 @@ def _me() -> str:
 # ---------------------------------------------------------------------- watching
 class SlurmBatch(Launched):
     """A submitted batch job, seen by the watcher as it sees a launcher process (the
-    interface is launchers.py's).
+    interface is launched.py's).
 
     Like `subprocess.Popen`, it answers `poll()` (None while the job lives, then its exit
     code) and `wait(timeout)`; it has no local `pid`. It adds Slurm's view: `state` and

@@ -29,7 +29,7 @@ def start(cfg: JobConfig, pool: Pool | None = None) -> Job:
     While this process has a pool of warm ranks (`workbench.ranks`) that can run the job,
     it runs there, in milliseconds instead of seconds (see pool.py); `pool` insists on one.
     """
-    from workbench.jobs.pool import pool_for
+    from workbench.jobs.open_pools import pool_for
 
     cfg = apply_preset(apply_resume(cfg)).validate()
     _check_engine(cfg.engine)

@@ -41,7 +41,7 @@ import cloudpickle
 from workbench.config import ConfigError
 from workbench.jobs.job import Job
 from workbench.jobs.starting import start_module
-from workbench.jobs.user_rank import PAYLOAD
+from workbench.jobs.user_rank import PAYLOAD, filled, functions_used, names_used
 
 #: The rank module that runs user code.
 USER_RANK_MODULE = "workbench.jobs.user_rank"
@@ -98,7 +98,7 @@ def warm_pool(engine: str, np: int, files: dict[str, bytes], fields: dict[str, A
     a script), no settings a pool does not share (hosts, threads, ...)."""
     if PAYLOAD not in files or set(fields) - {"name", "stall_timeout", "runs_dir"}:
         return None
-    from workbench.jobs.pool import running_pool
+    from workbench.jobs.open_pools import running_pool
 
     pool = running_pool(engine, np, fields.get("runs_dir", "runs"))
     return pool if pool is not None and pool.fields["threads_per_rank"] == 1 else None
@@ -158,8 +158,8 @@ def _sent(fn: Any, args: tuple[Any, ...]) -> list[tuple[str, Any]]:
     for f in functions_used(fn):
         cells = f.__closure__ or ()
         out += [(f"the variable '{n}' it uses", c.cell_contents)
-                for n, c in zip(f.__code__.co_freevars, cells, strict=False) if _filled(c)]
-        out += [(f"the global '{n}'", f.__globals__[n]) for n in _names(f.__code__)
+                for n, c in zip(f.__code__.co_freevars, cells, strict=False) if filled(c)]
+        out += [(f"the global '{n}'", f.__globals__[n]) for n in names_used(f.__code__)
                 if n in f.__globals__ and not inspect.ismodule(f.__globals__[n])]
     return out
 
@@ -192,20 +192,6 @@ def source_of(fn: Callable[..., Any]) -> tuple[dict, dict]:
     return files, {name: linecache.getlines(name) for name in set(files.values())}
 
 
-def functions_used(fn: Any) -> list[Any]:
-    """`fn` and the plain Python functions it reaches through its globals and closure."""
-    found: dict[int, Any] = {}
-    todo = [fn]
-    while todo:
-        f = todo.pop()
-        if not inspect.isfunction(f) or id(f) in found:
-            continue
-        found[id(f)] = f
-        todo += [f.__globals__.get(n) for n in _names(f.__code__)]
-        todo += [c.cell_contents for c in f.__closure__ or () if _filled(c)]
-    return list(found.values())
-
-
 def _by_value(module: Any) -> bool:
     """True for a module of your own (a notebook, a test, a script folder); False for the
     workbench and installed packages, which every rank imports by name."""
@@ -228,32 +214,15 @@ def _culprit(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
         cells = getattr(fn, "__closure__", None) or ()
         candidates += [(f"the variable '{n}' it uses", c.cell_contents)
                        for n, c in zip(code.co_freevars, cells, strict=False)
-                       if _filled(c)]
+                       if filled(c)]
         globs = getattr(fn, "__globals__", {})
-        candidates += [(f"the global '{n}'", globs[n]) for n in _names(code) if n in globs]
+        candidates += [(f"the global '{n}'", globs[n]) for n in names_used(code) if n in globs]
     for label, value in candidates:
         try:
             cloudpickle.dumps(value)
         except Exception:  # noqa: BLE001
             return f"{label} (a {type(value).__module__}.{type(value).__qualname__})"
     return "something it refers to"
-
-
-def _names(code: Any) -> list[str]:
-    """Global names used by `code` and by the functions nested in it."""
-    names = list(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, "co_names"):
-            names += _names(const)
-    return names
-
-
-def _filled(cell: Any) -> bool:
-    try:
-        cell.cell_contents  # noqa: B018 - raises ValueError for an empty cell
-    except ValueError:
-        return False
-    return True
 
 
 def _safe_name(label: str) -> str:

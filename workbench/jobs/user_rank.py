@@ -22,6 +22,7 @@ horovodrun or torchrun: the point is to write those lines yourself.
 
 from __future__ import annotations
 
+import inspect
 import linecache
 import os
 import runpy
@@ -36,6 +37,7 @@ import cloudpickle
 from workbench.jobs import rank_api
 from workbench.records.private import read_own
 from workbench.records.store import atomic_file
+from workbench.training.context import rank_context
 from workbench.training.reporter import ENV_RUN_DIR, RankContext
 
 #: Where `launch()` puts the pickled (function, args) in the run folder.
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def run_rank(body: Callable[[RankContext], Any]) -> None:
     """One rank: `body(ctx)` inside the rank protocol; its return value is saved."""
-    with RankContext.from_env() as ctx:
+    with rank_context() as ctx:
         rank_api.attach(ctx)
         try:
             value = body(ctx)
@@ -146,8 +148,6 @@ def restore_source(fn: Any, files: dict[tuple[str, int], str],
                    lines: dict[str, list[str]]) -> None:
     """Give the functions back their file names and the lines of those files, so that a
     traceback shows the code (see user_code.source_of)."""
-    from workbench.jobs.user_code import functions_used
-
     for name, text in lines.items():
         if text:  # (size, mtime None: never reloaded from disk, lines, name)
             linecache.cache[name] = (sum(map(len, text)), None, text, name)
@@ -156,6 +156,38 @@ def restore_source(fn: Any, files: dict[tuple[str, int], str],
         name = files.get((code.co_name, code.co_firstlineno))
         if name and code.co_filename != name:
             f.__code__ = _renamed(code, name)
+
+
+def functions_used(fn: Any) -> list[Any]:
+    """`fn` and the plain Python functions it reaches through its globals and closure."""
+    found: dict[int, Any] = {}
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        if not inspect.isfunction(f) or id(f) in found:
+            continue
+        found[id(f)] = f
+        todo += [f.__globals__.get(n) for n in names_used(f.__code__)]
+        todo += [c.cell_contents for c in f.__closure__ or () if filled(c)]
+    return list(found.values())
+
+
+def names_used(code: Any) -> list[str]:
+    """Global names used by `code` and by the functions nested in it."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names += names_used(const)
+    return names
+
+
+def filled(cell: Any) -> bool:
+    """True when a closure cell holds a value (a variable not yet assigned is empty)."""
+    try:
+        cell.cell_contents  # noqa: B018 - raises ValueError for an empty cell
+    except ValueError:
+        return False
+    return True
 
 
 def _renamed(code: Any, filename: str) -> Any:

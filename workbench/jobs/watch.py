@@ -32,7 +32,7 @@ from workbench.jobs.blame import (
     ranks_failure,
     reported_failure,
 )
-from workbench.jobs.launchers import POLL_S, REMOTE_GONE_S, Exits, Ranks
+from workbench.jobs.launched import POLL_S, REMOTE_GONE_S, Exits, Ranks
 from workbench.jobs.processes import exit_records, known_ranks
 from workbench.records import MetricsReader, RunRecord
 from workbench.records.liveness import HEARTBEAT_PERIOD_S, owner_beat

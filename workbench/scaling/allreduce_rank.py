@@ -34,8 +34,8 @@ import time
 
 import torch
 
+from workbench.training.context import rank_context
 from workbench.training.placement import pick_device
-from workbench.training.reporter import RankContext
 
 
 class Collective:
@@ -157,7 +157,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    with RankContext.from_env() as ctx:
+    with rank_context() as ctx:
         torch.set_num_threads(ctx.config.resolved_threads())
         device = pick_device(ctx.config.device, ctx.local_rank)
         comm = Collective(ctx.config.engine, device)

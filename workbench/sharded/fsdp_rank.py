@@ -25,10 +25,10 @@ from workbench.sharded.fsdp import shard_model
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero_rank import ZeroSync, join
+from workbench.training.context import rank_context
 from workbench.training.evaluation import finish
 from workbench.training.loop import train
 from workbench.training.placement import pin_cpu
-from workbench.training.reporter import RankContext
 from workbench.training.setup import build
 
 
@@ -40,7 +40,7 @@ class FSDPSync(ZeroSync):
 
 
 def main() -> None:
-    with RankContext.from_env() as ctx:
+    with rank_context() as ctx:
         cfg = ctx.config
         traffic = Traffic().install()                # FSDP2 calls the counted collectives
 

@@ -29,11 +29,11 @@ from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero1 import Zero1Optimizer
 from workbench.sharded.zero2 import Zero2Optimizer
+from workbench.training.context import rank_context
 from workbench.training.evaluation import finish
 from workbench.training.loop import train
 from workbench.training.naive_rank import broadcast_parameters
 from workbench.training.placement import pick_device, pin_cpu
-from workbench.training.reporter import RankContext
 from workbench.training.setup import build
 from workbench.training.synchronizer import Synchronizer
 
@@ -64,7 +64,7 @@ def join(cfg: JobConfig, local_rank: int) -> torch.device:
 
 
 def main() -> None:
-    with RankContext.from_env() as ctx:
+    with rank_context() as ctx:
         cfg = ctx.config
         if cfg.engine not in STAGES:
             raise SystemExit(f"a ZeRO rank runs --engine {' or '.join(STAGES)}, "

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from workbench.synchronization.ring_allreduce import dist_ring_allreduce
-from workbench.training.reporter import RankContext
+from workbench.training.context import rank_context
 
 
 def compare_three_ways(n: int, rank: int, hvd) -> dict[str, float]:
@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    with RankContext.from_env() as ctx:
+    with rank_context() as ctx:
         torch.set_num_threads(1)
         import horovod.torch as hvd
 

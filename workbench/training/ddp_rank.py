@@ -38,10 +38,10 @@ from workbench.models import make_optimizer
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.training.checkpoint import restore
+from workbench.training.context import rank_context
 from workbench.training.evaluation import finish
 from workbench.training.loop import train
 from workbench.training.placement import pick_device, pin_cpu
-from workbench.training.reporter import RankContext
 from workbench.training.setup import build
 from workbench.training.synchronizer import Synchronizer
 from workbench.training.timing import CudaClock, WallClock
@@ -105,7 +105,7 @@ class DDPSync(Synchronizer):
 
 
 def main() -> None:
-    with RankContext.from_env() as ctx:
+    with rank_context() as ctx:
         cfg = ctx.config
         traffic = Traffic().install()  # counts the bytes the hook's allreduces send
 

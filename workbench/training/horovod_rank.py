@@ -30,10 +30,10 @@ import torch
 
 from workbench.models import make_optimizer
 from workbench.training.checkpoint import restore
+from workbench.training.context import rank_context
 from workbench.training.evaluation import finish
 from workbench.training.loop import train
 from workbench.training.placement import pick_device, pin_cpu
-from workbench.training.reporter import RankContext
 from workbench.training.setup import build
 from workbench.training.synchronizer import Synchronizer
 
@@ -85,7 +85,7 @@ class HorovodSync(Synchronizer):
 
 
 def main() -> None:
-    with RankContext.from_env() as ctx:
+    with rank_context() as ctx:
         cfg = ctx.config
 
         # Step 1: initialise Horovod.

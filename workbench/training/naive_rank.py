@@ -39,10 +39,10 @@ import torch.distributed as dist
 from workbench.models import make_optimizer
 from workbench.synchronization.ring_allreduce import dist_ring_allreduce
 from workbench.training.checkpoint import restore
+from workbench.training.context import rank_context
 from workbench.training.evaluation import finish
 from workbench.training.loop import train
 from workbench.training.placement import pin_cpu
-from workbench.training.reporter import RankContext
 from workbench.training.setup import build
 from workbench.training.synchronizer import Synchronizer
 
@@ -82,7 +82,7 @@ def broadcast_parameters(model: torch.nn.Module) -> None:
 
 
 def main() -> None:
-    with RankContext.from_env() as ctx:
+    with rank_context() as ctx:
         cfg = ctx.config
 
         # Step 1: join the process group. gloo's isend returns at once, so every rank can

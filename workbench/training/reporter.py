@@ -1,8 +1,8 @@
 """The rank protocol: what every process of a job does so the launcher can look after it.
 
-A rank module wraps its work in `with RankContext.from_env() as ctx:`. Building the context
-reads `config.json`; a rank that cannot (a runs folder not shared at the same path on every
-host, say) stops at once with one line naming the file, rather than train with defaults
+A rank module wraps its work in `with rank_context() as ctx:` (context.py). Building the
+context reads `config.json`; a rank that cannot (a runs folder not shared at the same path
+on every host, say) stops at once with one line naming the file, rather than train with defaults
 that differ from its peers'. On entry the context writes the rank's pid and host (so the
 launcher can reap it even though `horovodrun` puts ranks in sessions of their own), sends
 stdout/stderr to `logs/rank<k>.log`, and starts a watchdog thread (see `_watchdog`). On
@@ -94,25 +94,6 @@ class RankContext:
         self.config = self._load_config()
         self._metrics_fd = -1
         self._closing_since: float | None = None  # set while __exit__ writes the exit record
-
-    @classmethod
-    def from_env(cls) -> RankContext:
-        """Build the context from the variables set by the launcher and by horovodrun/torchrun.
-
-        Without the workbench's launcher (no WORKBENCH_RUN_DIR: a training rank module run
-        by plain torchrun, horovodrun or python), the ranks make their own run folder from
-        their command-line flags: see training/standalone.py.
-        """
-
-        load_env_file()  # the job's secret --env values, from their 0600 file
-        rank = env_int("HOROVOD_RANK", "RANK", "OMPI_COMM_WORLD_RANK")
-        size = env_int("HOROVOD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", default=1)
-        local = env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
-        if ENV_RUN_DIR not in os.environ:
-            from workbench.training.standalone import standalone_context
-
-            return standalone_context(rank, size, local)
-        return cls(Path(os.environ[ENV_RUN_DIR]), rank, size, local)
 
     def _load_config(self) -> JobConfig:
         """This job's configuration, or exit at once with one line naming the file.

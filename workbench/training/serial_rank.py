@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from workbench.models import make_optimizer
 from workbench.training.checkpoint import restore
+from workbench.training.context import rank_context
 from workbench.training.evaluation import finish
 from workbench.training.loop import train
 from workbench.training.placement import pick_device, pin_cpu
-from workbench.training.reporter import RankContext
 from workbench.training.setup import build
 from workbench.training.synchronizer import Synchronizer
 
 
 def main() -> None:
-    with RankContext.from_env() as ctx:
+    with rank_context() as ctx:
         cfg = ctx.config
         pin_cpu(cfg, 0)  # its threads; one process has no other rank to keep off its cores
         setup = build(cfg, pick_device(cfg.device, 0))

@@ -21,6 +21,7 @@ import math
 import random
 import time
 
+from workbench.training.context import rank_context
 from workbench.training.reporter import RankContext
 
 
@@ -59,7 +60,7 @@ def emit(ctx: RankContext, rate: float, seconds: float) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    with RankContext.from_env() as ctx:
+    with rank_context() as ctx:
         emit(ctx, args.rate, args.seconds)
 
 
