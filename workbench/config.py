@@ -70,6 +70,8 @@ class ConfigError(ValueError):
 class JobConfig:
     """Everything needed to launch one data-parallel training job.
 
+    The fields come in four groups (`field_groups()`): launch, training, scheduler, lab.
+
     `val_fraction` of the samples (drawn with `seed`) are held out and never trained on:
     the final loss and accuracy are measured on them, and, every `eval_every` epochs
     (0 = only at the end), so are the `val_loss` and `val_accuracy` of the epoch lines.
@@ -100,24 +102,31 @@ class JobConfig:
     jobs/environment.py: "KEY" forwards the launcher's value, "KEY=VALUE" sets one.
     """
 
+    # -- launch: how many ranks, where, started by whom, and what each process gets
     engine: str = "horovod"
     np: int = 2
     hosts: str | None = None
-    env: list[str] = field(default_factory=list)
     launcher: str = "local"
-    partition: str | None = None
-    nodes: int = 0
-    ntasks_per_node: int = 0
-    time_limit: int = 0
-    account: str | None = None
-    sbatch_arg: str = ""
+    env: list[str] = field(default_factory=list)
+    threads_per_rank: int = 0
+    cpu_bind: str = "core"
+    device: str = "cpu"
+    runs_dir: str = "runs"
+    name: str = ""
+    stall_timeout: float = 120.0
+    cycle_time_ms: float = 0.0
+    timeline: bool = False
+    # -- training: the model, the data and the optimization every rank runs
     model: str = "mlp"
     width: int = 64
     dataset: str = "digits"
     samples: int = 2048
     features: int = 32
+    val_fraction: float = 0.1
     epochs: int = 3
+    max_steps: int = 0
     batch_size: int = 32
+    accumulate: int = 1       # micro-batches of batch_size per optimizer step
     lr: float = 0.1
     optimizer: str = "sgd"
     momentum: float = 0.0
@@ -125,29 +134,26 @@ class JobConfig:
     warmup_epochs: float = 0.0
     warmup_start_lr: float = 0.0
     seed: int = 0
-    threads_per_rank: int = 0
-    runs_dir: str = "runs"
+    dtype: str = "float32"
+    precision: str = "fp32"
+    grad_compression: str = "none"
+    bucket_mb: float = 25.0   # bucketed/overlapped engines: MiB per bucket (DDP's default)
+    eval_every: int = 0
+    checkpoint_every: int = 0
+    resume: str = ""
     preset: str | None = None
-    max_steps: int = 0
+    # -- scheduler: what Slurm is asked for (with launcher="slurm" only)
+    partition: str | None = None
+    nodes: int = 0
+    ntasks_per_node: int = 0
+    time_limit: int = 0
+    account: str | None = None
+    sbatch_arg: str = ""
+    # -- lab: what a lesson injects on purpose (a slow rank, a failure) and the labs' own
     straggler_delay: float = 0.0
     straggler_rank: int = 1
     fail_rank: int = 0
     fail_at_step: int = 0
-    checkpoint_every: int = 0
-    resume: str = ""
-    timeline: bool = False
-    cycle_time_ms: float = 0.0
-    bucket_mb: float = 25.0   # bucketed/overlapped engines: MiB per bucket (DDP's default)
-    accumulate: int = 1       # micro-batches of batch_size per optimizer step
-    cpu_bind: str = "core"
-    stall_timeout: float = 120.0
-    dtype: str = "float32"
-    precision: str = "fp32"
-    grad_compression: str = "none"
-    val_fraction: float = 0.1
-    eval_every: int = 0
-    device: str = "cpu"
-    name: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ building
@@ -328,11 +334,28 @@ class JobConfig:
                     raise ConfigError(_bad(name, value, "a Slurm name (letters, digits, _.,-)"))
             sbatch_args(self.sbatch_arg)  # raises on bad quoting or a non-option
             return
-        slurm_only = {"partition": None, "nodes": 0, "ntasks_per_node": 0, "time_limit": 0,
-                      "account": None, "sbatch_arg": ""}
-        for name, unset in slurm_only.items():
-            if getattr(self, name) != unset:
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in field_groups()["scheduler"]:
+            if getattr(self, name) != defaults[name]:
                 raise ConfigError(_bad(name, getattr(self, name), "only with --launcher slurm"))
+
+
+#: `JobConfig`'s fields come in four groups, in this order, each from its first field to
+#: the next group's: how the ranks are launched, what they train, what a cluster's scheduler
+#: is asked for, what a lesson's lab injects on purpose (`workbench run --help` has a
+#: section for each).
+GROUP_STARTS = {"engine": "launch", "model": "training", "partition": "scheduler",
+                "straggler_delay": "lab"}
+
+
+def field_groups() -> dict[str, list[str]]:
+    """{group: its field names, in order}, read from `JobConfig`'s fields and GROUP_STARTS."""
+    groups: dict[str, list[str]] = {}
+    for f in dataclasses.fields(JobConfig):
+        if f.name in GROUP_STARTS:
+            current = groups.setdefault(GROUP_STARTS[f.name], [])
+        current.append(f.name)
+    return groups
 
 
 def sbatch_args(text: str) -> list[str]:

@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from workbench.config import JobConfig
+from workbench.config import JobConfig, field_groups
 
 
 class Parser(argparse.ArgumentParser):
@@ -26,23 +26,28 @@ _SKIP = {"extra"}  # not a flag: filled by code (the labs' settings)
 
 
 def add_job_flags(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per JobConfig field: `workbench run`'s flags, also taken by `scale` and by
-    the rank modules run under plain torchrun or horovodrun (training/standalone.py)."""
+    """Add one flag per JobConfig field, in a section per group of fields: `workbench run`'s
+    flags, also taken by `scale` and by the rank modules run under plain torchrun or
+    horovodrun (training/standalone.py)."""
+    sections = {group: parser.add_argument_group(f"{group} settings")
+                for group in field_groups()}
+    group_of = {name: group for group, names in field_groups().items() for name in names}
     for f in dataclasses.fields(JobConfig):
         if f.name in _SKIP:
             continue
+        section = sections[group_of[f.name]]
         flag = "--" + f.name.replace("_", "-")
         if str(f.type).startswith("list"):  # `env`: repeat the flag, one item each time
-            parser.add_argument(flag, dest=f.name, action="append", default=None,
-                                metavar="KEY[=VALUE]", help="(repeatable)")
+            section.add_argument(flag, dest=f.name, action="append", default=None,
+                                 metavar="KEY[=VALUE]", help="(repeatable)")
             continue
         if f.type in ("bool", bool):
-            parser.add_argument(flag, dest=f.name, action="store_true", default=None,
-                                help=f"(default {f.default})")
+            section.add_argument(flag, dest=f.name, action="store_true", default=None,
+                                 help=f"(default {f.default})")
             continue
         kind = {"int": int, "float": float}.get(str(f.type), str)
-        parser.add_argument(flag, dest=f.name, type=_typed(f.name, kind), default=None,
-                            metavar=f.name.upper(), help=f"(default {f.default!r})")
+        section.add_argument(flag, dest=f.name, type=_typed(f.name, kind), default=None,
+                             metavar=f.name.upper(), help=f"(default {f.default!r})")
 
 
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> JobConfig:

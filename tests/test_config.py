@@ -1,0 +1,42 @@
+"""One job's configuration (workbench/config.py): its groups of fields and their flags."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from workbench.config import GROUP_STARTS, ConfigError, JobConfig, field_groups
+from workbench.flags import Parser, add_job_flags
+
+
+def test_every_field_is_in_one_group_and_its_flag_in_that_groups_section() -> None:
+    groups = field_groups()
+    assert list(groups) == ["launch", "training", "scheduler", "lab"]
+    names = [n for members in groups.values() for n in members]
+    assert names == [f.name for f in dataclasses.fields(JobConfig)]   # each once, in order
+    assert all(groups[g][0] == first for first, g in GROUP_STARTS.items())
+    parser = Parser(prog="workbench run")
+    add_job_flags(parser)
+    sections = {s.title: [a.dest for a in s._group_actions] for s in parser._action_groups}
+    for group, members in groups.items():
+        assert sections[f"{group} settings"] == [n for n in members if n != "extra"]
+    assert "scheduler settings:\n  --partition" in parser.format_help()
+
+
+@pytest.mark.parametrize("name", field_groups()["scheduler"])
+def test_each_scheduler_field_needs_slurm(name: str) -> None:
+    value = {"partition": "debug", "nodes": 1, "ntasks_per_node": 2, "time_limit": 5,
+             "account": "physics", "sbatch_arg": "--qos=debug"}[name]
+    flag = "--" + name.replace("_", "-")
+    with pytest.raises(ConfigError, match=f"invalid {flag} .*only with --launcher slurm"):
+        JobConfig(**{name: value}).validate()
+    JobConfig(launcher="slurm", **{name: value}).validate()
+
+
+def test_a_preset_fills_only_the_fields_the_caller_left_out() -> None:
+    cfg = JobConfig(preset="compute-bound", batch_size=32, lr=0.1)   # both also defaults
+    assert (cfg.model, cfg.batch_size, cfg.lr) == ("cnn", 32, 0.1)
+    assert JobConfig(preset="compute-bound").batch_size == 128
+    again = JobConfig.from_dict(cfg.to_dict())          # every field passed: nothing re-applied
+    assert again == cfg and dataclasses.replace(cfg, seed=1).batch_size == 32
