@@ -6,7 +6,15 @@ import dataclasses
 
 import pytest
 
-from workbench.config import GROUP_STARTS, ConfigError, JobConfig, field_groups
+from workbench.config import (
+    ENGINES,
+    GRAD_COMPRESSIONS,
+    GROUP_STARTS,
+    ConfigError,
+    JobConfig,
+    field_groups,
+)
+from workbench.engines import ENGINES as ENGINE_TABLE
 from workbench.flags import Parser, add_job_flags
 
 
@@ -40,3 +48,26 @@ def test_a_preset_fills_only_the_fields_the_caller_left_out() -> None:
     assert JobConfig(preset="compute-bound").batch_size == 128
     again = JobConfig.from_dict(cfg.to_dict())          # every field passed: nothing re-applied
     assert again == cfg and dataclasses.replace(cfg, seed=1).batch_size == 32
+
+
+def test_each_engine_states_its_rules_and_the_configuration_follows_them() -> None:
+    """The rules live in the engine classes (engines.py); validate() asks them."""
+    training = {name: ENGINE_TABLE[name] for name in ENGINES}
+    assert {n for n, e in training.items() if "bf16" in e.grad_compressions} == \
+        {"torch", "zero1", "zero2", "fsdp"}
+    assert {n for n, e in training.items() if "fp16" in e.grad_compressions} == {"horovod"}
+    assert {n for n, e in training.items() if not e.checkpoints} == {"zero1", "zero2", "fsdp"}
+    assert [n for n, e in training.items() if e.timeline] == ["horovod"]
+    assert {n: e.fixed_ranks for n, e in training.items() if e.fixed_ranks} == {"serial": 1}
+    for name, engine in training.items():
+        for value in GRAD_COMPRESSIONS:
+            cfg = JobConfig(engine=name, grad_compression=value)
+            if value in engine.grad_compressions:
+                assert cfg.validate().world_size == (engine.fixed_ranks or 2)
+            else:
+                with pytest.raises(ConfigError, match=rf"only with --engine .*\(with {name}:"):
+                    cfg.validate()
+    with pytest.raises(ConfigError, match=r"engine that saves checkpoints \(horovod, torch"):
+        JobConfig(engine="fsdp", checkpoint_every=1).validate()
+    with pytest.raises(ConfigError, match="--hosts 'a:1'.*only with --engine horovod, torch"):
+        JobConfig(engine="serial", hosts="a:1").validate()

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.engines import ENGINES as ENGINE_TABLE
-from workbench.engines import ShardedEngine, training_engines
+from workbench.engines import Engine, training_engines
 from workbench.hosts.cpu import cpu_budget
 
 #: "naive" averages each gradient with the workbench's own ring after backward (naive_rank.py).
 #: "bucketed" and "overlapped" are the naive engine made fast by hand (data_parallel/);
 #: "zero1", "zero2" and "fsdp" shard the training state between the ranks (sharded/).
 ENGINES = tuple(training_engines())   # the one engine table: workbench/engines.py
-SHARDED_ENGINES = tuple(name for name, engine in ENGINE_TABLE.items()
-                        if isinstance(engine, ShardedEngine))
 #: Engines that run something other than the training loop, so the panels do not offer them:
 #: "fork" forks the ranks of a function from one process: the labs' workers (jobs/workers.py).
 LAB_ENGINES = tuple(name for name in ENGINE_TABLE if name not in ENGINES)
@@ -193,7 +192,8 @@ class JobConfig:
     @property
     def world_size(self) -> int:
         """Number of ranks that actually run (the serial engine always runs one)."""
-        return 1 if self.engine == "serial" else self.np
+        engine = ENGINE_TABLE.get(self.engine)
+        return (engine.fixed_ranks if engine else None) or self.np
 
     def resolved_threads(self) -> int:
         """Intra-op threads per rank: the setting, or usable cores ÷ ranks (at least 1).
@@ -267,18 +267,20 @@ class JobConfig:
         return self
 
     def _validate_combinations(self) -> None:
-        """Checks that involve more than one field."""
-        if self.engine == "serial" and self.np != 1:
+        """Checks that involve more than one field (the engine's rules: engines.py)."""
+        engine = ENGINE_TABLE[self.engine]
+        if engine.fixed_ranks and self.np != engine.fixed_ranks:
             if "np" not in self.given:  # the default np=2 was not asked for: serial is 1
-                self.np = 1
+                self.np = engine.fixed_ranks
             else:
-                raise ConfigError(_bad("np", self.np, "1 with --engine serial (it runs one "
-                                       "process: leave --np out, or use --engine horovod or "
-                                       "torch for more ranks)"))
+                raise ConfigError(_bad("np", self.np, f"{engine.fixed_ranks} with --engine "
+                                       f"{self.engine} (it runs {engine.fixed_ranks} process: "
+                                       "leave --np out, or use --engine horovod or torch for "
+                                       "more ranks)"))
         if self.hosts is not None:
-            if self.engine == "serial":
-                raise ConfigError(_bad("hosts", self.hosts, "only with --engine horovod or "
-                                       "torch"))
+            if not engine.multi_host:
+                raise ConfigError(_bad("hosts", self.hosts, "only with --engine "
+                                       f"{_engines(lambda e: e.multi_host)}"))
             slots = parse_hosts(self.hosts)
             if sum(slots.values()) < self.np:
                 raise ConfigError(_bad("np", self.np, f"at most the {sum(slots.values())} slots"
@@ -295,21 +297,21 @@ class JobConfig:
         if self.model == "cnn" and self.dataset in ("digits", "synthetic"):
             raise ConfigError(_bad("model", "cnn", f"an image dataset (synthetic-images, mnist,"
                                    f" cifar10), not {self.dataset}"))
-        if self.grad_compression == "bf16" and self.engine not in ("torch", *SHARDED_ENGINES):
-            raise ConfigError(_bad("grad_compression", "bf16", "only with --engine torch, "
-                                   "zero1, zero2 or fsdp (with horovod: fp16, or 'none')"))
-        if self.grad_compression == "fp16" and self.engine != "horovod":
-            raise ConfigError(_bad("grad_compression", "fp16", "only with --engine horovod "
-                                   "(Horovod's Compression.fp16; the others: bf16, or 'none')"))
+        if self.grad_compression not in engine.grad_compressions:
+            offer = _engines(lambda e: self.grad_compression in e.grad_compressions)
+            raise ConfigError(_bad("grad_compression", self.grad_compression, f"only with "
+                                   f"--engine {offer} (with {self.engine}: "
+                                   f"{' or '.join(map(repr, engine.grad_compressions))})"))
         if self.precision == "bf16" and self.dtype != "float32":
             raise ConfigError(_bad("precision", "bf16", "--dtype float32 with it (autocast "
                                    "lowers float32 work to bfloat16)"))
-        if self.engine in SHARDED_ENGINES and (self.checkpoint_every or self.resume):
-            raise ConfigError(_bad("engine", self.engine, "an unsharded engine (torch, "
-                                   "horovod) with --checkpoint-every or --resume: the "
-                                   "sharded engines do not save checkpoints"))
-        if self.timeline and self.engine != "horovod":
-            raise ConfigError(_bad("timeline", True, "only with --engine horovod"))
+        if not engine.checkpoints and (self.checkpoint_every or self.resume):
+            raise ConfigError(_bad("engine", self.engine, "an engine that saves checkpoints ("
+                                   f"{_engines(lambda e: e.checkpoints)}) with "
+                                   "--checkpoint-every or --resume"))
+        if self.timeline and not engine.timeline:
+            raise ConfigError(_bad("timeline", True, "only with --engine "
+                                   f"{_engines(lambda e: e.timeline)}"))
 
     def _validate_launcher(self) -> None:
         """`--hosts` selects ssh (alone, or with `--launcher ssh`); Slurm's fields need Slurm."""
@@ -388,6 +390,12 @@ def parse_hosts(hosts: str) -> dict[str, int]:
             raise ConfigError(_bad("hosts", hosts, "HOST:SLOTS[,HOST:SLOTS...], e.g. a:1,b:1"))
         out[m.group(1)] = int(m.group(2) or 1)
     return out
+
+
+def _engines(rule: Callable[[Engine], bool]) -> str:
+    """The training engines that follow `rule`, in words: "torch, zero1 or fsdp"."""
+    names = [name for name in ENGINES if rule(ENGINE_TABLE[name])]
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
 
 
 def _bad(name: str, value: Any, allowed: str) -> str:

@@ -10,6 +10,8 @@ reaping, failure detection) is written once, in job.py:
 - `environment(cfg, run_dir)`: the settings only this engine's ranks read;
 - `slurm_lines(...)`: how the ranks start inside a Slurm allocation (slurm.py);
 - `available()`: what is missing to run here, if anything.
+- its rules, which `JobConfig.validate()` and the device check ask: `fixed_ranks`,
+  `multi_host`, `grad_compressions`, `checkpoints`, `timeline`, `cpu_only`, `gpu_problem()`.
 
 The engines:
 
@@ -56,6 +58,18 @@ class Engine:
     name: str = ""
     #: The module the ranks run for a training job; None: no training (the labs' engine).
     rank_module: str | None = None
+    #: The number of ranks it always runs (the serial engine: 1); None: `np` of them.
+    fixed_ranks: int | None = None
+    #: Whether its ranks may run on several hosts (`--hosts`).
+    multi_host = True
+    #: The `grad_compression` values it offers: how its gradients may travel.
+    grad_compressions: tuple[str, ...] = ("none",)
+    #: Whether rank 0 can save a checkpoint and a run can `--resume` from it.
+    checkpoints = True
+    #: Whether it can record Horovod's timeline (`--timeline`).
+    timeline = False
+    #: Why it runs on CPUs only, with the fix, or None when it can use GPUs (jobs/devices.py).
+    cpu_only: tuple[str, str] | None = None
 
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 run_id: str) -> list[str]:
@@ -79,12 +93,19 @@ class Engine:
         """None when this engine can run here, else what is missing and how to fix it."""
         return None
 
+    def gpu_problem(self) -> tuple[str, str] | None:
+        """Why this engine cannot average GPU gradients here, with the fix; None if it can
+        (asked once a GPU for every rank is known to be there: jobs/devices.py)."""
+        return self.cpu_only
+
 
 class SerialEngine(Engine):
     """One plain process, no launcher: the sequential baseline (np is always 1)."""
 
     name = "serial"
     rank_module = "workbench.training.serial_rank"
+    fixed_ranks = 1
+    multi_host = False
 
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 run_id: str) -> list[str]:
@@ -99,6 +120,8 @@ class HorovodEngine(Engine):
 
     name = "horovod"
     rank_module = "workbench.training.horovod_rank"
+    grad_compressions = ("none", "fp16")   # Horovod's Compression.fp16
+    timeline = True
 
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 run_id: str) -> list[str]:
@@ -136,6 +159,15 @@ class HorovodEngine(Engine):
         return ["-np", str(np), "--gloo", "-H", hosts, "--gloo-timeout-seconds", "60",
                 "--disable-cache"]
 
+    def gpu_problem(self) -> tuple[str, str] | None:
+        import horovod.torch as hvd
+
+        if hvd.nccl_built():
+            return None
+        return ("this Horovod was built without NCCL, so it cannot average GPU gradients",
+                "rebuild it with NCCL: `make horovod` (scripts/build_horovod.sh turns NCCL on "
+                "whenever a CUDA build of PyTorch is installed), or use --engine torch")
+
     def available(self) -> str | None:
         # Look for Horovod's compiled PyTorch extension without importing it: importing
         # horovod.torch imports torch, seconds of start-up for a process that trains nothing.
@@ -155,6 +187,7 @@ class TorchEngine(Engine):
 
     name = "torch"
     rank_module = "workbench.training.ddp_rank"
+    grad_compressions = ("none", "bf16")   # DDP's bf16 compression hook
 
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 run_id: str) -> list[str]:
@@ -182,6 +215,10 @@ class NaiveEngine(TorchEngine):
 
     name = "naive"
     rank_module = "workbench.training.naive_rank"
+    grad_compressions = ("none",)
+    cpu_only = ("the naive engine runs on CPUs: its ring relies on gloo's isend returning at "
+                "once, and NCCL orders a pair's sends and receives on one GPU stream, where "
+                "every rank sending first could deadlock", "use --device cpu, or --engine torch")
 
 
 class BucketedEngine(TorchEngine):
@@ -189,6 +226,9 @@ class BucketedEngine(TorchEngine):
 
     name = "bucketed"
     rank_module = "workbench.data_parallel.bucketed"
+    grad_compressions = ("none",)
+    cpu_only = ("the bucketed engine runs on CPUs: it joins a gloo group, and its buckets live "
+                "in host memory", "use --device cpu, or --engine torch")
 
 
 class OverlappedEngine(TorchEngine):
@@ -196,10 +236,16 @@ class OverlappedEngine(TorchEngine):
 
     name = "overlapped"
     rank_module = "workbench.data_parallel.overlapped"
+    grad_compressions = ("none",)
+    cpu_only = ("the overlapped engine runs on CPUs: it joins a gloo group, and its buckets live "
+                "in host memory", "use --device cpu, or --engine torch")
 
 
 class ShardedEngine(TorchEngine):
     """`torchrun`, for ranks that shard the training state (workbench/sharded/)."""
+
+    grad_compressions = ("none", "bf16")   # their reduce-scatters in bf16
+    checkpoints = False                    # the sharded engines save no checkpoint
 
     def __init__(self, name: str, rank_module: str) -> None:
         self.name, self.rank_module = name, rank_module
@@ -210,6 +256,7 @@ class ForkEngine(Engine):
     workers, and `launch(fn, engine="fork")` (one host, CPU only)."""
 
     name = "fork"
+    multi_host = False
 
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 run_id: str) -> list[str]:

@@ -23,10 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from workbench.config import ConfigError, JobConfig, parse_hosts
-
-#: How to rebuild Horovod with NCCL, for the refusal below.
-HOROVOD_NCCL_FIX = ("rebuild it with NCCL: `make horovod` (scripts/build_horovod.sh turns "
-                    "NCCL on whenever a CUDA build of PyTorch is installed)")
+from workbench.engines import ENGINES
 
 
 def gpu_count() -> int:
@@ -51,22 +48,11 @@ def ranks_per_host(cfg: JobConfig) -> int:
     return most
 
 
-def horovod_has_nccl() -> bool:
-    """True when the installed Horovod was built with NCCL GPU operations."""
-    import horovod.torch as hvd
-
-    return bool(hvd.nccl_built())
-
-
 def cuda_problem(cfg: JobConfig) -> tuple[str, str] | None:
     """Why `cfg` cannot run on GPUs here and how to fix it (one line each), else None."""
-    if cfg.engine == "naive":
-        return ("the naive engine runs on CPUs: its ring relies on gloo's isend returning at "
-                "once, and NCCL orders a pair's sends and receives on one GPU stream, where "
-                "every rank sending first could deadlock", "use --device cpu, or --engine torch")
-    if cfg.engine in ("bucketed", "overlapped"):
-        return (f"the {cfg.engine} engine runs on CPUs: it joins a gloo group, and its "
-                "buckets live in host memory", "use --device cpu, or --engine torch")
+    engine = ENGINES[cfg.engine]
+    if engine.cpu_only:
+        return engine.cpu_only
     gpus = gpu_count()
     if gpus == 0:
         return ("no CUDA GPU is visible here (a CPU build of PyTorch, no NVIDIA driver, or "
@@ -76,10 +62,7 @@ def cuda_problem(cfg: JobConfig) -> tuple[str, str] | None:
         return (f"{per_host} ranks on one host but only {gpus} GPU(s) visible, and NCCL needs"
                 " a GPU of its own for every rank",
                 f"use --np {gpus} or fewer per host, or --device cpu")
-    if cfg.engine == "horovod" and not horovod_has_nccl():
-        return ("this Horovod was built without NCCL, so it cannot average GPU gradients",
-                f"{HOROVOD_NCCL_FIX}, or use --engine torch")
-    return None
+    return engine.gpu_problem()
 
 
 def resolve_device(cfg: JobConfig) -> tuple[JobConfig, str | None]:

@@ -59,7 +59,8 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
     ranks start: inputs too large for command-line arguments, such as the pickled function of
     `workbench.launch` (and so of the labs' workers).
     """
-    cfg = JobConfig(engine=engine, np=1 if engine == "serial" else np, runs_dir=runs_dir,
+    fixed = ENGINES[engine].fixed_ranks if engine in ENGINES else None
+    cfg = JobConfig(engine=engine, np=fixed or np, runs_dir=runs_dir,
                     name=name, threads_per_rank=threads_per_rank, hosts=hosts,
                     stall_timeout=stall_timeout, **fields).validate()
     _check_engine(engine)

@@ -28,6 +28,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from workbench import engines
 from workbench.config import ENGINES, PRESETS, ConfigError, JobConfig
 from workbench.records.metrics import MetricsReader
 from workbench.scaling.fit import fit_note
@@ -156,9 +157,10 @@ class ScalingPanel(widgets.VBox):
         workers = parse_np_values(c["np_values"].value)
         base = JobConfig(**{**self._fields, "engine": c["engine"].value,
                             "preset": c["preset"].value})
-        if base.engine == "serial" and workers != [1]:
-            raise ConfigError("the serial engine runs one process: choose horovod or torch "
-                              "to compare worker counts")
+        fixed = engines.ENGINES[base.engine].fixed_ranks    # the serial engine's 1
+        if fixed and workers != [fixed]:
+            raise ConfigError(f"the {base.engine} engine runs {fixed} process: choose horovod "
+                              "or torch to compare worker counts")
         return Sweep(base, workers, c["mode"].value)
 
     def _on_run(self, _button: Any = None) -> None:
