@@ -8,6 +8,7 @@ a time estimate, a summary, exercises and questions, and link only to notebooks 
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -207,3 +208,14 @@ def test_parameter_gap_and_step_losses_on_real_serial_runs(tmp_path):
     assert parameter_gap(jobs[0], jobs[2]) > 1e-3
     steps, losses = step_losses(jobs[0].run_dir)
     assert steps == [0, 1, 2, 3, 4] and all(loss > 0 for loss in losses)
+
+
+def test_every_package_names_the_lessons_it_serves_and_they_exist() -> None:
+    """d2l's habit: a package's docstring points back to the notebooks that use it."""
+    root = Path(__file__).parents[1]
+    for init in sorted((root / "workbench").glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        named = re.findall(r"notebooks/[\w/]*?\d\d_\w+\.ipynb", doc.split("Lessons it serves:")[-1])
+        assert "Lessons it serves:" in doc and named, f"{init.parent.name}: name its lessons"
+        missing = [n for n in named if not (root / n).exists()]
+        assert missing == [], f"{init.parent.name} names notebooks that do not exist: {missing}"

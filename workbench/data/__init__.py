@@ -15,6 +15,9 @@ standardised a block of rows at a time, so no full-size float64 copy ever exists
 as float64 with temporaries took about 3 GB per rank). With `cache_dir` (the training
 ranks pass one per host), the first rank of a host writes the prepared arrays there, and
 every rank of that host maps the same file: the page cache holds them once per host.
+
+Lessons it serves: notebooks/01_sgd_from_scratch.ipynb (the digits a rank learns) and every
+job of the later lessons.
 """
 
 from __future__ import annotations

@@ -10,4 +10,7 @@
 - DDP (workbench/training/ddp_rank.py) does both, in C++ (Li et al., VLDB 2020).
 
 `buckets.py` holds what both share: how gradients are packed into buckets.
+
+Lessons it serves: notebooks/09_tensor_parallelism_buckets_accumulation.ipynb (buckets and
+overlap) and notebooks/exercises/13_overlap_the_all_reduce.ipynb.
 """

@@ -21,6 +21,8 @@ from the notebook kernel and lets us report it with its fix.
 
 `diagnose()` returns everything as a dict (`workbench doctor --json` prints it);
 `doctor_widget()` shows it as a table in a notebook.
+
+Lessons it serves: notebooks/00_welcome.ipynb (is this machine ready?).
 """
 
 from __future__ import annotations

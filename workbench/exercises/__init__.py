@@ -23,6 +23,9 @@ The notebooks' text is in :mod:`.pages`, one module per notebook, which
 | the linear scaling rule with warm-up | :mod:`.lr_scaling` | ``check_learning_rate`` |
 | Amdahl or Gustafson? | :mod:`.laws` | ``check_serial_shares``, ``check_which_law`` |
 | make this loop data-parallel (2 real ranks) | :mod:`.data_parallel` | ``check_data_parallel`` |
+
+Lessons it serves: notebooks/exercises/ (their solutions: notebooks/solutions/), e.g.
+notebooks/exercises/01_average_gradients.ipynb.
 """
 
 from workbench.exercises.allreduce import check_average_gradients

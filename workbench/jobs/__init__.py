@@ -23,6 +23,9 @@ What the workbench keeps on top, and why:
 
 The package is called `jobs`, not `launch`, so that `workbench.launch(fn)` can be the call
 that runs a user's own function on real ranks.
+
+Lessons it serves: notebooks/00_welcome.ipynb (start, launch, warm ranks) and every lesson
+that runs a job.
 """
 
 from __future__ import annotations

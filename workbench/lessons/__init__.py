@@ -1,4 +1,4 @@
-"""Helpers for the curriculum notebooks (``notebooks/00_*.ipynb`` ... ``06_*.ipynb``).
+"""Helpers for the curriculum notebooks (``notebooks/00_*.ipynb`` ... ``09_*.ipynb``).
 
 The notebooks stay short: what they compute lives in the concept folders (``training``,
 ``scaling``, ``synchronization``, ``model_parallel``), and the few things only a lesson needs
@@ -11,4 +11,7 @@ live here:
 * :mod:`.runs`          reading two runs back to compare them (notebook 02's invariant);
 * :mod:`.pages`           the text and code of each notebook, which :mod:`workbench.notebooks`
   turns into ``notebooks/0*.ipynb``.
+
+Lessons it serves: notebooks/00_welcome.ipynb to
+notebooks/09_tensor_parallelism_buckets_accumulation.ipynb.
 """

@@ -8,6 +8,9 @@
   per parameter, so it is compute-bound and scales well.
 
 No dropout or batch norm: the data-parallel trajectory must equal the serial one exactly.
+
+Lessons it serves: notebooks/01_sgd_from_scratch.ipynb (logreg) and
+notebooks/02_data_parallelism_horovod.ipynb.
 """
 
 from __future__ import annotations

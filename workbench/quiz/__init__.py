@@ -5,6 +5,9 @@
     len(load_bank())                      # every question, validated
 
 The widget is imported on first use, so reading the bank does not need ipywidgets.
+
+Lessons it serves: notebooks/07_review.ipynb and
+notebooks/exercises/07_review_questions.ipynb.
 """
 
 from __future__ import annotations

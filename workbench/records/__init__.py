@@ -1,4 +1,8 @@
-"""The durable record of every run: `runs/<run_id>/` (see docs/ARCHITECTURE.md)."""
+"""The durable record of every run: `runs/<run_id>/` (see docs/ARCHITECTURE.md).
+
+Lessons it serves: notebooks/03_synchronization.ipynb (a failed run's record, its
+checkpoints) and every lesson that reads a run.
+"""
 
 from workbench.records.metrics import (
     MetricsReader,

@@ -12,4 +12,7 @@ exercise checkers can use them cheaply:
 
 The modules that run real jobs (``sweep``, ``bench``, ``allreduce_rank``) and the ones that
 draw (``report``, ``timeline``) import the job engine and bokeh only when called.
+
+Lessons it serves: notebooks/06_speedup_efficiency_scalability.ipynb and
+notebooks/04_collectives.ipynb (allreduce timings).
 """

@@ -17,4 +17,7 @@ arithmetic (so N ranks with batch b still follow one process with batch N·b):
 Both ZeRO stages keep the parameters in one flat buffer (`flat.py`), cut into N equal
 slices: rank r owns slice r. `memory.py` counts the bytes a rank holds, `traffic.py` the
 bytes it sends, and `costmodel.py` predicts both and plans what fits.
+
+Lessons it serves: notebooks/08_sharded_data_parallelism.ipynb and
+notebooks/exercises/12_zero1_optimizer_step.ipynb.
 """

@@ -4,6 +4,9 @@
 ``ScalingPanel`` runs a scaling sweep and plots speedup, efficiency and scalability;
 ``RunPanel`` watches a job started from code (``workbench.launch(fn)``, ``start(cfg)``).
 The panels are imported on first use, so ``from workbench.ui import charts`` stays light.
+
+Lessons it serves: notebooks/02_data_parallelism_horovod.ipynb (the training panel) and
+notebooks/06_speedup_efficiency_scalability.ipynb (the scaling panel).
 """
 
 from __future__ import annotations
