@@ -90,7 +90,7 @@ def test_the_failure_report_says_how_to_resume(tmp_path, capsys):
 
 def test_resume_keeps_every_field_the_caller_passed_even_at_its_default(tmp_path):
     """Inherited from the resumed run: only what the caller left out (JobConfig.given)."""
-    from workbench.training.checkpoint import CHECKPOINT, apply_resume
+    from workbench.records.resume import CHECKPOINT, apply_resume
 
     run = tmp_path / "20200101-000000-old-np2-abcd"
     run.mkdir()

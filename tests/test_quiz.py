@@ -21,8 +21,8 @@ from workbench.quiz.bank import BANK_PATH, learner_seed, mentions, parse_number,
 from workbench.quiz.widget import PARSE_NUMBER_JS
 from workbench.scaling import costmodel, metrics
 from workbench.sharded import costmodel as sharded
+from workbench.synchronization.checkpoint_interval import young_interval
 from workbench.tensor_parallel import traffic
-from workbench.training.checkpoint import young_interval
 
 BANK = {q.id: q for q in load_bank()}
 

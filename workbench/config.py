@@ -83,7 +83,7 @@ class JobConfig:
     Faults: with `fail_at_step` > 0, rank `fail_rank` fails at that step (counted from the
     start of the job, across epochs), as a crashed machine would end it. Rank 0 saves a
     checkpoint every `checkpoint_every` epochs (0 = never), and `resume` (a run id) starts
-    a new run from that run's last checkpoint (see workbench/training/checkpoint.py).
+    a new run from that run's last checkpoint (see workbench/records/resume.py).
 
     Sizes are in samples, times in seconds (but `cycle_time_ms`, Horovod's cycle, is in
     milliseconds like horovodrun's --cycle-time-ms; 0 keeps Horovod's default of 1 ms).

@@ -20,7 +20,7 @@ from workbench.jobs import slurm
 from workbench.jobs.job import FINAL_STATES, Job
 from workbench.jobs.starting import start
 from workbench.records import MetricsReader, list_runs, load_run, of_kind
-from workbench.training.checkpoint import CHECKPOINT
+from workbench.records.resume import CHECKPOINT
 
 
 # ---------------------------------------------------------------------- run

@@ -15,7 +15,7 @@ from workbench.engines import ENGINES, training_engines
 from workbench.jobs import slurm
 from workbench.jobs.devices import resolve_device
 from workbench.jobs.job import Job
-from workbench.training.checkpoint import apply_resume
+from workbench.records.resume import apply_resume
 
 if TYPE_CHECKING:
     from workbench.jobs.pool import Pool
@@ -25,7 +25,7 @@ def start(cfg: JobConfig, pool: Pool | None = None) -> Job:
     """Validate `cfg` and launch a training job; returns at once (see `Job`).
 
     With `cfg.resume` set, the job continues that run from its last checkpoint, taking its
-    configuration for every field left at its default (see `training/checkpoint.py`).
+    configuration for every field left at its default (see `records/resume.py`).
     While this process has a pool of warm ranks (`workbench.ranks`) that can run the job,
     it runs there, in milliseconds instead of seconds (see pool.py); `pool` insists on one.
     """

@@ -1,7 +1,7 @@
 """What the labs add to a training step, kept outside `loop.train_step`.
 
 - a failure on purpose (`fail_rank`, `fail_at_step`: the fault-tolerance lab, notebook 03;
-  see checkpoint.py's `maybe_fail`);
+  `maybe_fail` below; resuming after it: checkpoint.py);
 - a gradual learning-rate warm-up (`warmup_epochs`: the linear scaling rule, notebook 06
   and exercise 9);
 - a slow rank (`straggler_rank`, `straggler_delay`: the synchronization lab, notebook 03).
@@ -14,7 +14,19 @@ import time
 import torch
 
 from workbench.config import JobConfig
-from workbench.training.checkpoint import maybe_fail
+
+
+class InjectedFault(RuntimeError):
+    """The failure `fail_rank`/`fail_at_step` asked for: this rank stops, as if it crashed."""
+
+
+def maybe_fail(cfg: JobConfig, rank: int, step: int) -> None:
+    """Raise `InjectedFault` on rank `fail_rank` at step `fail_at_step` (counted from the
+    start of the job, across epochs and resumes); do nothing otherwise."""
+    if cfg.fail_at_step and rank == cfg.fail_rank and step == cfg.fail_at_step:
+        raise InjectedFault(f"rank {rank} failed on purpose at step {step} (--fail-rank "
+                            f"{cfg.fail_rank} --fail-at-step {cfg.fail_at_step}); continue "
+                            "from its last checkpoint with `workbench run --resume RUN_ID`")
 
 
 class LabHooks:

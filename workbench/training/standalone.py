@@ -47,8 +47,8 @@ from workbench.config import ConfigError, JobConfig
 from workbench.flags import Parser, add_job_flags, config_from_args
 from workbench.records import MetricsReader, new_run_dir, read_json, write_json_atomic
 from workbench.records.liveness import owner_beat, read_pid_file
+from workbench.records.resume import apply_resume
 from workbench.records.summary import training_figures, versions
-from workbench.training.checkpoint import apply_resume
 from workbench.training.reporter import RankContext
 
 #: The key under which rank 0 leaves {"run_dir", "t0"} in the launcher's store.

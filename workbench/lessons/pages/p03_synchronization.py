@@ -250,7 +250,7 @@ Our checkpoints take milliseconds; a large model written to shared storage can t
 minutes:
 """),
     code(r"""
-from workbench.training.checkpoint import checkpoint_overhead, young_interval
+from workbench.synchronization.checkpoint_interval import checkpoint_overhead, young_interval
 
 SAVE_S = 60.0             # seconds to save one checkpoint of a large model
 MTBF_HOURS = [2, 24, 240] # mean hours between failures of the whole job

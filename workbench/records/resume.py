@@ -1,0 +1,58 @@
+"""A run that continues another from its checkpoint: the configuration it runs with.
+
+`JobConfig(resume=RUN_ID)` (`workbench run --resume RUN_ID`) is merged here, before any
+rank starts (jobs/starting.py, and the ranks of a plain launch: training/standalone.py):
+fields the caller did not set take the values of the run being resumed, and `resume`
+becomes that run's folder, where the ranks load its checkpoint (training/checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from workbench.config import ConfigError, JobConfig
+from workbench.records.private import ForeignRecord, check_own_folder, read_own
+from workbench.records.runs import load_run
+from workbench.records.store import CorruptRecord, read_json
+
+CHECKPOINT = "checkpoint.pt"
+#: Fields a resumed run does not take from the run it continues: the fault that ended it
+#: (inheriting it would end the resumed run again) and where it resumes from.
+NOT_INHERITED = ("fail_rank", "fail_at_step", "resume", "runs_dir")
+
+
+def apply_resume(cfg: JobConfig) -> JobConfig:
+    """The configuration of a run that continues `cfg.resume` (a run id or run folder).
+
+    Fields the caller did not pass (`cfg.given`) take the values of the run being resumed
+    (like a preset), but for `NOT_INHERITED`: `--resume R --epochs 3` runs 3 epochs in all
+    even when 3 is also the default; `resume` becomes that run's folder, so ranks can find its
+    checkpoint. Raises `ConfigError` if there is no such run or it saved no checkpoint.
+    """
+    if not cfg.resume:
+        return cfg
+    try:
+        record = load_run(cfg.resume, cfg.runs_dir)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"invalid --resume {cfg.resume!r}: {exc}") from None
+    try:  # its configuration (env, sbatch_arg, hosts) and checkpoint would be trusted
+        check_own_folder(record.run_dir)
+        read_own(record.run_dir / "config.json", record.run_dir)
+    except (ForeignRecord, OSError) as exc:
+        raise ConfigError(f"invalid --resume {cfg.resume!r}: {exc}; resume only your own "
+                          "runs") from None
+    if not (record.run_dir / CHECKPOINT).exists():
+        raise ConfigError(f"invalid --resume {cfg.resume!r}: run {record.run_id} saved no "
+                          "checkpoint (run it with --checkpoint-every N to save one every N "
+                          "epochs)")
+    try:
+        old = read_json(record.run_dir / "config.json") or {}
+    except CorruptRecord as exc:
+        raise ConfigError(f"invalid --resume {cfg.resume!r}: {exc}") from None
+    if not isinstance(old, dict):
+        raise ConfigError(f"invalid --resume {cfg.resume!r}: {record.run_dir / 'config.json'}"
+                          " does not hold a configuration (a JSON object)")
+    fields = {f.name for f in dataclasses.fields(JobConfig)}
+    inherited = {k: v for k, v in old.items()
+                 if k in fields and k not in NOT_INHERITED and k not in cfg.given}
+    return dataclasses.replace(cfg, **inherited, resume=str(record.run_dir))
