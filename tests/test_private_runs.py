@@ -23,7 +23,7 @@ from workbench.jobs.user_rank import PAYLOAD, run_function
 from workbench.jobs.user_rank import main as user_rank_main
 from workbench.records import new_run_dir
 from workbench.records.private import ENV_RUN_FOLDERS, ForeignRecord, load_own_pickle
-from workbench.training.reporter import ENV_RUN_DIR
+from workbench.training.rank_protocol import ENV_RUN_DIR
 
 
 class Trap:
@@ -176,7 +176,7 @@ def test_a_rank_reads_secrets_only_from_its_owners_0600_file(shared: Path) -> No
     """The variables file must be ours and 0600: one planted by another user, or one others
     can read, ends the rank with one line rather than feeding it values."""
     from workbench.jobs.environment import write_env_file
-    from workbench.training.reporter import ENV_FILE, load_env_file
+    from workbench.training.rank_protocol import ENV_FILE, load_env_file
 
     _, mine = new_run_dir(shared / "runs", "t")
     path = write_env_file(mine, {"WB_TOKEN": "value"})

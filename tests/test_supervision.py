@@ -314,11 +314,11 @@ def test_a_clock_set_forward_does_not_make_a_live_owner_look_gone(tmp_path, monk
 
     from workbench.jobs import cores
     from workbench.records import liveness
-    from workbench.training import reporter
+    from workbench.training import rank_protocol
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        me, it = reporter.owner_id(), cores.owner_id(child.pid)
+        me, it = rank_protocol.owner_id(), cores.owner_id(child.pid)
         created = liveness.started(child.pid)
         assert created != liveness.started(), "two processes, two starts"
         real, before = psutil.boot_time(), psutil.Process(child.pid).create_time()
@@ -328,7 +328,7 @@ def test_a_clock_set_forward_does_not_make_a_live_owner_look_gone(tmp_path, monk
         assert moved == pytest.approx(90.0), "the wall clock's answer moved"
         assert liveness.process_alive(child.pid, created)
         assert cores.owner_id(child.pid) == it and cores._owner_alive(it)
-        assert reporter.owner_id() == me
+        assert rank_protocol.owner_id() == me
     finally:
         child.kill()
         child.wait()

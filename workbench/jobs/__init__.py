@@ -17,7 +17,7 @@ What the workbench keeps on top, and why:
   pid and host, and a job ends them one by one (processes.py).
 - **Owner watchdog and guard, across hosts**: neither launcher knows that the notebook
   kernel which started a job has died. The ranks leave when their owner's heartbeat says
-  so or stops (training/reporter.py), and a guard process ends the launcher (guard.py).
+  so or stops (training/rank_protocol.py), and a guard process ends the launcher (guard.py).
 - Sharing this host's cores between jobs (cores.py), and a failure report that names the
   rank that failed first, with its traceback, not the ranks that failed in its wake.
 

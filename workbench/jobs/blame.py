@@ -13,7 +13,7 @@ watcher (the thread in job.py that looks after the job; other hosts' clocks may 
   error reported after that moment may be a consequence of its death: the vanished rank
   is blamed. An error reported before it was last seen alive came first, and wins;
 - a rank that recorded being ended by a signal (its launcher's SIGTERM, see
-  training/reporter.py): a consequence, blamed only when no rank failed otherwise.
+  training/rank_protocol.py): a consequence, blamed only when no rank failed otherwise.
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ password) never travel on a command line nor in the launcher's environment: Horo
 even local ranks under `/bin/sh -c env K=V ... python`, where `ps` shows them to every user,
 and writes them onto each remote rank's ssh command line. They go into a file that only
 their owner can read, `secrets.json` (0600) in the run folder, which the launcher names
-in `WORKBENCH_ENV_FILE`; each rank reads it as it starts (`training.reporter.load_env_file`) and the
-launcher deletes it when the job ends. `config.json` records their names, not their values
-(a resumed run forwards them by name from its launcher's environment).
+in `WORKBENCH_ENV_FILE`; each rank reads it as it starts
+(`training.rank_protocol.load_env_file`) and the launcher deletes it when the job ends.
+`config.json` records their names, not their values (a resumed run forwards them by name
+from its launcher's environment).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A job's launcher (`horovodrun`, `torchrun`) runs in a session of its own (launchers.py), so a
 notebook kernel that is restarted or killed leaves it behind. Its ranks notice that their
-owner is gone and leave (the watchdog in training/reporter.py), but nothing would end the
+owner is gone and leave (the watchdog in training/rank_protocol.py), but nothing would end the
 launcher itself: `horovodrun` may then wait a long time on ranks it can no longer reach.
 So every launcher on the owner's host runs under this guard:
 

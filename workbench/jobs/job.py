@@ -52,7 +52,7 @@ from workbench.records.liveness import (
     prepare_heartbeats,
 )
 from workbench.records.private import load_own_pickle
-from workbench.training.reporter import (
+from workbench.training.rank_protocol import (
     ENV_FILE,
     ENV_OWNER,
     ENV_RUN_DIR,

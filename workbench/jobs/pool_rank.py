@@ -4,7 +4,7 @@
     horovodrun -np 2 --gloo -H localhost:2 python -m workbench.jobs.pool_rank --address ADDR
 
 It is a rank of an ordinary job (the pool's run: pid file, log, owner watchdog, exit record,
-see reporter.py), whose work is to import torch, join the process group once (`hvd.init()`
+see rank_protocol.py), whose work is to import torch, join the process group once (`hvd.init()`
 or `init_process_group("gloo")`), connect to its owner (pool_channel.py) and then run calls,
 one at a time, as they arrive. What makes a call cost milliseconds is what it skips: a fresh
 interpreter, `import torch` (about 2.4 s of CPU) and the launcher's rendezvous.
@@ -42,7 +42,7 @@ from typing import Any
 from workbench.jobs import pool_channel, rank_api
 from workbench.jobs.user_rank import call_pickled, save_result, user_traceback
 from workbench.training.context import handed_over, rank_context
-from workbench.training.reporter import RankContext
+from workbench.training.rank_protocol import RankContext
 
 #: The file name tracebacks give to the code of a `%%ranks` cell.
 CELL_FILE = "<ranks cell>"

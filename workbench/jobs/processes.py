@@ -30,7 +30,7 @@ from workbench.records.liveness import (
     this_host,
 )
 from workbench.records.store import CorruptRecord, read_json
-from workbench.training.reporter import ENV_RUN_ID
+from workbench.training.rank_protocol import ENV_RUN_ID
 
 
 def rank_hosts(run_dir: Path) -> dict[int, tuple[int, str]]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workbench.training.reporter import RankContext, env_int
+from workbench.training.rank_protocol import RankContext, env_int
 
 #: The context of the rank this process is, set by the rank module (user_rank.py).
 _context: RankContext | None = None

@@ -221,7 +221,7 @@ class SlurmBatch(Launched):
               env: dict[str, str], cores_held: list[int]) -> SlurmBatch:
         """Submit the job. Its ranks run on compute nodes, where our pid means nothing: no
         owner pid watchdog there (they still leave when the owner's heartbeat says "stop")."""
-        from workbench.training.reporter import ENV_OWNER
+        from workbench.training.rank_protocol import ENV_OWNER
 
         return submit(cfg, run_id, run_dir, module, args,
                       {k: v for k, v in env.items() if k != ENV_OWNER})

@@ -5,7 +5,7 @@
     python -m workbench.jobs.user_rank --fork 3               # the function on 3 forked ranks
 
 It follows the rank protocol like the training ranks (pid file, log, owner watchdog, exit
-record: see reporter.py), so the launcher looks after your code exactly as after its own.
+record: see rank_protocol.py), so the launcher looks after your code exactly as after its own.
 What it adds:
 
 - it unpickles the function and its arguments that `launch()` wrote into the run folder;
@@ -38,7 +38,7 @@ from workbench.jobs import rank_api
 from workbench.records.private import read_own
 from workbench.records.store import atomic_file
 from workbench.training.context import rank_context
-from workbench.training.reporter import ENV_RUN_DIR, RankContext
+from workbench.training.rank_protocol import ENV_RUN_DIR, RankContext
 
 #: Where `launch()` puts the pickled (function, args) in the run folder.
 PAYLOAD = "user/function.pkl"

@@ -41,7 +41,7 @@ from typing import Any
 
 from workbench.jobs.processes import exit_records, rank_pids
 from workbench.records import RunRecord
-from workbench.training.reporter import ENV_RUN_DIR
+from workbench.training.rank_protocol import ENV_RUN_DIR
 
 
 class WorkerError(RuntimeError):

@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # torch is imported where it is used
     import torch
     from torch import nn
 
-    from workbench.training.reporter import RankContext
+    from workbench.training.rank_protocol import RankContext
 
 def save(ctx: RankContext, model: nn.Module, optimizer: torch.optim.Optimizer,
          epochs_done: int, steps_done: int) -> None:

@@ -2,7 +2,7 @@
 its own steps.
 
 Started by the workbench (`WORKBENCH_RUN_DIR` is set), a rank takes the run folder its
-launcher made and follows the rank protocol in it (reporter.py). Started by plain torchrun,
+launcher made and follows the rank protocol in it (rank_protocol.py). Started by plain torchrun,
 horovodrun or python, the ranks make their own run folder from their flags instead
 (standalone.py). Run as a call on a warm rank, a module gets the call's context, already
 open (`handed_over`, used by jobs/pool_rank.py).
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from workbench.training.reporter import ENV_RUN_DIR, RankContext, env_int, load_env_file
+from workbench.training.rank_protocol import ENV_RUN_DIR, RankContext, env_int, load_env_file
 from workbench.training.standalone import standalone_context
 
 #: The context a warm rank hands to the module it runs in-process (None: none handed over).
@@ -25,7 +25,7 @@ _handed: RankContext | None = None
 
 def rank_context() -> Any:
     """This rank's context, to enter with `with`: it writes the rank's pid file and log, its
-    exit record on the way out, and watches its owner (see reporter.py)."""
+    exit record on the way out, and watches its owner (see rank_protocol.py)."""
     if _handed is not None:
         return contextlib.nullcontext(_handed)  # entered and closed by the one who handed it
     load_env_file()  # the job's secret --env values, from their 0600 file

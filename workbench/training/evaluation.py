@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from workbench.records.store import atomic_file
-from workbench.training.reporter import RankContext
+from workbench.training.rank_protocol import RankContext
 from workbench.training.setup import Setup
 from workbench.training.sharding import eval_shard
 from workbench.training.synchronizer import Synchronizer

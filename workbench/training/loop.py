@@ -42,7 +42,7 @@ from workbench.training.checkpoint import save
 from workbench.training.evaluation import evaluate
 from workbench.training.lab_hooks import LabHooks
 from workbench.training.placement import allowed_cores
-from workbench.training.reporter import RankContext
+from workbench.training.rank_protocol import RankContext
 from workbench.training.setup import Batches, Setup
 from workbench.training.sharding import epoch_order, shard, steps_per_epoch
 from workbench.training.synchronizer import Synchronizer

@@ -49,7 +49,7 @@ from workbench.records import MetricsReader, new_run_dir, read_json, write_json_
 from workbench.records.liveness import owner_beat, read_pid_file
 from workbench.records.resume import apply_resume
 from workbench.records.summary import training_figures, versions
-from workbench.training.reporter import RankContext
+from workbench.training.rank_protocol import RankContext
 
 #: The key under which rank 0 leaves {"run_dir", "t0"} in the launcher's store.
 RUN_KEY = "workbench_run"

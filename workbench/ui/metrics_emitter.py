@@ -1,6 +1,6 @@
 """A rank module that writes made-up training metrics at a steady rate, without training.
 
-It follows the rank protocol (see :mod:`workbench.training.reporter`), so it runs as the ranks
+It follows the rank protocol (see :mod:`workbench.training.rank_protocol`), so it runs as the ranks
 of a real job through :func:`workbench.jobs.start_module`, under any engine:
 
     from workbench.jobs import start_module
@@ -22,7 +22,7 @@ import random
 import time
 
 from workbench.training.context import rank_context
-from workbench.training.reporter import RankContext
+from workbench.training.rank_protocol import RankContext
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
