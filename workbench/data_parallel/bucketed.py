@@ -25,7 +25,7 @@ from workbench.data_parallel.buckets import Bucket, make_buckets
 from workbench.models import make_optimizer
 from workbench.training.checkpoint import restore
 from workbench.training.context import rank_context
-from workbench.training.evaluation import finish
+from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.naive_rank import broadcast_parameters
 from workbench.training.placement import pin_cpu
@@ -74,7 +74,7 @@ def run(make_sync: Callable[[torch.nn.Module, int, float], Synchronizer]) -> Non
         # Step 3: train; the synchronizer averages the gradients, bucket by bucket.
         sync = make_sync(setup.model, ctx.size, cfg.bucket_mb)
         held_out = train(ctx, setup, optimizer, sync)
-        finish(ctx, setup, sync, held_out)
+        evaluate_and_save(ctx, setup, sync, held_out)
         dist.destroy_process_group()
 
 

@@ -26,7 +26,7 @@ from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero_rank import ZeroSync, join
 from workbench.training.context import rank_context
-from workbench.training.evaluation import finish
+from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pin_cpu
 from workbench.training.setup import build
@@ -64,7 +64,7 @@ def main() -> None:
         sync.measure = Footprint(setup.model, optimizer, traffic.take)
         traffic.take()
         held_out = train(ctx, setup, optimizer, sync)
-        finish(ctx, setup, sync, held_out)
+        evaluate_and_save(ctx, setup, sync, held_out)
         dist.destroy_process_group()
 
 

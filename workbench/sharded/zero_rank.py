@@ -30,7 +30,7 @@ from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero1 import Zero1Optimizer
 from workbench.sharded.zero2 import Zero2Optimizer
 from workbench.training.context import rank_context
-from workbench.training.evaluation import finish
+from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.naive_rank import broadcast_parameters
 from workbench.training.placement import pick_device, pin_cpu
@@ -94,7 +94,7 @@ def main() -> None:
         sync.measure = Footprint(setup.model, optimizer, traffic.take)
         traffic.take()                               # the start-up broadcast is no step's
         held_out = train(ctx, setup, optimizer, sync)
-        finish(ctx, setup, sync, held_out)
+        evaluate_and_save(ctx, setup, sync, held_out)
         dist.destroy_process_group()
 
 

@@ -39,7 +39,7 @@ from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.training.checkpoint import restore
 from workbench.training.context import rank_context
-from workbench.training.evaluation import finish
+from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pick_device, pin_cpu
 from workbench.training.setup import build
@@ -137,7 +137,7 @@ def main() -> None:
         sync.measure = Footprint(setup.module, optimizer, traffic.take)
         traffic.take()  # DDP's start-up broadcast is no step's traffic
         held_out = train(ctx, setup, optimizer, sync)
-        finish(ctx, setup, sync, held_out)
+        evaluate_and_save(ctx, setup, sync, held_out)
         dist.destroy_process_group()
 
 

@@ -15,12 +15,12 @@ from torch import nn
 
 from workbench.records.store import atomic_file
 from workbench.training.rank_protocol import RankContext
-from workbench.training.setup import Setup
+from workbench.training.setup import ModelAndData
 from workbench.training.sharding import eval_shard
 from workbench.training.synchronizer import Synchronizer
 
 
-def evaluate(ctx: RankContext, setup: Setup, sync: Synchronizer) -> dict[str, float]:
+def evaluate(ctx: RankContext, setup: ModelAndData, sync: Synchronizer) -> dict[str, float]:
     """Mean loss and accuracy on the held-out samples, computed together by every rank.
 
     Each rank takes its slice of the held-out samples and runs it through the model in
@@ -47,8 +47,8 @@ def evaluate(ctx: RankContext, setup: Setup, sync: Synchronizer) -> dict[str, fl
     return {"val_loss": loss_sum / count, "val_accuracy": correct / count}
 
 
-def finish(ctx: RankContext, setup: Setup, sync: Synchronizer,
-           held_out: dict[str, float] | None = None) -> None:
+def evaluate_and_save(ctx: RankContext, setup: ModelAndData, sync: Synchronizer,
+                      held_out: dict[str, float] | None = None) -> None:
     """Evaluate on the held-out samples (unless `train` just did); rank 0 saves the results.
 
     Every rank must call it: the evaluation is shared. Rank 0 writes model.pt and

@@ -31,7 +31,7 @@ import torch
 from workbench.models import make_optimizer
 from workbench.training.checkpoint import restore
 from workbench.training.context import rank_context
-from workbench.training.evaluation import finish
+from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pick_device, pin_cpu
 from workbench.training.setup import build
@@ -129,7 +129,7 @@ def main() -> None:
         # Step 5: train, each rank on its own shard of every global batch (see sharding.py).
         sync = HorovodSync(compression)
         held_out = train(ctx, setup, optimizer, sync)
-        finish(ctx, setup, sync, held_out)
+        evaluate_and_save(ctx, setup, sync, held_out)
         hvd.shutdown()
 
 

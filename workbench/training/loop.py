@@ -43,13 +43,13 @@ from workbench.training.evaluation import evaluate
 from workbench.training.lab_hooks import LabHooks
 from workbench.training.placement import allowed_cores
 from workbench.training.rank_protocol import RankContext
-from workbench.training.setup import Batches, Setup
+from workbench.training.setup import Batches, ModelAndData
 from workbench.training.sharding import epoch_order, shard, steps_per_epoch
 from workbench.training.synchronizer import Synchronizer
 from workbench.training.timing import StepTimer
 
 
-def train(ctx: RankContext, setup: Setup, optimizer: torch.optim.Optimizer,
+def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimizer,
           sync: Synchronizer) -> dict[str, float] | None:
     """Run `cfg.epochs` epochs of synchronous data-parallel SGD on this rank's shards.
 
@@ -139,7 +139,7 @@ def steps_to_run(ctx: RankContext, n_train: int) -> int:
     return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
 
-def announce_ready(ctx: RankContext, setup: Setup, steps: int) -> None:
+def announce_ready(ctx: RankContext, setup: ModelAndData, steps: int) -> None:
     """The "ready" event: training starts, and what it runs on (see ARCHITECTURE.md)."""
     ctx.metric("event", message="ready", steps_per_epoch=steps, epochs=ctx.config.epochs,
                device=str(setup.device), timing=setup.clock.what,
@@ -149,7 +149,7 @@ def announce_ready(ctx: RankContext, setup: Setup, steps: int) -> None:
                cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
-def end_epoch(ctx: RankContext, setup: Setup, sync: Synchronizer,
+def end_epoch(ctx: RankContext, setup: ModelAndData, sync: Synchronizer,
               optimizer: torch.optim.Optimizer, epoch: int, steps: int,
               trained: dict[str, float]) -> dict[str, float] | None:
     """Evaluate when due, write the "epoch" line and checkpoint when due.

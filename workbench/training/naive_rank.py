@@ -40,7 +40,7 @@ from workbench.models import make_optimizer
 from workbench.synchronization.ring_allreduce import dist_ring_allreduce
 from workbench.training.checkpoint import restore
 from workbench.training.context import rank_context
-from workbench.training.evaluation import finish
+from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pin_cpu
 from workbench.training.setup import build
@@ -104,7 +104,7 @@ def main() -> None:
         # the gradients before the optimizer steps.
         sync = NaiveSync(ctx.size)
         held_out = train(ctx, setup, optimizer, sync)
-        finish(ctx, setup, sync, held_out)
+        evaluate_and_save(ctx, setup, sync, held_out)
         dist.destroy_process_group()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from workbench.models import make_optimizer
 from workbench.training.checkpoint import restore
 from workbench.training.context import rank_context
-from workbench.training.evaluation import finish
+from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pick_device, pin_cpu
 from workbench.training.setup import build
@@ -28,7 +28,7 @@ def main() -> None:
                                    cfg.momentum, cfg.weight_decay)
         setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
         sync = Synchronizer()
-        finish(ctx, setup, sync, train(ctx, setup, optimizer, sync))
+        evaluate_and_save(ctx, setup, sync, train(ctx, setup, optimizer, sync))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from workbench.training.timing import CudaClock, WallClock, clock_for
 
 
 @dataclass
-class Setup:
+class ModelAndData:
     """What a rank builds before training: data, model, the device they live on and the
     clock that times them.
 
@@ -87,7 +87,7 @@ def data_cache_dir(cfg: JobConfig) -> Path:
     return Path(cfg.runs_dir).expanduser().resolve() / ".cache" / socket.gethostname()
 
 
-def build(cfg: JobConfig, device: torch.device) -> Setup:
+def build(cfg: JobConfig, device: torch.device) -> ModelAndData:
     """Load the data and build the model with the job's seed, identically on every rank."""
     dtype = getattr(torch, cfg.dtype)
     data = load_dataset(cfg.dataset, samples=cfg.samples, features=cfg.features,
@@ -95,5 +95,5 @@ def build(cfg: JobConfig, device: torch.device) -> Setup:
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, tuple(data.x.shape[1:]), data.n_classes, cfg.width)
     train_idx, val_idx = holdout_split(len(data), cfg.seed, cfg.val_fraction)
-    return Setup(data, model.to(device=device, dtype=dtype), device, train_idx, val_idx,
+    return ModelAndData(data, model.to(device=device, dtype=dtype), device, train_idx, val_idx,
                  clock=clock_for(device))
