@@ -50,6 +50,21 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
                              metavar=f.name.upper(), help=f"(default {f.default!r})")
 
 
+def add_output_flags(parser: argparse.ArgumentParser, *, seed: bool = False,
+                     runs_dir: bool = True, json: bool = True,
+                     json_help: str = "print one JSON document") -> None:
+    """The flags the subcommands share: `--runs-dir` (where run records are written and
+    read), `--json` (one JSON document instead of text) and, for the labs, `--seed`."""
+    if seed:
+        parser.add_argument("--seed", type=int, default=0,
+                            help="the random seed: the data and the initial parameters")
+    if runs_dir:
+        parser.add_argument("--runs-dir", default="runs",
+                            help="the runs folder: where run records are written and read")
+    if json:
+        parser.add_argument("--json", action="store_true", help=json_help)
+
+
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> JobConfig:
     """The JobConfig that the given flags describe (unset flags keep their defaults)."""
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(JobConfig)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from workbench.cli import emit_json, guard
+from workbench.flags import add_output_flags
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     grader.add_argument("--course-id", default="workbench", help="nbgrader's course id")
     grader.set_defaults(func=guard(cmd_nbgrader))
     cores = actions.add_parser("cores", help="jobs holding this machine's cores, and the queue")
-    cores.add_argument("--json", action="store_true")
+    add_output_flags(cores, runs_dir=False)
     cores.set_defaults(func=guard(cmd_cores))
     lab = actions.add_parser("quiet-lab", help="switch JupyterLab's news pop-up off")
     lab.add_argument("prefix", nargs="?", default=sys.prefix,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError
-from workbench.flags import add_job_flags, config_from_args
+from workbench.flags import add_job_flags, add_output_flags, config_from_args
 from workbench.jobs import slurm
 from workbench.jobs.job import FINAL_STATES, Job
 from workbench.jobs.starting import start
@@ -163,16 +163,14 @@ def cmd_show(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run one training job", description=__doc__)
     add_job_flags(run)
-    run.add_argument("--json", action="store_true", help="print only the summary, as JSON")
+    add_output_flags(run, runs_dir=False, json_help="print only the summary, as JSON")
     run.set_defaults(func=cmd_run)
 
     runs = sub.add_parser("runs", help="list past runs")
-    runs.add_argument("--runs-dir", default="runs")
-    runs.add_argument("--json", action="store_true")
+    add_output_flags(runs)
     runs.set_defaults(func=cmd_runs)
 
     show = sub.add_parser("show", help="show one run")
     show.add_argument("run_id", help="run id, unique part of one, or run folder")
-    show.add_argument("--runs-dir", default="runs")
-    show.add_argument("--json", action="store_true")
+    add_output_flags(show)
     show.set_defaults(func=cmd_show)

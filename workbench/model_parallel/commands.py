@@ -20,6 +20,7 @@ from workbench.cli import (
     positive_float,
     positive_int,
 )
+from workbench.flags import add_output_flags
 
 
 def format_bytes(n: float) -> str:
@@ -100,10 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=positive_float, default=0.1)
     p.add_argument("--compute-ms", type=non_negative_float, default=20.0,
                    help="pad each forward to this many ms (backward: twice); 0 = bare compute")
-    p.add_argument("--seed", type=int, default=0)
+    add_output_flags(p, seed=True)
     p.add_argument("--html", metavar="FILE", help="save the Gantt chart as an HTML file")
-    p.add_argument("--runs-dir", default="runs", help="where the run record is written")
-    p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=guard(cmd_pipeline))
 
     p = sub.add_parser("compare", help="data vs model parallelism: memory, traffic, time")
@@ -115,7 +114,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=positive_int, default=4)
     p.add_argument("--optimizer", choices=("sgd", "adam"), default="adam")
     p.add_argument("--lr", type=positive_float, default=0.01)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--runs-dir", default="runs", help="where the run record is written")
-    p.add_argument("--json", action="store_true", help="print one JSON document")
+    add_output_flags(p, seed=True)
     p.set_defaults(func=guard(cmd_compare))

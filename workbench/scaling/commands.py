@@ -21,6 +21,7 @@ from typing import Any
 
 from workbench.cli import emit_json, guard, positive_int
 from workbench.config import DEVICES, ConfigError
+from workbench.flags import add_output_flags
 from workbench.hosts.cpu import cpu_budget
 from workbench.scaling import simulate as sim
 from workbench.scaling import units
@@ -301,7 +302,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     scale.add_argument("--report", metavar="FILE.html", help="write a standalone HTML report")
     scale.add_argument("--run-timeout", type=float, default=None, metavar="SECONDS",
                        help="stop a run that takes longer than this")
-    scale.add_argument("--json", action="store_true", help='print {"rows": [...]} as JSON')
+    add_output_flags(scale, runs_dir=False, json_help='print {"rows": [...]} as JSON')
     scale.set_defaults(func=guard(cmd_scale))
 
     bench = sub.add_parser("bench", help="micro-benchmarks (allreduce)")
@@ -321,8 +322,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 "of back-to-back calls, as nccl-tests times them)")
     allreduce.add_argument("--device", choices=DEVICES, default="cpu",
                            help="cpu (gloo), or cuda: one GPU per rank, NCCL (default cpu)")
-    allreduce.add_argument("--runs-dir", default="runs")
-    allreduce.add_argument("--json", action="store_true")
+    add_output_flags(allreduce)
     allreduce.set_defaults(func=guard(cmd_bench_allreduce))
 
     simulate = sub.add_parser(
@@ -362,15 +362,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                                "cluster, one core per worker")
     simulate.add_argument("--preset", help="a published setup, e.g. resnet101-25gbe")
     simulate.add_argument("--list-presets", action="store_true")
-    simulate.add_argument("--json", action="store_true")
+    add_output_flags(simulate, runs_dir=False)
     simulate.set_defaults(func=guard(cmd_simulate))
 
     timeline = sub.add_parser(
         "timeline", help="where a run's time went: Horovod timeline, compute vs synchronize")
     timeline.add_argument("run", help="run id (or a unique part of it) or run folder")
-    timeline.add_argument("--runs-dir", default="runs")
+    add_output_flags(timeline)
     timeline.add_argument("--html", metavar="FILE.html", help="write the charts to a file")
-    timeline.add_argument("--json", action="store_true")
     timeline.set_defaults(func=guard(cmd_timeline))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 
 from workbench.cli import emit_json, guard, non_negative_float, positive_float, positive_int
+from workbench.flags import add_output_flags
 
 
 def element_counts(text: str) -> list[int]:
@@ -146,9 +147,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backup-workers", type=int, default=0, help="b, for --mode backup")
     p.add_argument("--lr", type=positive_float, default=0.1)
     p.add_argument("--batch-size", type=positive_int, default=32)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--runs-dir", default="runs", help="where the run record is written")
-    p.add_argument("--json", action="store_true", help="print one JSON document")
+    add_output_flags(p, seed=True)
     p.set_defaults(func=guard(cmd_async))
 
     p = sub.add_parser("hogwild", help="Hogwild!: lock-free vs locked shared-memory SGD")
@@ -156,9 +155,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--epochs", type=positive_int, default=3)
     p.add_argument("--batch-size", type=positive_int, default=4)
     p.add_argument("--lr", type=positive_float, default=0.5)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--runs-dir", default="runs", help="where the run record is written")
-    p.add_argument("--json", action="store_true", help="print one JSON document")
+    add_output_flags(p, seed=True)
     p.set_defaults(func=guard(cmd_hogwild))
 
     p = sub.add_parser("stragglers", help="one slow rank in synchronous training")
@@ -169,10 +166,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=positive_int, default=20)
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--engine", choices=("horovod", "torch"), default="horovod")
-    p.add_argument("--runs-dir", default="runs")
+    add_output_flags(p)
     p.add_argument("--no-backup-ps", action="store_true",
                    help="skip the parameter-server backup-worker runs")
-    p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=guard(cmd_stragglers))
 
     p = sub.add_parser("ring", help="ring allreduce from scratch: check and time it")
@@ -180,9 +176,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sizes", type=element_counts, default=[7, 1001, 65536, 1 << 20],
                    help="vector lengths in float32 elements, e.g. 7,1001,1M")
     p.add_argument("--repeats", type=positive_int, default=5)
-    p.add_argument("--seed", type=int, default=0)
+    add_output_flags(p, seed=True)
     p.add_argument("--horovod", action="store_true",
                    help="also compare with hvd.allreduce(op=hvd.Sum) in a Horovod job")
-    p.add_argument("--runs-dir", default="runs")
-    p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=guard(cmd_ring))
