@@ -41,11 +41,9 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
                      lr=args.lr, compute_ms=args.compute_ms, seed=args.seed,
                      runs_dir=args.runs_dir)
     if args.html:
-        from bokeh.embed import file_html
-        from bokeh.resources import INLINE
+        from workbench.ui import charts
 
-        with open(args.html, "w", encoding="utf-8") as f:
-            f.write(file_html(pipeline_figure(r), INLINE, "pipeline schedule"))
+        charts.page(pipeline_figure(r), "pipeline schedule", args.html)
         r["html"] = args.html
     if args.json:
         emit_json(r)

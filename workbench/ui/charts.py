@@ -33,6 +33,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from bokeh.models import ColumnDataSource, HoverTool, LayoutDOM, Legend
@@ -108,6 +109,19 @@ def load_bokehjs(force: bool = False) -> bool:
     output_notebook(INLINE, hide_banner=True)
     _bokehjs_loaded = True
     return True
+
+
+def page(layout: LayoutDOM, title: str, path: str | Path | None = None) -> str:
+    """`layout` as one standalone HTML page, BokehJS inlined so that it opens offline;
+    also written to `path` (its folder made) when one is given."""
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+
+    html = file_html(layout, INLINE, title=title)
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(html, encoding="utf-8")
+    return html
 
 
 def figure(

@@ -20,10 +20,8 @@ import html
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bokeh.embed import file_html
 from bokeh.layouts import column
 from bokeh.models import Div
-from bokeh.resources import INLINE
 
 from workbench.scaling.fit import fit_note, fitted_law
 from workbench.ui import charts
@@ -171,16 +169,15 @@ def _intro_html(rows: Sequence[Mapping], meta: Mapping) -> str:
     )
 
 
-def report_html(rows: Sequence[Mapping], meta: Mapping) -> str:
-    """One standalone HTML page (BokehJS inlined, so it opens offline) with the three charts."""
+def report_html(rows: Sequence[Mapping], meta: Mapping, path: str | Path | None = None) -> str:
+    """One standalone HTML page (BokehJS inlined, so it opens offline) with the three charts,
+    also written to `path` when one is given."""
     sc = ScalingCharts(rows, meta.get("mode", "strong"))
     layout = column(Div(text=_intro_html(rows, meta), width=900), charts.grid(sc.figures, 3))
-    return file_html(layout, INLINE, title=f"Scaling report ({meta.get('mode', 'strong')})")
+    return charts.page(layout, f"Scaling report ({meta.get('mode', 'strong')})", path)
 
 
 def write_report(path: str | Path, rows: Sequence[Mapping], meta: Mapping) -> Path:
     """Write :func:`report_html` to ``path`` and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report_html(rows, meta), encoding="utf-8")
-    return path
+    report_html(rows, meta, path)
+    return Path(path)

@@ -8,9 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bokeh.embed import file_html
 from bokeh.layouts import column, row
-from bokeh.resources import INLINE
 
 from workbench.scaling.timeline import (
     HorovodTimeline,
@@ -60,6 +58,4 @@ def write_timeline_page(path: Path, run_id: str, horovod: HorovodTimeline | None
     per_step, per_rank = breakdown_figures(metrics)
     parts = [gantt_figure(horovod)] if horovod is not None else []
     parts.append(row(per_step, per_rank))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(file_html(column(*parts), INLINE, title=f"Where the time goes: {run_id}"),
-                    encoding="utf-8")
+    charts.page(column(*parts), f"Where the time goes: {run_id}", path)
