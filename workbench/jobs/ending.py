@@ -29,11 +29,11 @@ from typing import Any
 from workbench.config import ConfigError
 from workbench.jobs.blame import launcher_tail
 from workbench.jobs.environment import SECRETS_FILE
-from workbench.jobs.processes import job_processes, known_ranks, terminate
+from workbench.jobs.processes import job_processes, terminate
 from workbench.jobs.watch import _one_line
 from workbench.records import RunRecord, write_json_atomic
-from workbench.records.liveness import owner_beat, this_host
-from workbench.records.summary import training_figures, versions
+from workbench.records.liveness import known_ranks, owner_beat, this_host
+from workbench.records.summary import summary_of
 
 
 class Ending:
@@ -142,21 +142,13 @@ class Ending:
         """summary.json: how the job ran here (ranks, cores, times), then what its metrics
         add up to (records/summary.py, shared with runs started by plain launchers)."""
         cfg = self.config
-        summary: dict[str, Any] = {
-            "run_id": self.run_id, "run_dir": str(self.run_dir), "status": status,
-            "engine": cfg.engine, "np": self.world_size, "launcher": cfg.launcher,
-            "ranks": {str(rank): {"pid": pid, "host": host} for rank, (pid, host)
-                      in sorted(known_ranks(self.run_dir, self.world_size).items())},
-            "launcher_process": {"pid": self.launcher_pid, "host": this_host()},
-            "threads_per_rank": cfg.resolved_threads(),
-            "cores": self._ticket.cores,
-            "queued_s": (self._started if self._proc else time.time()) - self._asked,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self._started)),
-            "duration_s": time.time() - self._started,
-            **training_figures(self._reader.all(), self.result()),
-            "warnings": self.warnings,
-            "versions": versions(),
-        }
+        summary = summary_of(self.run_dir, status, cfg.engine, self.world_size, cfg.launcher,
+                             known_ranks(self.run_dir, self.world_size),
+                             cfg.resolved_threads(), self._started, self._reader.all(),
+                             self.result(), self.warnings)
+        summary.update(launcher_process={"pid": self.launcher_pid, "host": this_host()},
+                       cores=self._ticket.cores,
+                       queued_s=(self._started if self._proc else time.time()) - self._asked)
         if self._reader.bad_lines:
             summary["warnings"] = [*self.warnings, f"{self._reader.bad_lines} metrics line(s) "
                                    "were not valid JSON and were skipped"]

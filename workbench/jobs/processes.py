@@ -43,22 +43,6 @@ def rank_hosts(run_dir: Path) -> dict[int, tuple[int, str]]:
     return out
 
 
-def known_ranks(run_dir: Path, world_size: int) -> dict[int, tuple[int, str]]:
-    """{rank: (pid, host)} of the ranks that have started, each rank's files read by name,
-    never from a listing (another host's new file may be missing from one, on NFS): its pid
-    file, else its heartbeat (which the owner's host made, so sees fresh)."""
-    out = {}
-    for rank in range(world_size):
-        entry = read_pid_file(Path(run_dir) / "pids" / f"rank{rank}.pid")
-        if entry is None:
-            info = read_beat(heartbeat_path(run_dir, f"rank{rank}")) or {}
-            if isinstance(info.get("pid"), int) and isinstance(info.get("host"), str):
-                entry = info["pid"], info["host"]
-        if entry is not None:
-            out[rank] = entry
-    return out
-
-
 def exit_records(run_dir: Path, world_size: int) -> dict[int, dict[str, Any]]:
     """{rank: exit record} of the ranks that have ended: from the rank's heartbeat (see
     `known_ranks`), else `exit/rank<k>.json`; a corrupt record counts as that rank's error,

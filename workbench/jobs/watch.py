@@ -33,9 +33,9 @@ from workbench.jobs.blame import (
     reported_failure,
 )
 from workbench.jobs.launched import POLL_S, REMOTE_GONE_S, Exits, Ranks
-from workbench.jobs.processes import exit_records, known_ranks
+from workbench.jobs.processes import exit_records
 from workbench.records import MetricsReader, RunRecord
-from workbench.records.liveness import HEARTBEAT_PERIOD_S, owner_beat
+from workbench.records.liveness import HEARTBEAT_PERIOD_S, known_ranks, owner_beat
 
 
 class Watching:

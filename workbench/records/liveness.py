@@ -186,3 +186,19 @@ def owner_status(run_dir: Path, stale_s: float = 3 * OWNER_STALE_S) -> str:
     except OSError:
         return "gone"
     return "alive" if age < stale_s else "gone"
+
+
+def known_ranks(run_dir: Path, world_size: int) -> dict[int, tuple[int, str]]:
+    """{rank: (pid, host)} of the ranks that have started, each rank's files read by name,
+    never from a listing (another host's new file may be missing from one, on NFS): its pid
+    file, else its heartbeat (which the owner's host made, so sees fresh)."""
+    out = {}
+    for rank in range(world_size):
+        entry = read_pid_file(Path(run_dir) / "pids" / f"rank{rank}.pid")
+        if entry is None:
+            info = read_beat(heartbeat_path(run_dir, f"rank{rank}")) or {}
+            if isinstance(info.get("pid"), int) and isinstance(info.get("host"), str):
+                entry = info["pid"], info["host"]
+        if entry is not None:
+            out[rank] = entry
+    return out

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import platform
+import time
+from pathlib import Path
 from typing import Any
 
 from workbench.records.metrics import events, of_kind, step_start, throughput
@@ -44,6 +46,27 @@ def training_figures(records: list[dict[str, Any]],
         "final_accuracy": result.get("final_accuracy"),
         "last_epoch_loss": _mean(e.get("loss") for e in last_epoch),
         "last_epoch_accuracy": _mean(e.get("accuracy") for e in last_epoch),
+    }
+
+
+def summary_of(run_dir: Path, status: str, engine: str, np: int, launcher: str,
+               ranks: dict[int, tuple[int, str]], threads_per_rank: int, started: float,
+               metrics: list[dict[str, Any]], result: dict[str, Any] | None,
+               warnings: list[str]) -> dict[str, Any]:
+    """The fields of every `summary.json`, whoever writes it (the workbench's launcher, or
+    rank 0 of a run started by a plain launcher): how the run went, then what its metrics
+    add up to. `ranks` is {rank: (pid, host)}; `started` is seconds since the epoch."""
+    return {
+        "run_id": Path(run_dir).name, "run_dir": str(run_dir), "status": status,
+        "engine": engine, "np": np, "launcher": launcher,
+        "ranks": {str(rank): {"pid": pid, "host": host}
+                  for rank, (pid, host) in sorted(ranks.items())},
+        "threads_per_rank": threads_per_rank,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "duration_s": time.time() - started,
+        **training_figures(metrics, result),
+        "warnings": warnings,
+        "versions": versions(),
     }
 
 

@@ -46,9 +46,9 @@ import psutil
 from workbench.config import ConfigError, JobConfig
 from workbench.flags import Parser, add_job_flags, config_from_args
 from workbench.records import MetricsReader, new_run_dir, read_json, write_json_atomic
-from workbench.records.liveness import owner_beat, read_pid_file
+from workbench.records.liveness import known_ranks, owner_beat
 from workbench.records.resume import apply_resume
-from workbench.records.summary import training_figures, versions
+from workbench.records.summary import summary_of
 from workbench.training.rank_protocol import RankContext
 
 #: The key under which rank 0 leaves {"run_dir", "t0"} in the launcher's store.
@@ -207,30 +207,12 @@ def write_summary(ctx: RankContext, exc: BaseException | None) -> None:
     cfg, run_dir = ctx.config, ctx.run_dir
     status = ("succeeded" if exc is None else
               "stopped" if isinstance(exc, KeyboardInterrupt) else "failed")  # Ctrl-C: stopped
-    summary: dict[str, Any] = {
-        "run_id": run_dir.name, "run_dir": str(run_dir), "status": status,
-        "engine": cfg.engine, "np": ctx.size, "launcher": launcher_name(),
-        "ranks": _ranks(run_dir),
-        "threads_per_rank": cfg.resolved_threads(),
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ctx.t0)),
-        "duration_s": ctx.now(),
-        **training_figures(MetricsReader(run_dir).all(), read_json(run_dir / "result.json")),
-        "warnings": [],
-        "versions": versions(),
-    }
+    summary = summary_of(run_dir, status, cfg.engine, ctx.size, launcher_name(),
+                         known_ranks(run_dir, ctx.size), cfg.resolved_threads(), ctx.t0,
+                         MetricsReader(run_dir).all(), read_json(run_dir / "result.json"), [])
     if exc is not None:
         summary["failure"] = {"rank": ctx.rank, "error": f"{type(exc).__name__}: {exc}",
                               "traceback": "".join(traceback.format_exception(exc))}
     write_json_atomic(run_dir / "summary.json", summary)
     print(f"{summary['status']}: {run_dir.name} (workbench show {run_dir.name} "
           f"--runs-dir {run_dir.parent})", flush=True)
-
-
-def _ranks(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """{rank: {pid, host}} from the ranks' pid files."""
-    out = {}
-    for path in sorted((run_dir / "pids").glob("rank*.pid")):
-        found = read_pid_file(path)
-        if found and path.stem[4:].isdigit():
-            out[path.stem[4:]] = {"pid": found[0], "host": found[1]}
-    return out
