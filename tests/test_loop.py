@@ -1,0 +1,64 @@
+"""The step and the loop's pieces (workbench/training/loop.py), without processes: one
+rank's `train_step` on a tiny model, checked against SGD written out by hand."""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from workbench.config import JobConfig
+from workbench.training.loop import steps_to_run, train_step
+from workbench.training.synchronizer import Synchronizer
+from workbench.training.timing import StepTimer, WallClock
+
+
+def model_and_batch(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3)).double()
+    return model, torch.randn(12, 5, dtype=torch.float64), torch.randint(0, 3, (12,))
+
+
+def step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, k: int, b: int) -> tuple:
+    """One `train_step` of plain SGD (lr 0.1) on k micro-batches of b; returns what it
+    returned, the marks its timer took and how often it called the lab's hook."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    timer, hooked = StepTimer(WallClock()), []
+    out, loss = train_step(model, optimizer, Synchronizer(), x, y, k, b, timer,
+                           contextlib.nullcontext, lambda: hooked.append(1))
+    return out, loss, len(timer.marks), len(hooked)
+
+
+def test_the_step_is_sgd_and_k_micro_batches_step_like_one_batch_of_k_b() -> None:
+    model, x, y = model_and_batch()
+    by_hand, _, _ = model_and_batch()
+    loss = nn.functional.cross_entropy(by_hand(x), y)
+    grads = torch.autograd.grad(loss, list(by_hand.parameters()))
+    expected = [p.detach() - 0.1 * g for p, g in zip(by_hand.parameters(), grads, strict=True)]
+
+    out, step_loss, marks, hooked = step(model, x, y, k=1, b=12)
+    assert torch.allclose(step_loss, loss) and out.shape == (12, 3)
+    assert (marks, hooked) == (4, 1)   # start, backward done, averaged, stepped; hook once
+    for p, e in zip(model.parameters(), expected, strict=True):
+        assert torch.allclose(p, e, atol=1e-12)
+
+    accumulated, _, _ = model_and_batch()
+    _, acc_loss, _, _ = step(accumulated, x, y, k=3, b=4)   # 3 micro-batches of 4
+    assert torch.allclose(acc_loss, loss, atol=1e-12)        # the mean over all 12 samples
+    for p, e in zip(accumulated.parameters(), expected, strict=True):
+        assert torch.allclose(p, e, atol=1e-12)
+
+
+def test_steps_per_epoch_are_equal_on_every_rank_capped_and_refused_when_none_fit() -> None:
+    def ctx(size: int, **fields) -> SimpleNamespace:
+        return SimpleNamespace(config=JobConfig(**fields), size=size)
+
+    assert steps_to_run(ctx(2, batch_size=10), 100) == 5           # 100 // (2 x 10)
+    assert steps_to_run(ctx(3, batch_size=10), 100) == 3           # the last 10 are dropped
+    assert steps_to_run(ctx(2, batch_size=10, accumulate=2), 100) == 2
+    assert steps_to_run(ctx(2, batch_size=10, max_steps=1), 100) == 1
+    with pytest.raises(ValueError, match="fewer than one global batch of 4 ranks x 1 micro"):
+        steps_to_run(ctx(4, batch_size=32), 100)
