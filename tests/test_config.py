@@ -16,6 +16,7 @@ from workbench.config import (
 )
 from workbench.engines import ENGINES as ENGINE_TABLE
 from workbench.flags import Parser, add_job_flags
+from workbench.hosts.lists import HostListError, parse_hosts, sbatch_args
 
 
 def test_every_field_is_in_one_group_and_its_flag_in_that_groups_section() -> None:
@@ -71,3 +72,13 @@ def test_each_engine_states_its_rules_and_the_configuration_follows_them() -> No
         JobConfig(engine="fsdp", checkpoint_every=1).validate()
     with pytest.raises(ConfigError, match="--hosts 'a:1'.*only with --engine horovod, torch"):
         JobConfig(engine="serial", hosts="a:1").validate()
+
+
+def test_host_lists_and_sbatch_options_are_read_or_refused_in_one_line() -> None:
+    assert parse_hosts("a:2, b") == {"a": 2, "b": 1}
+    for bad in ("a:0", "a:x", "a,,b", ""):
+        with pytest.raises(ConfigError, match=r"^invalid --hosts .*e\.g\. a:1,b:1$"):
+            JobConfig(hosts=bad).validate()
+    assert sbatch_args("--qos=debug --mem='4 G'") == ["--qos=debug", "--mem=4 G"]
+    with pytest.raises(HostListError, match="no --requeue"):
+        sbatch_args("--qos=debug --requeue=1")

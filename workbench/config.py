@@ -17,13 +17,11 @@ from typing import Any
 from workbench.engines import ENGINES as ENGINE_TABLE
 from workbench.engines import Engine, training_engines
 from workbench.hosts.cpu import cpu_budget
+from workbench.hosts.lists import HostListError, parse_hosts, sbatch_args
 
-#: "naive" averages each gradient with the workbench's own ring after backward (naive_rank.py).
-#: "bucketed" and "overlapped" are the naive engine made fast by hand (data_parallel/);
-#: "zero1", "zero2" and "fsdp" shard the training state between the ranks (sharded/).
-ENGINES = tuple(training_engines())   # the one engine table: workbench/engines.py
-#: Engines that run something other than the training loop, so the panels do not offer them:
-#: "fork" forks the ranks of a function from one process: the labs' workers (jobs/workers.py).
+#: The training engines, from the one engine table (workbench/engines.py says what each does),
+ENGINES = tuple(training_engines())
+#: and those that run something else ("fork": the labs' workers), which the panels omit.
 LAB_ENGINES = tuple(name for name in ENGINE_TABLE if name not in ENGINES)
 MODELS = ("logreg", "mlp", "cnn")
 DATASETS = ("digits", "synthetic", "synthetic-images", "mnist", "cifar10")
@@ -58,6 +56,29 @@ PRESETS: dict[str, dict[str, Any]] = {
                       "samples": 4096, "batch_size": 128, "cycle_time_ms": 5.0},
     "comm-bound": {"model": "mlp", "width": 2048, "dataset": "synthetic",
                    "samples": 4096, "features": 256, "batch_size": 16},
+}
+
+
+#: The values each field may take: one of a few names, or a number in a range (both ends
+#: included, but `lr`'s 0: a rate of 0 trains nothing). `validate()` checks them in order.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "engine": ENGINES + LAB_ENGINES, "model": MODELS, "dataset": DATASETS,
+    "optimizer": OPTIMIZERS, "dtype": DTYPES, "cpu_bind": CPU_BINDS, "precision": PRECISIONS,
+    "grad_compression": GRAD_COMPRESSIONS, "device": DEVICES, "launcher": LAUNCHERS,
+}
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "np": (1, 256), "width": (1, 65536), "samples": (16, 10_000_000), "features": (1, 100_000),
+    "epochs": (1, 10_000), "batch_size": (1, 1_000_000), "seed": (0, 2**31 - 1),
+    "threads_per_rank": (0, 1024), "max_steps": (0, 10**9), "straggler_rank": (0, 255),
+    "nodes": (0, 100_000), "ntasks_per_node": (0, 1024), "time_limit": (0, 525_600),
+    "eval_every": (0, 10_000), "fail_rank": (0, 255), "fail_at_step": (0, 10**9),
+    "checkpoint_every": (0, 10_000), "accumulate": (1, 10_000),
+}
+FLOAT_RANGES: dict[str, tuple[float, float]] = {
+    "bucket_mb": (0.0, 4096.0), "lr": (0.0, 100.0), "momentum": (0.0, 0.999999),
+    "weight_decay": (0.0, 1.0), "warmup_epochs": (0.0, 1000.0), "warmup_start_lr": (0.0, 100.0),
+    "straggler_delay": (0.0, 60.0), "stall_timeout": (1.0, 86_400.0),
+    "cycle_time_ms": (0.0, 1000.0), "val_fraction": (0.0, 0.5),
 }
 
 
@@ -213,46 +234,14 @@ class JobConfig:
     # -------------------------------------------------------------------- checking
     def validate(self) -> JobConfig:
         """Raise `ConfigError` naming the first bad field; return self when all is well."""
-        _choice("engine", self.engine, ENGINES + LAB_ENGINES)
-        _choice("model", self.model, MODELS)
-        _choice("dataset", self.dataset, DATASETS)
-        _choice("optimizer", self.optimizer, OPTIMIZERS)
-        _choice("dtype", self.dtype, DTYPES)
-        _choice("cpu_bind", self.cpu_bind, CPU_BINDS)
-        _choice("precision", self.precision, PRECISIONS)
-        _choice("grad_compression", self.grad_compression, GRAD_COMPRESSIONS)
-        _choice("device", self.device, DEVICES)
-        _choice("launcher", self.launcher, LAUNCHERS)
+        for name, allowed in CHOICES.items():
+            _choice(name, getattr(self, name), allowed)
         if self.preset is not None:
             _choice("preset", self.preset, tuple(PRESETS))
-        _int_range("np", self.np, 1, 256)
-        _int_range("width", self.width, 1, 65536)
-        _int_range("samples", self.samples, 16, 10_000_000)
-        _int_range("features", self.features, 1, 100_000)
-        _int_range("epochs", self.epochs, 1, 10_000)
-        _int_range("batch_size", self.batch_size, 1, 1_000_000)
-        _int_range("seed", self.seed, 0, 2**31 - 1)
-        _int_range("threads_per_rank", self.threads_per_rank, 0, 1024)
-        _int_range("max_steps", self.max_steps, 0, 10**9)
-        _int_range("straggler_rank", self.straggler_rank, 0, 255)
-        _int_range("nodes", self.nodes, 0, 100_000)
-        _int_range("ntasks_per_node", self.ntasks_per_node, 0, 1024)
-        _int_range("time_limit", self.time_limit, 0, 525_600)
-        _int_range("eval_every", self.eval_every, 0, 10_000)
-        _int_range("fail_rank", self.fail_rank, 0, 255)
-        _int_range("fail_at_step", self.fail_at_step, 0, 10**9)
-        _int_range("checkpoint_every", self.checkpoint_every, 0, 10_000)
-        _int_range("accumulate", self.accumulate, 1, 10_000)
-        _float_range("bucket_mb", self.bucket_mb, 0.0, 4096.0)
-        _float_range("lr", self.lr, 0.0, 100.0, low_open=True)
-        _float_range("momentum", self.momentum, 0.0, 0.999999)
-        _float_range("weight_decay", self.weight_decay, 0.0, 1.0)
-        _float_range("warmup_epochs", self.warmup_epochs, 0.0, 1000.0)
-        _float_range("warmup_start_lr", self.warmup_start_lr, 0.0, 100.0)
-        _float_range("straggler_delay", self.straggler_delay, 0.0, 60.0)
-        _float_range("stall_timeout", self.stall_timeout, 1.0, 86_400.0)
-        _float_range("cycle_time_ms", self.cycle_time_ms, 0.0, 1000.0)
-        _float_range("val_fraction", self.val_fraction, 0.0, 0.5)
+        for name, (low, high) in INT_RANGES.items():
+            _int_range(name, getattr(self, name), low, high)
+        for name, (low, high) in FLOAT_RANGES.items():
+            _float_range(name, getattr(self, name), low, high, low_open=name == "lr")
         if not isinstance(self.runs_dir, str) or not self.runs_dir.strip():
             raise ConfigError(_bad("runs_dir", self.runs_dir, "a folder path"))
         if self.name and not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", self.name):
@@ -281,7 +270,10 @@ class JobConfig:
             if not engine.multi_host:
                 raise ConfigError(_bad("hosts", self.hosts, "only with --engine "
                                        f"{_engines(lambda e: e.multi_host)}"))
-            slots = parse_hosts(self.hosts)
+            try:
+                slots = parse_hosts(self.hosts)
+            except HostListError as exc:
+                raise ConfigError(str(exc)) from None
             if sum(slots.values()) < self.np:
                 raise ConfigError(_bad("np", self.np, f"at most the {sum(slots.values())} slots"
                                        f" that --hosts {self.hosts} offers"))
@@ -334,7 +326,10 @@ class JobConfig:
                 value = getattr(self, name)
                 if value is not None and not re.fullmatch(r"[A-Za-z0-9_.,-]{1,64}", value):
                     raise ConfigError(_bad(name, value, "a Slurm name (letters, digits, _.,-)"))
-            sbatch_args(self.sbatch_arg)  # raises on bad quoting or a non-option
+            try:
+                sbatch_args(self.sbatch_arg)  # raises on bad quoting or a non-option
+            except HostListError as exc:
+                raise ConfigError(str(exc)) from None
             return
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for name in field_groups()["scheduler"]:
@@ -358,38 +353,6 @@ def field_groups() -> dict[str, list[str]]:
             current = groups.setdefault(GROUP_STARTS[f.name], [])
         current.append(f.name)
     return groups
-
-
-def sbatch_args(text: str) -> list[str]:
-    """Split `--sbatch-arg` ("--qos=debug --mem=4G") into sbatch options, as a shell would."""
-    import shlex
-
-    if "\n" in text or "\r" in text:  # it would end its #SBATCH line: the rest runs as shell
-        raise ConfigError(_bad("sbatch_arg", text.splitlines()[0] + "...", "options on one "
-                               "line (it holds a line break)"))
-    try:
-        args = shlex.split(text)
-    except ValueError as exc:
-        raise ConfigError(_bad("sbatch_arg", text, f"sbatch options ({exc})")) from None
-    for arg in args:
-        if not arg.startswith("-"):
-            raise ConfigError(_bad("sbatch_arg", text, "sbatch options, each starting with -"
-                                   ", e.g. '--qos=debug --mem=4G'"))
-        if arg.split("=")[0] == "--requeue":
-            raise ConfigError(_bad("sbatch_arg", text, "no --requeue (a requeued job would "
-                                   "run again into the same run folder; resume it instead)"))
-    return args
-
-
-def parse_hosts(hosts: str) -> dict[str, int]:
-    """Parse Horovod's `-H` syntax, "a:2,b:1", into {host: slots}."""
-    out: dict[str, int] = {}
-    for part in hosts.split(","):
-        m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)(?::(\d+))?\s*", part)
-        if not m or (m.group(2) is not None and int(m.group(2)) < 1):
-            raise ConfigError(_bad("hosts", hosts, "HOST:SLOTS[,HOST:SLOTS...], e.g. a:1,b:1"))
-        out[m.group(1)] = int(m.group(2) or 1)
-    return out
 
 
 def _engines(rule: Callable[[Engine], bool]) -> str:

@@ -1,5 +1,6 @@
-"""What this host gives a job: its CPU budget (`cpu.py`). How jobs share the host's cores is
-decided when they launch, in `workbench/jobs/cores.py`.
+"""Where a job runs: this host's CPU budget (`cpu.py`), and the hosts a job asks for, as a
+`--hosts` list or Slurm options (`lists.py`). How jobs share the host's cores is decided
+when they launch, in `workbench/jobs/cores.py`.
 
 Lessons it serves: notebooks/06_speedup_efficiency_scalability.ipynb (a rank's share of the
 cores decides its speedup).

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from workbench.config import ConfigError, JobConfig, parse_hosts
+from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
+from workbench.hosts.lists import parse_hosts
 
 
 def gpu_count() -> int:

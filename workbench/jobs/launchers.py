@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workbench.config import ConfigError, JobConfig, parse_hosts
+from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
+from workbench.hosts.lists import parse_hosts
 from workbench.jobs import cores
 from workbench.jobs.blame import Failure
 from workbench.jobs.launched import GUARD, POLL_S, REMOTE_GONE_S, Exits, Launched, Ranks

@@ -17,8 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from workbench.config import ConfigError, JobConfig, sbatch_args
+from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
+from workbench.hosts.lists import sbatch_args
 
 
 def tasks_per_node(cfg: JobConfig) -> int:

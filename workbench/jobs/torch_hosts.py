@@ -36,7 +36,7 @@ import time
 
 import psutil
 
-from workbench.config import parse_hosts
+from workbench.hosts.lists import parse_hosts
 
 SSH = ["ssh", "-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no"]
 
