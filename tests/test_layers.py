@@ -282,3 +282,10 @@ def test_every_module_has_a_row_in_the_tests_map_and_its_tests_exist():
             wrong.append(f"{module}: none of {named} names it; name the test that does, or "
                          f"say (indirectly)")
     assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_is_over_400_lines():
+    """A file a student can read in one sitting (and most are under 300)."""
+    sizes = {name: len(path.read_text().splitlines()) for path, name in modules()}
+    assert {name: n for name, n in sizes.items() if n > 400} == {}
+    assert sum(n > 300 for n in sizes.values()) < len(sizes) / 10
