@@ -59,6 +59,8 @@ def test_a_failing_worker_is_named_and_the_others_are_stopped(tmp_path):
     message = str(err.value)
     assert message.startswith("worker 1 failed: ValueError: deliberate failure on rank 1")
     assert "Traceback" in message and str(tmp_path) in message
+    # the worker's own file and line, though its module was sent by value (not installed)
+    assert "_labs_helpers.py" in message and 'raise ValueError("deliberate failure' in message
     assert time.monotonic() - start < 60          # rank 0, blocked in recv, was ended
     (record,) = assert_recorded_and_reaped(tmp_path, status="failed")
     assert record.summary["failure"]["error"]

@@ -123,6 +123,35 @@ def test_bad_targets_are_refused_in_one_line(tmp_path):
         workbench.launch(tmp_path / "missing.py", runs_dir=str(tmp_path))
     with pytest.raises(workbench.ConfigError, match="not a int"):
         workbench.launch(42, runs_dir=str(tmp_path))
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    with pytest.raises(workbench.ConfigError, match="fork engine, not a script"):
+        workbench.launch(script, engine="fork", runs_dir=str(tmp_path))
+    assert not (tmp_path / "runs").exists()
+
+
+def unpicklable_result():
+    return threading.Lock()
+
+
+@pytest.mark.timeout(90)
+def test_forked_ranks_report_the_workbenchs_own_frames_and_each_failure_once(tmp_path):
+    """On the fork engine (the labs'): a function of the workbench that raises keeps its own
+    frames (only the launching ones are cut), and a rank whose value cannot travel back is
+    named, its traceback written once."""
+    from workbench.hosts.lists import parse_hosts
+
+    job = workbench.launch(parse_hosts, "a:0", np=1, engine="fork", echo=False,
+                           runs_dir=str(tmp_path))
+    assert job.wait(60) == "failed"
+    tb = job.summary["failure"]["traceback"]
+    assert "workbench/hosts/lists.py" in tb and "raise HostListError(" in tb, tb
+    assert "workbench/jobs" not in tb and "runpy" not in tb
+    job = workbench.launch(unpicklable_result, np=1, engine="fork", echo=False,
+                           runs_dir=str(tmp_path))
+    assert job.wait(60) == "failed"
+    assert "returned a lock that cannot be pickled" in job.summary["failure"]["error"]
+    assert job.record().log(0).count("Traceback (most recent call last)") == 1
 
 
 def test_the_rank_api_outside_a_job_lets_the_same_function_run_in_a_cell(monkeypatch):

@@ -71,6 +71,9 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
         if not path.is_file():
             raise ConfigError(f"no script at {fn_or_path}: give the path of a Python file, "
                               "or a function")
+        if engine == "fork":
+            raise ConfigError("launch() runs a function on the fork engine, not a script: pass "
+                              "a function, or use engine='torch' or 'horovod' for a script")
         rank_args, files, label = ["--script", str(path), *map(str, args)], {}, path.stem
     elif callable(fn_or_path):
         rank_args, label = [], getattr(fn_or_path, "__name__", "function")
@@ -114,7 +117,7 @@ def pickle_function(fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes:
     for module in modules:
         cloudpickle.register_pickle_by_value(module)
     try:
-        return cloudpickle.dumps((fn, args, source_of(fn)))
+        return cloudpickle.dumps((fn, args, source_of(fn, *args)))
     except Exception as exc:  # noqa: BLE001 - pickling fails with many exception types
         name = getattr(fn, "__name__", "the function")
         raise ConfigError(f"cannot send {name} to the ranks: {_culprit(fn, args)} cannot be "
@@ -178,8 +181,9 @@ def _nbytes(value: Any, depth: int = 0) -> int:
     return 0
 
 
-def source_of(fn: Callable[..., Any]) -> tuple[dict, dict]:
-    """Where `fn` and the functions it uses were written, and those files' lines.
+def source_of(*roots: Any) -> tuple[dict, dict]:
+    """Where the functions among `roots` (a function and its arguments) and the functions
+    they use were written, and those files' lines.
 
     cloudpickle renames the file of every function it sends to "<dynamic-code>", and a
     notebook cell exists only in this kernel; without this, a traceback on a rank could show
@@ -187,7 +191,7 @@ def source_of(fn: Callable[..., Any]) -> tuple[dict, dict]:
     rank puts them back (user_rank.restore_source).
     """
     files: dict[tuple[str, int], str] = {}
-    for f in functions_used(fn):
+    for f in functions_used(*roots):
         files[(f.__code__.co_name, f.__code__.co_firstlineno)] = f.__code__.co_filename
     return files, {name: linecache.getlines(name) for name in set(files.values())}
 

@@ -11,8 +11,8 @@ What it adds:
 - it unpickles the function and its arguments that `launch()` wrote into the run folder;
 - `workbench.report()` and `workbench.rank()` then work inside your code (rank_api.py);
 - the return value goes to `results/rank<k>.pkl`, which `job.results()` reads;
-- if your code raises, the exit record carries *your* frames only: the frames of the
-  workbench's launching code and of runpy in front of them would only hide where it is;
+- if your code raises, the exit record carries *your* frames only: the workbench's frames
+  and runpy's in front of them would only hide where it is;
 - with the `fork` engine it is also its own launcher (`fork_ranks`): the labs' workers
   (workers.py) and `launch(fn, engine="fork")` start in a fraction of a second.
 
@@ -43,9 +43,11 @@ from workbench.training.rank_protocol import ENV_RUN_DIR, RankContext
 #: Where `launch()` puts the pickled (function, args) in the run folder.
 PAYLOAD = "user/function.pkl"
 
-#: Files whose frames, in front of your code, are the machinery that runs it: this package
-#: (the ranks' launching and protocol) and runpy. Frames after your first one all stay.
-_MACHINERY = (str(Path(__file__).resolve().parent), runpy.__file__)
+#: Files whose frames, in front of your code, are the machinery that runs it: the workbench
+#: (its launching, and an exercise's checker around your function) and runpy. When the code
+#: itself is the workbench's (a lab's function), only the launching frames are cut.
+_WORKBENCH = str(Path(__file__).resolve().parents[1])
+_LAUNCHING = (str(Path(__file__).resolve().parent), runpy.__file__)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,12 +108,17 @@ def fork_ranks(size: int) -> NoReturn:
 
 def _forked(body: Callable[[RankContext], Any]) -> NoReturn:
     """A forked rank: `run_rank(body)`, then `os._exit`, never a return into the loop above."""
-    code = 1
+    code, entered = 1, []
+
+    def started(ctx: RankContext) -> Any:
+        entered.append(True)      # from here on, the exit record says why it failed
+        return body(ctx)
+
     try:
-        run_rank(body)
+        run_rank(started)
         code = 0
-    except BaseException as exc:
-        if not hasattr(exc, "rank_traceback"):  # failed before the exit record could say why
+    except BaseException:
+        if not entered:           # failed before its exit record could say why: say it here
             traceback.print_exc()
     finally:
         sys.stdout.flush()
@@ -134,7 +141,7 @@ def load_function(payload: Path, run_dir: Path) -> tuple[Callable[..., Any], tup
 def unpickle_call(data: bytes) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """The `(fn, args)` of what `launch()` pickled, their source lines put back."""
     fn, args, source = cloudpickle.loads(data)
-    restore_source(fn, *source)
+    restore_source((fn, *args), *source)
     return fn, args
 
 
@@ -144,24 +151,25 @@ def call_pickled(data: bytes) -> Any:
     return fn(*args)
 
 
-def restore_source(fn: Any, files: dict[tuple[str, int], str],
+def restore_source(roots: tuple[Any, ...], files: dict[tuple[str, int], str],
                    lines: dict[str, list[str]]) -> None:
     """Give the functions back their file names and the lines of those files, so that a
     traceback shows the code (see user_code.source_of)."""
     for name, text in lines.items():
         if text:  # (size, mtime None: never reloaded from disk, lines, name)
             linecache.cache[name] = (sum(map(len, text)), None, text, name)
-    for f in functions_used(fn):
+    for f in functions_used(*roots):
         code = f.__code__
         name = files.get((code.co_name, code.co_firstlineno))
         if name and code.co_filename != name:
             f.__code__ = _renamed(code, name)
 
 
-def functions_used(fn: Any) -> list[Any]:
-    """`fn` and the plain Python functions it reaches through its globals and closure."""
+def functions_used(*roots: Any) -> list[Any]:
+    """The plain Python functions among `roots`, and those they reach through their globals
+    and closures."""
     found: dict[int, Any] = {}
-    todo = [fn]
+    todo = list(roots)
     while todo:
         f = todo.pop()
         if not inspect.isfunction(f) or id(f) in found:
@@ -228,7 +236,10 @@ def user_traceback(exc: BaseException) -> str:
     """The traceback of `exc` without the leading frames of the machinery that called it."""
     stack = traceback.extract_tb(exc.__traceback__)
     first = next((i for i, frame in enumerate(stack)
-                  if not frame.filename.startswith(_MACHINERY)), len(stack))
+                  if not frame.filename.startswith((_WORKBENCH, runpy.__file__))), None)
+    if first is None:   # the workbench's own code failed: keep it, from the first frame past
+        first = next((i for i, frame in enumerate(stack)   # the launching machinery
+                      if not frame.filename.startswith(_LAUNCHING)), 0)  # (or it failed: all)
     report = traceback.TracebackException.from_exception(exc)
     report.stack = traceback.StackSummary.from_list(stack[first:])
     return "".join(report.format())
