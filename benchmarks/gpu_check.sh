@@ -41,7 +41,7 @@ import torch
 
 from workbench.config import ConfigError, JobConfig
 from workbench.jobs import devices
-from workbench.jobs.job import start
+from workbench.jobs import start
 from workbench.records import events, of_kind
 from workbench.scaling.bench import BenchError, run_allreduce_bench
 from workbench.scaling.timeline import load_timeline

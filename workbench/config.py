@@ -262,8 +262,9 @@ class JobConfig:
             if "np" not in self.given:  # the default np=2 was not asked for: serial is 1
                 self.np = engine.fixed_ranks
             else:
+                one = "one" if engine.fixed_ranks == 1 else engine.fixed_ranks
                 raise ConfigError(_bad("np", self.np, f"{engine.fixed_ranks} with --engine "
-                                       f"{self.engine} (it runs {engine.fixed_ranks} process: "
+                                       f"{self.engine} (it runs {one} process: "
                                        "leave --np out, or use --engine horovod or torch for "
                                        "more ranks)"))
         if self.hosts is not None:

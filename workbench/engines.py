@@ -257,6 +257,8 @@ class ForkEngine(Engine):
 
     name = "fork"
     multi_host = False
+    cpu_only = ("the fork engine runs on CPUs: its ranks are forked from one process, and a "
+                "process that has started CUDA cannot fork", "use --device cpu, or --engine torch")
 
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 run_id: str) -> list[str]:

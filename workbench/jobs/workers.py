@@ -26,7 +26,9 @@ is `import torch`; the `fork` engine imports it once and forks the workers
 2-core machines, do not pay it per worker. Training jobs, which need several hosts and
 Horovod, keep horovodrun and torchrun.
 
-`fn` must live in a module (not a notebook cell). Arguments are pickled once into the run
+`fn` must live in a module (not a notebook cell). A module of your own (not installed) is
+sent by value, as `launch()` sends it; what it imports must be importable where the ranks
+start (installed, or in the working folder). Arguments are pickled once into the run
 folder; keep them to a few MB.
 """
 

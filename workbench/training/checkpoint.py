@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # torch is imported where it is used
 
     from workbench.training.rank_protocol import RankContext
 
+
 def save(ctx: RankContext, model: nn.Module, optimizer: torch.optim.Optimizer,
          epochs_done: int, steps_done: int) -> None:
     """Rank 0 writes checkpoint.pt atomically and records how long saving took (seconds)."""

@@ -159,8 +159,8 @@ class ScalingPanel(widgets.VBox):
                             "preset": c["preset"].value})
         fixed = engines.ENGINES[base.engine].fixed_ranks    # the serial engine's 1
         if fixed and workers != [fixed]:
-            raise ConfigError(f"the {base.engine} engine runs {fixed} process: choose horovod "
-                              "or torch to compare worker counts")
+            raise ConfigError(f"the {base.engine} engine runs {'one' if fixed == 1 else fixed}"
+                              " process: choose horovod or torch to compare worker counts")
         return Sweep(base, workers, c["mode"].value)
 
     def _on_run(self, _button: Any = None) -> None:
