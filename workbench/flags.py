@@ -51,8 +51,7 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_output_flags(parser: argparse.ArgumentParser, *, seed: bool = False,
-                     runs_dir: bool = True, json: bool = True,
-                     json_help: str = "print one JSON document") -> None:
+                     runs_dir: bool = True, json_help: str = "print one JSON document") -> None:
     """The flags the subcommands share: `--runs-dir` (where run records are written and
     read), `--json` (one JSON document instead of text) and, for the labs, `--seed`."""
     if seed:
@@ -61,8 +60,7 @@ def add_output_flags(parser: argparse.ArgumentParser, *, seed: bool = False,
     if runs_dir:
         parser.add_argument("--runs-dir", default="runs",
                             help="the runs folder: where run records are written and read")
-    if json:
-        parser.add_argument("--json", action="store_true", help=json_help)
+    parser.add_argument("--json", action="store_true", help=json_help)
 
 
 def config_from_args(args: argparse.Namespace, **overrides: Any) -> JobConfig:
