@@ -128,6 +128,32 @@ def test_the_outcome_of_one_look_is_a_function_of_what_was_seen():
                                      "named x")
 
 
+class _StoppedBeat:
+    """A remote rank's heartbeat that last changed `age` seconds ago."""
+
+    def __init__(self, age: float) -> None:
+        self._age, self.changed_at = age, time.monotonic() - age
+
+    def age(self) -> float:
+        return self._age
+
+
+def test_a_remote_rank_that_stopped_beating_stays_a_suspect_until_it_is_called_gone():
+    # kill -9 on host b, and rank 0 reports HorovodInternalError a moment later: while
+    # rank 1's heartbeat is not yet old enough to call it gone (a loaded host may take
+    # seconds to see horovodrun exit), the watcher must keep looking, not blame rank 0.
+    ssh = Ssh.__new__(Ssh)
+    ssh.alive_at = {}
+    ranks = {0: (os.getpid(), socket.gethostname()), 1: (12, "host-b")}  # rank 0 lives here
+    error_seen = time.monotonic()
+    for age, suspect, gone in [(0.5, True, False), (5.0, True, False), (11.0, False, True)]:
+        ssh.beats = {1: _StoppedBeat(age)}
+        assert ssh.undecided({}, ranks, error_seen) is suspect, age
+        assert [f.rank for f in ssh.vanished({}, ranks, ended=False)] == ([1] if gone else []), age
+    ssh.beats = {1: _StoppedBeat(5.0)}  # once the launcher has exited, 3 s is enough
+    assert [f.rank for f in ssh.vanished({}, ranks, ended=True)] == [1]
+
+
 def test_each_way_of_starting_ranks_is_one_launcher_class():
     assert launcher_for(JobConfig(engine="torch", np=2)) is Local
     assert launcher_for(JobConfig(engine="torch", np=2, hosts="localhost:2")) is Local

@@ -164,14 +164,16 @@ class Ssh(Local):
         return sorted(out, key=lambda f: f.rank)
 
     def undecided(self, exits: Exits, ranks: Ranks, since: float) -> bool:
-        """A remote rank whose heartbeat has not changed since `since`, but not for long
-        enough yet to call it gone: a live rank beats again within a second."""
+        """A remote rank whose heartbeat has not changed since `since`, and that `vanished()`
+        has not yet called gone: a live rank beats again within a second, a dead one is
+        called gone once its heartbeat is `RANK_STALE_S` old (sooner once the launcher has
+        exited, which a loaded host may take seconds to notice)."""
         here = this_host()
         for rank, (_, host) in ranks.items():
             if rank in exits or host == here:
                 continue
             age = self.age(rank)
-            if self.beats[rank].changed_at <= since and age <= REMOTE_GONE_S:
+            if self.beats[rank].changed_at <= since and age <= RANK_STALE_S:
                 return True
         return False
 
