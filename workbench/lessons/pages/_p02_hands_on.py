@@ -23,17 +23,26 @@ running; Horovod does the same with Tensor Fusion and its background thread. Her
 small job, 2 ranks for 30 steps, on each engine in turn. The table splits each step into
 computing (forward and backward) and time blocked on gradients; samples/s is the global
 batch divided by the step time.
+
+The jobs run on **warm ranks** (`workbench.ranks`): two ranks started once by `torchrun`,
+which run the naive and the DDP job one after the other, and two started once by
+`horovodrun`, which section 8 uses again. Starting ranks (a launcher, `import torch`,
+joining the job) costs seconds that no step pays, so the comparison is the same; the ranks
+bind no cores (`cpu_bind="none"`), nor do the jobs they run.
 """),
     code(r"""
 from workbench.lessons.runs import step_split
 
 SAME_JOB = dict(np=2, model="mlp", width=256, dataset="digits", epochs=1, max_steps=30,
-                batch_size=32, lr=0.1, threads_per_rank=1)
+                batch_size=32, lr=0.1, threads_per_rank=1, cpu_bind="none")
+warm = {"torch": workbench.ranks(np=2, engine="torch", cpu_bind="none"),  # naive and DDP
+        "horovod": workbench.ranks(np=2, engine="horovod", cpu_bind="none")}
 rows = []
 for engine in ("naive", "torch", "horovod"):   # one after another: they would share cores
     job = workbench.start(workbench.JobConfig(engine=engine, **SAME_JOB))
     assert job.wait(timeout=400) == "succeeded", job.summary
     rows.append(step_split(job))
+warm["torch"].close()   # section 8 keeps the Horovod ranks
 table(rows, [("engine", "engine", "s"), ("step_ms", "step (ms)", ".2f"),
              ("compute_ms", "computing (ms)", ".2f"), ("sync_ms", "blocked on gradients (ms)",
                                                        ".2f"),
@@ -87,9 +96,9 @@ Below is its Horovod version: every changed line carries a `# Horovod:` comment.
 change it if you like, and run the cell. `workbench.launch(fn, *args, np=2)` then sends your
 function to 2 real Horovod ranks, like `horovod.run(fn, np=2)`: it returns at once, what the
 ranks print appears under the cell with their rank, and `RunPanel(job)` charts what they
-`workbench.report()`. The ranks here are **warm** (`workbench.ranks`): `horovodrun` starts
-them once, and every later run of your function, and the check below, starts on them in a
-fraction of a second instead of seconds.
+`workbench.report()`. The ranks here are the **warm** ones of section 7 (`workbench.ranks`):
+`horovodrun` started them once, and every later run of your function, and the check below,
+starts on them in a fraction of a second instead of seconds.
 """),
     code(r"""
 def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs/model.pt"):
@@ -114,7 +123,7 @@ def train_horovod(data, batch_size=8, lr=0.1, epochs=2, seed=0, checkpoint="runs
     return model.state_dict()
 """),
     code(r"""
-pool = workbench.ranks(np=2, engine="horovod")   # launch() and the check below use it
+pool = workbench.ranks(np=2, engine="horovod")   # section 7's; launch() and the check use it
 job = workbench.launch(train_horovod, make_data(), np=2, engine="horovod")
 run_panel = RunPanel(job)
 run_panel
@@ -135,7 +144,7 @@ so scaling it would be a mistake here. Delete the `broadcast_parameters` line, o
 """),
     code(r"""
 feedback = check_data_parallel(train_horovod, engine="horovod")
-pool.close()   # frees its two cores for other jobs
+pool.close()   # ends the warm ranks (a new kernel would too)
 feedback
 """),
 ]
