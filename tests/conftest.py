@@ -8,7 +8,7 @@ sharing itself set their own values.
 A job must not outlive the test that started it: a test that fails half-way would otherwise
 leave its job training (and holding cores, so later tests queue behind it) until the session
 ends. After each test, every job this process started and that still runs is stopped;
-pools of warm ranks, at the end of the module.
+pools of warm ranks, at the end of the module (the `warm` fixture's, at the end of the session).
 
 The whole suite has a time budget (tests/_budget.py): `make test` fails when it takes longer.
 A notebook whose kernel died before it ran a cell (a port taken between jupyter_client's
@@ -48,7 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(autouse=True)
 def _no_job_outlives_its_test():
     """Every job a test started is stopped after it, but the ranks of a pool of warm ranks
-    (workbench.ranks), which a module's fixture keeps from one test to the next."""
+    (workbench.ranks), which a fixture keeps from one test to the next."""
     yield
     from workbench.jobs.job import _LIVE_JOBS
     from workbench.jobs.open_pools import POOLS
@@ -59,34 +59,42 @@ def _no_job_outlives_its_test():
             job.stop()
 
 
+#: The pools of the session's `warm` fixture: they outlive each module, and end with the session.
+_SESSION_POOLS: list = []
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _no_pool_outlives_its_module():
-    """Pools end with the module that started them."""
+    """Pools end with the module that started them, but the session's warm ranks."""
     yield
-    from workbench.jobs.pool import close_all
+    from workbench.jobs.open_pools import POOLS
 
-    close_all()
+    for pool in list(POOLS.values()):
+        if pool not in _SESSION_POOLS:
+            pool.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def warm(tmp_path_factory):
-    """Warm ranks for a module's 2-rank training runs: `warm(engine)` makes sure a pool of
-    that engine's launcher waits (torchrun for every torch.distributed engine, horovodrun
-    for Horovod; one at a time, so run one launcher's jobs together) and returns the folder
-    whose runs/ it keeps. A job started there with `cpu_bind="none"` runs as a call, the
-    engine's own rank module on ranks already started (jobs/pool.py; test_pool.py checks
-    that it equals the job on fresh ranks): no torchrun or horovodrun start-up per job. The
-    pools bind no cores, so other jobs never queue behind their idle ranks."""
+    """Warm ranks for 2-rank training runs, shared by every module a test worker runs:
+    `warm(engine)` makes sure a pool of that engine's launcher waits (torchrun for every
+    torch.distributed engine, horovodrun for Horovod) and returns the folder whose runs/ it
+    keeps. A job started there with `cpu_bind="none"` runs as a call, the engine's own rank
+    module on ranks already started (jobs/pool.py; test_pool.py checks that it equals the
+    job on fresh ranks): no torchrun or horovodrun start-up per job. The pools bind no
+    cores, so other jobs never queue behind their idle ranks; a job started anywhere else
+    never runs on them (a pool serves only jobs of its own runs folder)."""
     root = tmp_path_factory.mktemp("warm")
     pools: dict = {}
 
     def get(engine: str) -> Path:
         family = "horovod" if engine == "horovod" else "torch"
-        for other in [f for f in pools if f != family]:
-            pools.pop(other).close()
-        if family not in pools:
+        if family not in pools or not pools[family].alive:
             pools[family] = workbench.ranks(np=2, engine=family, runs_dir=str(root / "runs"),
                                             cpu_bind="none")
+            _SESSION_POOLS.append(pools[family])
         return root
 
-    return get
+    yield get
+    for pool in pools.values():
+        pool.close()

@@ -76,11 +76,13 @@ def test_bad_evaluation_fields_are_one_line_errors():
 
 
 @pytest.mark.parametrize("engine", ["horovod", "torch"])
-def test_two_ranks_report_the_same_held_out_metrics_each_epoch(tmp_path, engine):
+def test_two_ranks_report_the_same_held_out_metrics_each_epoch(warm, engine):
     cfg = JobConfig(engine=engine, np=2, model="mlp", width=32, dataset="digits", epochs=2,
-                    batch_size=32, eval_every=1, threads_per_rank=1, runs_dir=str(tmp_path))
+                    batch_size=32, eval_every=1, threads_per_rank=1, cpu_bind="none",
+                    runs_dir=str(warm(engine) / "runs"))
     job = workbench.start(cfg)
     assert job.wait(180) == "succeeded", job.summary
+    assert job.summary.get("pool"), "a call on the warm ranks (conftest.py)"
     epochs = of_kind(job.metrics(), "epoch")
     assert {(e["rank"], e["epoch"]) for e in epochs} == {(r, e) for r in (0, 1) for e in (0, 1)}
     for epoch in (0, 1):

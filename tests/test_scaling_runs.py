@@ -119,11 +119,13 @@ def test_horovod_timeline_gantt_and_breakdown(tmp_path: Path):
     assert "Where the time goes" in (tmp_path / "tl.html").read_text()
 
 
-def test_compute_sync_breakdown_of_a_ddp_run(tmp_path: Path):
+def test_compute_sync_breakdown_of_a_ddp_run(warm):
+    runs = warm("torch") / "runs"  # on warm ranks (conftest.py): the steps are the same
     job = workbench.start(workbench.JobConfig(
         engine="torch", np=2, model="mlp", dataset="digits", epochs=1, max_steps=10,
-        threads_per_rank=1, runs_dir=str(tmp_path)))
+        threads_per_rank=1, cpu_bind="none", runs_dir=str(runs)))
     assert job.wait(180) == "succeeded", job.summary
+    assert job.summary.get("pool"), "a call on the warm ranks"
     metrics = job.metrics()
     cols = tl.step_breakdown(metrics)
     assert cols["step"] == list(range(1, 11))
@@ -135,5 +137,5 @@ def test_compute_sync_breakdown_of_a_ddp_run(tmp_path: Path):
     assert ranks["rank 1"]["sync"] == pytest.approx(sum(m["sync_s"] for m in mine))
     per_step, per_rank = breakdown_figures(metrics)
     assert list(per_rank.x_range.factors) == ["rank 0", "rank 1"]
-    out = cli("timeline", job.run_id, "--runs-dir", str(tmp_path))
+    out = cli("timeline", job.run_id, "--runs-dir", str(runs))
     assert out.returncode == 0 and "no Horovod timeline" in out.stdout
