@@ -207,12 +207,10 @@ def _wait_idle(cluster: SlurmNodes, env: dict[str, str], timeout: float = 60) ->
 def _stop(cluster: SlurmNodes) -> None:
     for node in cluster.nodes:
         if node.init is not None and node.init.poll() is None:
-            node.init.terminate()  # --kill-child: every process on the node ends with it
-            try:
-                node.init.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                node.init.kill()
-                node.init.wait(timeout=10)
+            # SIGKILL: `unshare --fork` blocks SIGTERM while it waits for its child; killed,
+            # it kills the node's init (--kill-child), and so every process on the node.
+            node.init.kill()
+            node.init.wait(timeout=10)
     for kind, what in reversed(cluster.cleanup):
         if kind == "pidfile":
             try:

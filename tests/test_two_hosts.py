@@ -154,6 +154,8 @@ def end_processes_in(netns: str) -> None:
     """Stop whatever still runs in a namespace (a rank that outlived its job)."""
     pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True,
                           text=True).stdout.split()
+    if not pids:
+        return
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             try:
@@ -244,12 +246,11 @@ def cluster_of_two(tmp_path: Path, runs: Path) -> Iterator[Cluster]:
     finally:
         for host in cluster.hosts:
             if host.sshd is not None and host.sshd.poll() is None:
-                host.sshd.terminate()
-                try:
-                    host.sshd.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    host.sshd.kill()
-                    host.sshd.wait(timeout=5)
+                # SIGKILL, not SIGTERM: `unshare --fork` blocks SIGTERM while it waits for
+                # its child. Killed, it kills the namespace's init (--kill-child), and with
+                # it every process of the host's PID namespace.
+                host.sshd.kill()
+                host.sshd.wait(timeout=10)
             end_processes_in(host.netns)
         for cmd in reversed(cluster.cleanup):
             quiet(*cmd)
