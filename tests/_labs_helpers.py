@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 
+from workbench.jobs.open_pools import POOL_RANK_MODULE
 from workbench.jobs.processes import job_processes
 from workbench.records import list_runs
 
@@ -46,17 +47,22 @@ def live_children() -> list[psutil.Process]:
     """Child processes of this test process that are still running.
 
     Zombies and multiprocessing's resource tracker (one per parent, by design, it ends with
-    the parent) do not count.
+    the parent) do not count, nor do the warm ranks that conftest.py's `warm` fixture keeps
+    for the whole session (a launcher of `workbench.jobs.pool_rank` and what it started).
     """
-    out = []
+    out, pooled = [], set()
     for p in psutil.Process().children(recursive=True):
         try:
-            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(
-                    p.cmdline()):
+            if p.pid in pooled:
+                continue
+            cmd = " ".join(p.cmdline())
+            if POOL_RANK_MODULE in cmd:
+                pooled |= {p.pid, *(c.pid for c in p.children(recursive=True))}
+            elif p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in cmd:
                 out.append(p)
         except psutil.NoSuchProcess:
             pass
-    return out
+    return [p for p in out if p.pid not in pooled]
 
 
 def assert_recorded_and_reaped(runs_dir: str | Path, runs: int = 1,

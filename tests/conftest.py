@@ -59,7 +59,7 @@ def _no_job_outlives_its_test():
             job.stop()
 
 
-#: The pools of the session's `warm` fixture: they outlive each module, and end with the session.
+#: The pools of the session's `warm` fixture that outlive each module (torchrun's ranks).
 _SESSION_POOLS: list = []
 
 
@@ -76,23 +76,31 @@ def _no_pool_outlives_its_module():
 
 @pytest.fixture(scope="session")
 def warm(tmp_path_factory):
-    """Warm ranks for 2-rank training runs, shared by every module a test worker runs:
-    `warm(engine)` makes sure a pool of that engine's launcher waits (torchrun for every
-    torch.distributed engine, horovodrun for Horovod) and returns the folder whose runs/ it
-    keeps. A job started there with `cpu_bind="none"` runs as a call, the engine's own rank
-    module on ranks already started (jobs/pool.py; test_pool.py checks that it equals the
-    job on fresh ranks): no torchrun or horovodrun start-up per job. The pools bind no
-    cores, so other jobs never queue behind their idle ranks; a job started anywhere else
-    never runs on them (a pool serves only jobs of its own runs folder)."""
+    """Warm ranks for 2-rank training runs: `warm(engine)` makes sure a pool of that engine's
+    launcher waits (torchrun for every torch.distributed engine, horovodrun for Horovod) and
+    returns the folder whose runs/ it keeps. A job started there with `cpu_bind="none"` runs
+    as a call, the engine's own rank module on ranks already started (jobs/pool.py;
+    test_pool.py checks that it equals the job on fresh ranks): no torchrun or horovodrun
+    start-up per job. The pools bind no cores, so other jobs never queue behind their idle
+    ranks, and a job started anywhere else never runs on them (a pool serves only the jobs
+    of its own runs folder).
+
+    torchrun's ranks serve every module of the session: waiting, they take next to no CPU.
+    Horovod's ranks do not wait quietly (Horovod's background thread wakes every
+    HOROVOD_CYCLE_TIME, 1 ms), so they end with the module, or as soon as a test asks for
+    torch's ranks: run one module's Horovod jobs together."""
     root = tmp_path_factory.mktemp("warm")
     pools: dict = {}
 
     def get(engine: str) -> Path:
         family = "horovod" if engine == "horovod" else "torch"
+        if family == "torch" and "horovod" in pools:
+            pools.pop("horovod").close()
         if family not in pools or not pools[family].alive:
             pools[family] = workbench.ranks(np=2, engine=family, runs_dir=str(root / "runs"),
                                             cpu_bind="none")
-            _SESSION_POOLS.append(pools[family])
+            if family == "torch":
+                _SESSION_POOLS.append(pools[family])
         return root
 
     yield get
