@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workbench.training.rank_protocol import RankContext, env_int
+from workbench.training.rank_protocol import RankContext, launcher_identity
 
 #: The context of the rank this process is, set by the rank module (user_rank.py).
 _context: RankContext | None = None
@@ -55,21 +55,21 @@ def rank() -> int:
     """This process's rank in the job: 0 .. size()-1 (0 outside a job)."""
     if _context is not None:
         return _context.rank
-    return env_int("HOROVOD_RANK", "RANK", "OMPI_COMM_WORLD_RANK")
+    return launcher_identity()[0]
 
 
 def size() -> int:
     """How many ranks the job has (1 outside a job, and on the serial engine)."""
     if _context is not None:
         return _context.size
-    return env_int("HOROVOD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", default=1)
+    return launcher_identity()[1]
 
 
 def local_rank() -> int:
     """This process's rank among the ranks on its own host: which GPU or cores are its own."""
     if _context is not None:
         return _context.local_rank
-    return env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
+    return launcher_identity()[2]
 
 
 def report(**metrics: Any) -> None:

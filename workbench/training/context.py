@@ -16,7 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from workbench.training.rank_protocol import ENV_RUN_DIR, RankContext, env_int, load_env_file
+from workbench.training.rank_protocol import (
+    ENV_RUN_DIR,
+    RankContext,
+    launcher_identity,
+    load_env_file,
+)
 from workbench.training.standalone import standalone_context
 
 #: The context a warm rank hands to the module it runs in-process (None: none handed over).
@@ -29,9 +34,7 @@ def rank_context() -> Any:
     if _handed is not None:
         return contextlib.nullcontext(_handed)  # entered and closed by the one who handed it
     load_env_file()  # the job's secret --env values, from their 0600 file
-    rank = env_int("HOROVOD_RANK", "RANK", "OMPI_COMM_WORLD_RANK")
-    size = env_int("HOROVOD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", default=1)
-    local = env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
+    rank, size, local = launcher_identity()
     if ENV_RUN_DIR not in os.environ:
         return standalone_context(rank, size, local)
     return RankContext(Path(os.environ[ENV_RUN_DIR]), rank, size, local)

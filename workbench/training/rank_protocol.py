@@ -78,6 +78,14 @@ def env_int(*names: str, default: int = 0) -> int:
     return default
 
 
+def launcher_identity() -> tuple[int, int, int]:
+    """(rank, size, local rank) as the launcher set them: horovodrun, torchrun or mpirun each
+    under its own names; (0, 1, 0) for a process started by itself."""
+    return (env_int("HOROVOD_RANK", "RANK", "OMPI_COMM_WORLD_RANK"),
+            env_int("HOROVOD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", default=1),
+            env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"))
+
+
 class RankContext:
     """One rank's view of its job: identity, run folder, configuration and reporting."""
 
