@@ -197,7 +197,8 @@ atomically. Rank 1 is then made to fail at step `FAIL_AT_STEP`
 (`JobConfig(fail_rank=1, fail_at_step=...)`, or `workbench run --fail-rank 1
 --fail-at-step 60`), as a crashed machine would. At the same time, one process with the
 global batch of 64 trains without any fault: by notebook 02 it takes exactly the steps of
-the two ranks, so it is the run that was never interrupted.
+the two ranks, so it is the run that was never interrupted. It binds no core
+(`cpu_bind="none"`), so the two ranks need not wait in the machine's queue for it to end.
 """),
     code(r"""
 import workbench
@@ -208,7 +209,8 @@ FAIL_AT_STEP = 60       # the step (counted from the start) at which rank 1 fail
 CHECKPOINT_EVERY = 1    # epochs between checkpoints; try 2 or 3
 job = dict(engine="horovod", np=2, model="mlp", dataset="digits", epochs=3, batch_size=32,
            lr=0.05, momentum=0.9, threads_per_rank=1, checkpoint_every=CHECKPOINT_EVERY)
-reference = workbench.start(JobConfig(**{**job, "engine": "serial", "np": 1, "batch_size": 64}))
+reference = workbench.start(JobConfig(**{**job, "engine": "serial", "np": 1, "batch_size": 64},
+                                      cpu_bind="none"))
 broken = workbench.start(JobConfig(**job, fail_rank=1, fail_at_step=FAIL_AT_STEP))
 broken.wait(), reference.wait()
 failure = broken.summary["failure"]
