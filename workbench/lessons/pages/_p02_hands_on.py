@@ -24,25 +24,26 @@ small job, 2 ranks for 30 steps, on each engine in turn. The table splits each s
 computing (forward and backward) and time blocked on gradients; samples/s is the global
 batch divided by the step time.
 
-The jobs run on **warm ranks** (`workbench.ranks`): two ranks started once by `torchrun`,
-which run the naive and the DDP job one after the other, and two started once by
-`horovodrun`, which section 8 uses again. Starting ranks (a launcher, `import torch`,
-joining the job) costs seconds that no step pays, so the comparison is the same; the ranks
-bind no cores (`cpu_bind="none"`), nor do the jobs they run.
+The jobs run on **warm ranks** (`workbench.ranks`): two ranks started once by `torchrun`
+run the naive and the DDP job one after the other; then two started once by `horovodrun`
+run the Horovod job, and section 8 uses them again. Starting ranks (a launcher,
+`import torch`, joining the job) costs seconds before the first step, and no step's time
+includes them. The ranks bind no cores (`cpu_bind="none"`), nor do the jobs they run.
 """),
     code(r"""
 from workbench.lessons.runs import step_split
 
 SAME_JOB = dict(np=2, model="mlp", width=256, dataset="digits", epochs=1, max_steps=30,
                 batch_size=32, lr=0.1, threads_per_rank=1, cpu_bind="none")
-warm = {"torch": workbench.ranks(np=2, engine="torch", cpu_bind="none"),  # naive and DDP
-        "horovod": workbench.ranks(np=2, engine="horovod", cpu_bind="none")}
+torch_ranks = workbench.ranks(np=2, engine="torch", cpu_bind="none")   # naive and DDP
 rows = []
 for engine in ("naive", "torch", "horovod"):   # one after another: they would share cores
+    if engine == "horovod":   # torchrun's ranks are done; Horovod's stay for section 8
+        torch_ranks.close()
+        workbench.ranks(np=2, engine="horovod", cpu_bind="none")
     job = workbench.start(workbench.JobConfig(engine=engine, **SAME_JOB))
     assert job.wait(timeout=400) == "succeeded", job.summary
     rows.append(step_split(job))
-warm["torch"].close()   # section 8 keeps the Horovod ranks
 table(rows, [("engine", "engine", "s"), ("step_ms", "step (ms)", ".2f"),
              ("compute_ms", "computing (ms)", ".2f"), ("sync_ms", "blocked on gradients (ms)",
                                                        ".2f"),

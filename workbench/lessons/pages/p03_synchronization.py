@@ -198,7 +198,8 @@ atomically. Rank 1 is then made to fail at step `FAIL_AT_STEP`
 --fail-at-step 60`), as a crashed machine would. At the same time, one process with the
 global batch of 64 trains without any fault: by notebook 02 it takes exactly the steps of
 the two ranks, so it is the run that was never interrupted. It binds no core
-(`cpu_bind="none"`), so the two ranks need not wait in the machine's queue for it to end.
+(`cpu_bind="none"`), so the two ranks need not wait for cores it holds (a limit of one job
+at a time per user, as on a shared hub, still makes them wait for it).
 """),
     code(r"""
 import workbench
