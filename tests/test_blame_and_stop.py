@@ -152,6 +152,8 @@ def test_a_remote_rank_that_stopped_beating_stays_a_suspect_until_it_is_called_g
         assert [f.rank for f in ssh.vanished({}, ranks, ended=False)] == ([1] if gone else []), age
     ssh.beats = {1: _StoppedBeat(5.0)}  # once the launcher has exited, 3 s is enough
     assert [f.rank for f in ssh.vanished({}, ranks, ended=True)] == [1]
+    ssh.beats = {1: _StoppedBeat(0.2)}  # it beat after the error: alive, no suspect
+    assert not ssh.undecided({}, ranks, ssh.beats[1].changed_at - 1.0)
 
 
 def test_each_way_of_starting_ranks_is_one_launcher_class():

@@ -54,6 +54,10 @@ class Launched:
         """Ranks that ended without an exit record (`ended`: the launcher has exited)."""
         return []
 
+    #: How long after the first failure the watcher keeps looking while `undecided()` says
+    #: a rank not yet known dead may still be the culprit (s).
+    decide_within_s = 2 * REMOTE_GONE_S
+
     def undecided(self, exits: Exits, ranks: Ranks, since: float) -> bool:
         """True while a rank without an exit record may yet prove to have died at about
         `since` (time.monotonic()), before the failure the watcher has seen."""

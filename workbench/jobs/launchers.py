@@ -133,6 +133,9 @@ class Ssh(Local):
     (records/liveness.py), and through the launcher's exit, which notices their ssh session
     end."""
 
+    #: A remote rank that stopped beating is a suspect until `vanished()` calls it gone.
+    decide_within_s = RANK_STALE_S + REMOTE_GONE_S
+
     def __init__(self, proc: subprocess.Popen[bytes], engine: str, run_dir: Path) -> None:
         super().__init__(proc, engine, run_dir)
         self.beats: dict[int, Staleness] = {}

@@ -32,10 +32,10 @@ from workbench.jobs.blame import (
     ranks_failure,
     reported_failure,
 )
-from workbench.jobs.launched import POLL_S, REMOTE_GONE_S, Exits, Ranks
+from workbench.jobs.launched import POLL_S, Exits, Ranks
 from workbench.jobs.processes import exit_records
 from workbench.records import MetricsReader, RunRecord
-from workbench.records.liveness import HEARTBEAT_PERIOD_S, RANK_STALE_S, known_ranks, owner_beat
+from workbench.records.liveness import HEARTBEAT_PERIOD_S, known_ranks, owner_beat
 
 
 class Watching:
@@ -113,7 +113,7 @@ class Watching:
         if failures:
             self._first_error_at = self._first_error_at or time.monotonic()
             if (not vanished and self._proc.undecided(exits, ranks, self._first_error_at)
-                    and time.monotonic() - self._first_error_at < RANK_STALE_S + REMOTE_GONE_S):
+                    and time.monotonic() - self._first_error_at < self._proc.decide_within_s):
                 return None  # a remote rank may be the real culprit: look again shortly
         elif all_ok and rc is None:
             try:  # the launcher tidies up after its ranks; give it a moment
