@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import psutil
+from _session_pools import session_pool_pids
 
-from workbench.jobs.open_pools import POOL_RANK_MODULE
 from workbench.jobs.processes import job_processes
 from workbench.records import list_runs
 
@@ -48,21 +48,17 @@ def live_children() -> list[psutil.Process]:
 
     Zombies and multiprocessing's resource tracker (one per parent, by design, it ends with
     the parent) do not count, nor do the warm ranks that conftest.py's `warm` fixture keeps
-    for the whole session (a launcher of `workbench.jobs.pool_rank` and what it started).
+    for the whole session (_session_pools.py).
     """
-    out, pooled = [], set()
+    out, pooled = [], session_pool_pids()
     for p in psutil.Process().children(recursive=True):
         try:
-            if p.pid in pooled:
-                continue
-            cmd = " ".join(p.cmdline())
-            if POOL_RANK_MODULE in cmd:
-                pooled |= {p.pid, *(c.pid for c in p.children(recursive=True))}
-            elif p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in cmd:
+            if p.pid not in pooled and p.status() != psutil.STATUS_ZOMBIE and (
+                    "resource_tracker" not in " ".join(p.cmdline())):
                 out.append(p)
         except psutil.NoSuchProcess:
             pass
-    return [p for p in out if p.pid not in pooled]
+    return out
 
 
 def assert_recorded_and_reaped(runs_dir: str | Path, runs: int = 1,

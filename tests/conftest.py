@@ -8,7 +8,8 @@ sharing itself set their own values.
 A job must not outlive the test that started it: a test that fails half-way would otherwise
 leave its job training (and holding cores, so later tests queue behind it) until the session
 ends. After each test, every job this process started and that still runs is stopped;
-pools of warm ranks, at the end of the module (the `warm` fixture's, at the end of the session).
+pools of warm ranks, at the end of the module (the `warm` fixture's torchrun ranks, at the end
+of the session).
 
 The whole suite has a time budget (tests/_budget.py): `make test` fails when it takes longer.
 A notebook whose kernel died before it ran a cell (a port taken between jupyter_client's
@@ -29,6 +30,7 @@ from pathlib import Path
 import pytest
 from _budget import register
 from _kernel_start import pytest_collection_modifyitems  # noqa: F401 (a pytest hook)
+from _session_pools import SESSION_POOLS
 
 import workbench
 
@@ -59,10 +61,6 @@ def _no_job_outlives_its_test():
             job.stop()
 
 
-#: The pools of the session's `warm` fixture that outlive each module (torchrun's ranks).
-_SESSION_POOLS: list = []
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _no_pool_outlives_its_module():
     """Pools end with the module that started them, but the session's warm ranks."""
@@ -70,7 +68,7 @@ def _no_pool_outlives_its_module():
     from workbench.jobs.open_pools import POOLS
 
     for pool in list(POOLS.values()):
-        if pool not in _SESSION_POOLS:
+        if pool not in SESSION_POOLS:
             pool.close()
 
 
@@ -100,7 +98,7 @@ def warm(tmp_path_factory):
             pools[family] = workbench.ranks(np=2, engine=family, runs_dir=str(root / "runs"),
                                             cpu_bind="none")
             if family == "torch":
-                _SESSION_POOLS.append(pools[family])
+                SESSION_POOLS.append(pools[family])
         return root
 
     yield get

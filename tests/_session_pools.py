@@ -1,0 +1,15 @@
+"""The warm ranks that conftest.py's `warm` fixture keeps for the whole session (torchrun's),
+and their processes, which checks that a test left no process behind leave out."""
+
+from __future__ import annotations
+
+from workbench.jobs.processes import job_processes
+
+#: The session's pools (workbench.jobs.pool.Pool), added by conftest.py's `warm`.
+SESSION_POOLS: list = []
+
+
+def session_pool_pids() -> set[int]:
+    """The pids of every process of the session's pools: launcher, guard and ranks."""
+    return {p.pid for pool in SESSION_POOLS if pool.alive
+            for p in job_processes(pool.job.run_id, pool.job.run_dir, pool.job.launcher_pid)}
