@@ -173,17 +173,17 @@ def test_each_way_of_starting_ranks_is_one_launcher_class():
 # ------------------------------------------------------------ one real torch job
 RAISE_IN_RANK_1 = """
     import os, time
-    from workbench.training.context import rank_context
-    with rank_context() as ctx:
-        ctx.metric("event", message="ready", cores=sorted(os.sched_getaffinity(0)))
-        if ctx.rank == 1:
-            while not (ctx.run_dir / "metrics" / "rank0.jsonl").exists():
-                time.sleep(0.01)
-            time.sleep(0.3)                  # rank 0 is busy computing by now
-            raise RuntimeError("rank 1 fails on purpose")
-        end, n = time.time() + 60, 0
-        while time.time() < end:             # rank 0 computes, in Python
-            n += 1
+    from workbench.training.context import this_rank
+    ctx = this_rank()
+    ctx.metric("event", message="ready", cores=sorted(os.sched_getaffinity(0)))
+    if ctx.rank == 1:
+        while not (ctx.run_dir / "metrics" / "rank0.jsonl").exists():
+            time.sleep(0.01)
+        time.sleep(0.3)                  # rank 0 is busy computing by now
+        raise RuntimeError("rank 1 fails on purpose")
+    end, n = time.time() + 60, 0
+    while time.time() < end:             # rank 0 computes, in Python
+        n += 1
 """
 
 

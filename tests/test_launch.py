@@ -15,8 +15,8 @@ import time
 import pytest
 
 import workbench
-from workbench.jobs import rank_api
 from workbench.jobs.processes import job_processes, live_rank_pids
+from workbench.training import rank_protocol
 from workbench.ui import RunPanel
 
 
@@ -86,7 +86,7 @@ def test_a_raising_rank_is_named_with_the_users_own_traceback(tmp_path):
     shown = subprocess.run([sys.executable, "-m", "workbench.cli", "show", job.run_id,
                             "--runs-dir", str(tmp_path)], capture_output=True, text=True)
     assert "failed in rank 1: ValueError: rank one dislikes 7" in shown.stdout
-    assert "in _helper_that_fails" in shown.stdout and "user_rank.py" not in shown.stdout
+    assert "in _helper_that_fails" in shown.stdout and "rank_wrapper.py" not in shown.stdout
 
 
 @pytest.mark.timeout(90)
@@ -165,7 +165,7 @@ def test_the_rank_api_outside_a_job_lets_the_same_function_run_in_a_cell(monkeyp
 
 
 def test_report_refuses_values_that_are_not_one_number(monkeypatch):
-    monkeypatch.setattr(rank_api, "_context", object())
+    monkeypatch.setattr(rank_protocol, "_current", object())
     with pytest.raises(TypeError, match=r"report\(loss=...\) takes a number.*loss.item\(\)"):
         workbench.report(loss=[1.0, 2.0])
 

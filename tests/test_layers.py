@@ -21,7 +21,7 @@ from workbench.engines import ENGINES
 
 #: Every module a process of a job runs: the engines' rank modules and the others.
 RANK_MODULES = sorted({e.rank_module for e in ENGINES.values() if e.rank_module} | {
-    "workbench.jobs.user_rank", "workbench.jobs.pool_rank", "workbench.jobs.workers",
+    "workbench.jobs.rank_wrapper", "workbench.jobs.pool_rank", "workbench.jobs.workers",
     "workbench.scaling.allreduce_rank", "workbench.synchronization.ring_rank"})
 
 #: What no rank may load (a name, or a package and everything under it).

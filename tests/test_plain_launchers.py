@@ -22,7 +22,7 @@ from workbench.config import ENGINES as CONFIG_ENGINES
 from workbench.config import JobConfig
 from workbench.engines import ENGINES, training_engines
 from workbench.records import list_runs, of_kind
-from workbench.training.standalone import config_from_flags
+from workbench.training.context import config_from_flags
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent          # torchrun and horovodrun live beside python
@@ -99,14 +99,14 @@ def test_each_rank_module_docstring_opens_with_its_plain_command(engine):
 
 
 def test_plain_flags_are_workbench_runs_flags_and_the_launcher_decides_np():
-    cfg = config_from_flags("torch", "workbench.training.ddp_rank", 2,
+    cfg = config_from_flags("torch", 2,
                             ["--epochs", "2", "--lr", "0.05", "--runs-dir", "elsewhere"])
     assert (cfg.engine, cfg.np, cfg.epochs, cfg.lr, cfg.runs_dir) == (
         "torch", 2, 2, 0.05, "elsewhere")
     for bad in (["--np", "3"], ["--engine", "horovod"], ["--model", "resnet"],
                 ["--epochs", "many"]):
         with pytest.raises(SystemExit) as stop:
-            config_from_flags("torch", "workbench.training.ddp_rank", 2, bad)
+            config_from_flags("torch", 2, bad)
         assert stop.value.code == 2, bad
 
 

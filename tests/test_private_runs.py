@@ -19,8 +19,8 @@ from _other_user import as_other, folder_for_other, needs_other_user, open_tmp, 
 from workbench.config import ConfigError, JobConfig
 from workbench.jobs import start
 from workbench.jobs.job import Job
-from workbench.jobs.user_rank import PAYLOAD, run_function
-from workbench.jobs.user_rank import main as user_rank_main
+from workbench.jobs.rank_wrapper import PAYLOAD, run_function
+from workbench.jobs.rank_wrapper import main as wrapper_main
 from workbench.records import new_run_dir
 from workbench.records.private import ENV_RUN_FOLDERS, ForeignRecord, load_own_pickle
 from workbench.training.rank_protocol import ENV_RUN_DIR
@@ -80,7 +80,7 @@ def test_pickles_of_another_user_are_never_loaded(shared: Path, monkeypatch) -> 
     assert "belongs to wbother" in str(err.value) and "\n" not in str(err.value)
     monkeypatch.setenv(ENV_RUN_DIR, str(run))
     with pytest.raises(ForeignRecord):
-        user_rank_main(["--fork", "1"])  # the fork launcher reads function.pkl before forking
+        wrapper_main(["--fork", "1"])  # the fork launcher reads function.pkl before forking
     job = Job.__new__(Job)  # a job whose run folder was swapped for another user's
     job.run_dir, job.world_size = run, 1
     with pytest.raises(ForeignRecord):

@@ -58,14 +58,14 @@ def until_ranks(job, n: int = 1) -> None:
 
 WAIT_FOR_GO = """
     import os, pathlib, time
-    from workbench.training.context import rank_context
-    with rank_context() as ctx:
-        ctx.metric("event", message="env", forwarded=os.environ.get("WB_FORWARDED"),
-                   named=os.environ.get("WB_NAMED"), secret=os.environ.get("WB_TEST_SECRET"))
-        go = ctx.run_dir / "go"
-        end = time.time() + 60
-        while not go.exists() and time.time() < end:
-            time.sleep(0.05)
+    from workbench.training.context import this_rank
+    ctx = this_rank()
+    ctx.metric("event", message="env", forwarded=os.environ.get("WB_FORWARDED"),
+               named=os.environ.get("WB_NAMED"), secret=os.environ.get("WB_TEST_SECRET"))
+    go = ctx.run_dir / "go"
+    end = time.time() + 60
+    while not go.exists() and time.time() < end:
+        time.sleep(0.05)
 """
 
 
@@ -74,13 +74,13 @@ def test_protocol_minimal_step_lines_are_enough(tmp_path, modules):
     """Fields beyond kind/rank/time are optional: the summary copes, a bad line is counted."""
     name = modules("minimal_rank", """
         from workbench.records import metrics_path
-        from workbench.training.context import rank_context
-        with rank_context() as ctx:
-            for i in range(3):
-                ctx.metric("step", step=i)
-            ctx.metric("epoch", epoch=0)
-            with open(metrics_path(ctx.run_dir, ctx.rank), "a") as f:
-                f.write("this is not json\\n")
+        from workbench.training.context import this_rank
+        ctx = this_rank()
+        for i in range(3):
+            ctx.metric("step", step=i)
+        ctx.metric("epoch", epoch=0)
+        with open(metrics_path(ctx.run_dir, ctx.rank), "a") as f:
+            f.write("this is not json\\n")
     """)
     job = start_module("serial", 1, name, runs_dir=str(tmp_path / "runs"))
     assert job.wait(60) == "succeeded", job.summary
@@ -104,15 +104,12 @@ def test_an_unwritable_summary_ends_the_job_failed_not_running(tmp_path, modules
 
 
 def test_a_corrupt_config_fails_the_rank_at_once_naming_the_file(tmp_path, modules):
-    name = modules("corrupting_rank", """
-        import os, pathlib
-        (pathlib.Path(os.environ["WORKBENCH_RUN_DIR"]) / "config.json").write_text("{oops")
-        from workbench.training.context import rank_context
-        with rank_context() as ctx:
-            raise AssertionError("must not get here")
+    name = modules("never_run_rank", """
+        raise AssertionError("must not get here: the rank wrapper reads config.json first")
     """)
     began = time.monotonic()
-    job = start_module("serial", 1, name, runs_dir=str(tmp_path / "runs"))
+    job = start_module("serial", 1, name, runs_dir=str(tmp_path / "runs"),
+                       files={"config.json": b"{oops"})  # written over the job's, before launch
     assert job.wait(60) == "failed"
     assert time.monotonic() - began < 30
     failure = job.summary["failure"]
@@ -122,28 +119,30 @@ def test_a_corrupt_config_fails_the_rank_at_once_naming_the_file(tmp_path, modul
     assert any(ln.startswith("workbench: rank 0 cannot read its configuration") for ln in lines)
 
 
-def test_an_import_error_before_the_rank_protocol_is_named_from_the_launcher_log(
-        tmp_path, modules):
+def test_an_import_error_in_a_rank_module_is_in_the_ranks_exit_records(tmp_path, modules):
+    """The rank wrapper imports the module inside the rank's context, so the error and its
+    traceback are the failing rank's, not a guess from the launcher's log."""
     name = modules("broken_import_rank", "import module_that_does_not_exist_wb\n")
     job = start_module("horovod", 2, name, runs_dir=str(tmp_path / "runs"))
     assert job.wait(90) == "failed"
     failure = job.summary["failure"]
-    assert failure["rank"] is None, "no rank started: none is to blame"
+    assert failure["rank"] in (0, 1)
     assert "No module named 'module_that_does_not_exist_wb'" in failure["error"]
-    assert failure["log"] == "launcher.log" and "module_that_does_not_exist_wb" in \
-        failure["log_tail"]
+    assert "broken_import_rank" in failure["traceback"]
+    record = json.loads((job.run_dir / "exit" / f"rank{failure['rank']}.json").read_text())
+    assert not record["ok"] and "module_that_does_not_exist_wb" in record["error"]
 
 
 # ----------------------------------------------------------------- records
 def test_metrics_from_two_threads_give_each_record_exactly_once(tmp_path, modules):
     name = modules("chatty_rank", """
         import time
-        from workbench.training.context import rank_context
-        with rank_context() as ctx:
-            for i in range(3000):
-                ctx.metric("step", step=i)
-                if i % 100 == 0:
-                    time.sleep(0.01)
+        from workbench.training.context import this_rank
+        ctx = this_rank()
+        for i in range(3000):
+            ctx.metric("step", step=i)
+            if i % 100 == 0:
+                time.sleep(0.01)
     """)
     job = start_module("serial", 1, name, runs_dir=str(tmp_path / "runs"))
     duplicates: list[int] = []
@@ -235,10 +234,10 @@ def test_stop_reaches_a_rank_through_the_owners_heartbeat(tmp_path, modules):
     (the way ranks on other hosts, out of reach of any signal from here, learn of it)."""
     name = modules("stubborn_rank", """
         import signal, time
-        from workbench.training.context import rank_context
+        from workbench.training.context import this_rank
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        with rank_context() as ctx:
-            time.sleep(120)
+        ctx = this_rank()
+        time.sleep(120)
     """)
     job = start_module("serial", 1, name, runs_dir=str(tmp_path / "runs"))
     until_ranks(job)

@@ -289,13 +289,13 @@ SECRET = "wb-two-host-secret-5e1d"
 
 WAIT_FOR_GO = """
 import os, time
-from workbench.training.context import rank_context
-with rank_context() as ctx:
-    ctx.metric("event", message="env", forwarded=os.environ.get("WB_FORWARDED"),
-               secret=os.environ.get("WB_TEST_SECRET"))
-    end = time.time() + 120
-    while not (ctx.run_dir / "go").exists() and time.time() < end:
-        time.sleep(0.1)
+from workbench.training.context import this_rank
+ctx = this_rank()
+ctx.metric("event", message="env", forwarded=os.environ.get("WB_FORWARDED"),
+           secret=os.environ.get("WB_TEST_SECRET"))
+end = time.time() + 120
+while not (ctx.run_dir / "go").exists() and time.time() < end:
+    time.sleep(0.1)
 """
 
 LONG = dict(model="mlp", width=32, dataset="digits", epochs=1000, threads_per_rank=1,

@@ -42,16 +42,16 @@ CACHE_S = 30.0  # NFS's acdirmin; its default acdirmax is 60 s
 FAIL_ON_B = """
 import os, time
 from pathlib import Path
-from workbench.training.context import rank_context
-with rank_context() as ctx:
-    go = Path(os.environ["WB_GO"])   # outside the runs folder: seen at once on every host
-    while not go.exists():
-        time.sleep(0.05)
-    if str(ctx.rank) == os.environ.get("WB_FAIL_RANK"):
-        raise RuntimeError(f"rank {ctx.rank} failed on purpose, on host b")
-    end = time.time() + 120
-    while time.time() < end and go.read_text() != "end":
-        time.sleep(0.1)
+from workbench.training.context import this_rank
+ctx = this_rank()
+go = Path(os.environ["WB_GO"])   # outside the runs folder: seen at once on every host
+while not go.exists():
+    time.sleep(0.05)
+if str(ctx.rank) == os.environ.get("WB_FAIL_RANK"):
+    raise RuntimeError(f"rank {ctx.rank} failed on purpose, on host b")
+end = time.time() + 120
+while time.time() < end and go.read_text() != "end":
+    time.sleep(0.1)
 """
 
 

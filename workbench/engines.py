@@ -33,7 +33,7 @@ The engines:
 - `fsdp`: torchrun too, for ranks that shard everything with PyTorch's FSDP2 (ZeRO-3).
 - `serial`: the module in one plain process: the sequential baseline.
 - `fork`: the labs' engine. One Python process imports the code once and forks the ranks
-  from itself (one host; see user_rank.fork_ranks for why the labs do not use torchrun).
+  from itself (one host; see rank_wrapper.fork_ranks for why the labs do not use torchrun).
 
 Adding an engine is one subclass (often of `TorchEngine`, whose launcher it reuses, with its
 own `name` and `rank_module`) and one entry in `ENGINES`.
@@ -262,7 +262,7 @@ class ForkEngine(Engine):
 
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 run_id: str) -> list[str]:
-        # The module is its own launcher: it forks `np` ranks (user_rank.fork_ranks).
+        # The module is its own launcher: it forks `np` ranks (rank_wrapper.fork_ranks).
         return [sys.executable, "-u", "-m", module, "--fork", str(np), *args]
 
 

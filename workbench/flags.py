@@ -3,7 +3,7 @@ one line.
 
 `workbench run` and `workbench scale` take them (jobs/commands.py, scaling/commands.py), and
 so does every training rank module run by hand under plain torchrun, horovodrun or python
-(training/standalone.py).
+(training/context.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _SKIP = {"extra"}  # not a flag: filled by code (the labs' settings)
 def add_job_flags(parser: argparse.ArgumentParser) -> None:
     """Add one flag per JobConfig field, in a section per group of fields: `workbench run`'s
     flags, also taken by `scale` and by the rank modules run under plain torchrun or
-    horovodrun (training/standalone.py)."""
+    horovodrun (training/context.py)."""
     sections = {group: parser.add_argument_group(f"{group} settings")
                 for group in field_groups()}
     group_of = {name: group for group, names in field_groups().items() for name in names}

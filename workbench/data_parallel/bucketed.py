@@ -24,7 +24,7 @@ import torch.distributed as dist
 from workbench.data_parallel.buckets import Bucket, make_buckets
 from workbench.models import make_optimizer
 from workbench.training.checkpoint import restore
-from workbench.training.context import rank_context
+from workbench.training.context import from_rank0, job_config, job_record
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.naive_rank import broadcast_parameters
@@ -56,30 +56,30 @@ class BucketedSync(Synchronizer):
         return values
 
 
-def run(make_sync: Callable[[torch.nn.Module, int, float], Synchronizer]) -> None:
+def run(engine: str, make_sync: Callable[[torch.nn.Module, int, float], Synchronizer]) -> None:
     """The rank's steps, those of the naive rank, with the synchronizer that
     `make_sync(model, ranks, bucket_mb)` builds."""
-    with rank_context() as ctx:
-        cfg = ctx.config
-        # Step 1: join the process group (gloo), then pin this rank to its cores.
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.stall_timeout))
-        ctx.metric("event", message="init")
-        pin_cpu(cfg, ctx.local_rank)
-        setup = build(cfg, torch.device("cpu"))
-        # Step 2: every replica starts from rank 0's parameters.
-        broadcast_parameters(setup.model)
-        optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
-                                   cfg.momentum, cfg.weight_decay)
-        setup.first_epoch = restore(ctx, setup.model, optimizer)
-        # Step 3: train; the synchronizer averages the gradients, bucket by bucket.
-        sync = make_sync(setup.model, ctx.size, cfg.bucket_mb)
-        held_out = train(ctx, setup, optimizer, sync)
-        evaluate_and_save(ctx, setup, sync, held_out)
-        dist.destroy_process_group()
+    cfg = job_config(engine)  # the launcher's config.json, or `workbench run`'s flags
+    # Step 1: join the process group (gloo), then pin this rank to its cores.
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.stall_timeout))
+    ctx = job_record(cfg, share=from_rank0)  # the run's record: the launcher's, or a new one
+    ctx.metric("event", message="init")
+    pin_cpu(cfg, ctx.local_rank)
+    setup = build(cfg, torch.device("cpu"))
+    # Step 2: every replica starts from rank 0's parameters.
+    broadcast_parameters(setup.model)
+    optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
+                               cfg.momentum, cfg.weight_decay)
+    setup.first_epoch = restore(ctx, setup.model, optimizer)
+    # Step 3: train; the synchronizer averages the gradients, bucket by bucket.
+    sync = make_sync(setup.model, ctx.size, cfg.bucket_mb)
+    held_out = train(ctx, setup, optimizer, sync)
+    evaluate_and_save(ctx, setup, sync, held_out)
+    dist.destroy_process_group()
 
 
 def main() -> None:
-    run(BucketedSync)
+    run("bucketed", BucketedSync)
 
 
 if __name__ == "__main__":

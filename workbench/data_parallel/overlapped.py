@@ -94,7 +94,7 @@ class OverlappedSync(BucketedSync):
 
 
 def main() -> None:
-    run(OverlappedSync)
+    run("overlapped", OverlappedSync)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ host or on several (torchrun, one per host; horovodrun, over ssh), tell each its
 world size and its local rank in environment variables, and run the rendezvous where the
 ranks find each other (torchrun's TCP store, horovodrun's HTTP key-value store). When one
 rank fails they end the others, and torchrun can restart the group (`--max-restarts`).
-The rank modules use all of it, and run under either launcher alone (training/standalone.py).
+The rank modules use all of it, and run under either launcher alone (training/context.py).
 
 What the workbench keeps on top, and why:
 

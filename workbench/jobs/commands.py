@@ -3,7 +3,7 @@
 Every `JobConfig` field is a flag of `workbench run` (underscores become dashes). Flags that
 are not given keep the configuration's defaults (or the `--preset`'s values). The flags are
 defined once, in config.py, and shared with `scale` and with the rank modules started by
-plain torchrun or horovodrun (training/standalone.py).
+plain torchrun or horovodrun (training/context.py).
 """
 
 from __future__ import annotations

@@ -281,6 +281,8 @@ class Job(Watching, Ending):
             self.warnings.append(self._ticket.warning)
             warnings.warn(self.warnings[-1], stacklevel=3)
         self._started = time.time()
+        if module != RANK_WRAPPER:  # every rank runs in the wrapper, which opens its context
+            module, args = RANK_WRAPPER, ["--module", module, *args]
         self._proc = self._launcher.start(cfg, self.run_id, self.run_dir, module, args, env,
                                           self._ticket.cores)
         _LIVE_JOBS.add(self)
@@ -298,5 +300,9 @@ atexit.register(stop_all)
 
 
 # ---------------------------------------------------------------------- helpers
+#: The module every rank runs: it opens the rank's context, then runs the rank's code.
+RANK_WRAPPER = "workbench.jobs.rank_wrapper"
+
+
 def _label(cfg: JobConfig) -> str:
     return f"{cfg.name or cfg.engine}-np{cfg.world_size}"

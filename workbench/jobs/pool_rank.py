@@ -1,7 +1,9 @@
 """One warm rank of a pool (started by `workbench.ranks`): imported, joined, waiting for work.
 
-    torchrun --standalone --nproc-per-node 2 -m workbench.jobs.pool_rank --address ADDR
-    horovodrun -np 2 --gloo -H localhost:2 python -m workbench.jobs.pool_rank --address ADDR
+    torchrun --standalone --nproc-per-node 2 -m workbench.jobs.rank_wrapper \
+        --module workbench.jobs.pool_rank --address ADDR
+    horovodrun -np 2 --gloo -H localhost:2 python -m workbench.jobs.rank_wrapper \
+        --module workbench.jobs.pool_rank --address ADDR
 
 It is a rank of an ordinary job (the pool's run: pid file, log, owner watchdog, exit record,
 see rank_protocol.py), whose work is to import torch, join the process group once (`hvd.init()`
@@ -10,7 +12,7 @@ one at a time, as they arrive. What makes a call cost milliseconds is what it sk
 interpreter, `import torch` (about 2.4 s of CPU) and the launcher's rendezvous.
 
 Each call is a run of its own: its folder gets this rank's pid, log, metrics, exit record
-and return value exactly as a rank of `workbench.launch` writes them (user_rank.py), so the
+and return value exactly as a rank of `workbench.launch` writes them (rank_wrapper.py), so the
 records, panels and failure reports are the same. Each call starts from a fresh namespace:
 a function is unpickled anew (with fresh globals), a cell's code runs in a new dict. What
 is kept is kept on purpose: in `workbench.kept()` (rank_api.py), or, for cells run with
@@ -22,7 +24,8 @@ runs under `launch()` runs unchanged in a pool.
 
 A training job (`workbench.start` while a pool waits, or `pool.start(cfg)`) is a call too:
 the rank runs the engine's own rank module (`ddp_rank`, `horovod_rank`, `zero1_rank`, ...),
-whose `with rank_context() as ctx:` then gets the call's context, already open.
+whose `job_config()` and `job_record()` (training/context.py) then find the call's
+context, already open.
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.jobs import pool_channel, rank_api
-from workbench.jobs.user_rank import call_pickled, save_result, user_traceback
-from workbench.training.context import handed_over, rank_context
+from workbench.jobs.rank_wrapper import call_pickled, save_result, user_traceback
+from workbench.training.context import this_rank
 from workbench.training.rank_protocol import RankContext
 
 #: The file name tracebacks give to the code of a `%%ranks` cell.
@@ -145,9 +148,8 @@ def execute(header: dict[str, Any], payload: bytes, call: RankContext) -> Any:
     code (returns None): in a fresh namespace, or for "kept code" in KEPT_CELLS."""
     if header["kind"] == "function":
         return call_pickled(payload)
-    if header["kind"] == "module":
-        with handed_over(call):      # its `rank_context()` is the call's
-            importlib.import_module(payload.decode()).main()
+    if header["kind"] == "module":   # its context is the call's, attached already
+        importlib.import_module(payload.decode()).main()
         return None
     code = payload.decode()
     lines = code.splitlines(keepends=True)
@@ -182,12 +184,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--address", required=True,
                         help="the owner's abstract socket name, or tcp:HOST:PORT")
     args = parser.parse_args(argv)
-    with rank_context() as ctx:
-        import torch  # noqa: F401 - the point of a warm rank: imported once
+    ctx = this_rank()
+    import torch  # noqa: F401 - the point of a warm rank: imported once
 
-        rank_api.attach(ctx)
-        join_group(ctx.config.engine)
-        Rank(ctx, args.address).serve()
+    join_group(ctx.config.engine)
+    Rank(ctx, args.address).serve()
 
 
 if __name__ == "__main__":

@@ -27,17 +27,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workbench.training.rank_protocol import RankContext, launcher_identity
+from workbench.training import rank_protocol
+from workbench.training.rank_protocol import RankContext, current, launcher_identity
 
-#: The context of the rank this process is, set by the rank module (user_rank.py).
-_context: RankContext | None = None
 _last: dict[str, float | None] = {"epoch": 0, "step": -1, "time": None}
 
 
 def attach(ctx: RankContext) -> None:
-    """Make `report()` write into `ctx`'s run (called once by the rank module)."""
-    global _context
-    _context = ctx
+    """Make `report()` write into `ctx`'s run (the rank wrapper, rank_wrapper.py, and a pool's
+    call do it)."""
+    rank_protocol.attach(ctx)
     _last.update(epoch=0, step=-1, time=None)
 
 
@@ -53,22 +52,22 @@ def kept() -> dict[str, Any]:
 
 def rank() -> int:
     """This process's rank in the job: 0 .. size()-1 (0 outside a job)."""
-    if _context is not None:
-        return _context.rank
+    if (ctx := current()) is not None:
+        return ctx.rank
     return launcher_identity()[0]
 
 
 def size() -> int:
     """How many ranks the job has (1 outside a job, and on the serial engine)."""
-    if _context is not None:
-        return _context.size
+    if (ctx := current()) is not None:
+        return ctx.size
     return launcher_identity()[1]
 
 
 def local_rank() -> int:
     """This process's rank among the ranks on its own host: which GPU or cores are its own."""
-    if _context is not None:
-        return _context.local_rank
+    if (ctx := current()) is not None:
+        return ctx.local_rank
     return launcher_identity()[2]
 
 
@@ -85,10 +84,11 @@ def report(**metrics: Any) -> None:
     its first report: when that step began is unknown, and the time since the start would
     count imports and data loading as training).
     """
-    if _context is None:
+    ctx = current()
+    if ctx is None:
         return
     values = {name: _number(name, value) for name, value in metrics.items()}
-    now = _context.now()
+    now = ctx.now()
     kind = "epoch" if "epoch" in values and "step" not in values else "step"
     if kind == "step":
         step = int(values.pop("step", _last["step"] + 1))
@@ -101,7 +101,7 @@ def report(**metrics: Any) -> None:
         epoch = int(values.pop("epoch"))
         line = {"epoch": epoch, "loss": math.nan, "accuracy": math.nan, **values}
         _last.update(epoch=epoch)
-    _context.metric(kind, **line)
+    ctx.metric(kind, **line)
 
 
 def _number(name: str, value: Any) -> float:

@@ -14,7 +14,7 @@
 
 It is `horovodrun -np 2 python train.py`, or Horovod's `horovod.run(fn, np=2)`, going
 through the workbench's launcher: the same `Job`, records, Stop, failure reports and engines
-as every other job (the ranks run `workbench.jobs.user_rank`). When a pool of warm ranks of
+as every other job (the ranks run `workbench.jobs.rank_wrapper`). When a pool of warm ranks of
 that engine and size is idle (`workbench.ranks(np=2, engine=...)`, see pool.py), a function
 runs on it instead: the same kind of job, in milliseconds instead of seconds.
 
@@ -39,12 +39,9 @@ from typing import Any
 import cloudpickle
 
 from workbench.config import ConfigError
-from workbench.jobs.job import Job
+from workbench.jobs.job import RANK_WRAPPER, Job
+from workbench.jobs.rank_wrapper import PAYLOAD, filled, functions_used, names_used
 from workbench.jobs.starting import start_module
-from workbench.jobs.user_rank import PAYLOAD, filled, functions_used, names_used
-
-#: The rank module that runs user code.
-USER_RANK_MODULE = "workbench.jobs.user_rank"
 
 #: Your code may compute for long without calling report(): a job is called stalled only
 #: after this many seconds without a new metrics line (pass stall_timeout=... to change it).
@@ -88,7 +85,7 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
     if pool is not None:  # a pool of warm ranks of this engine and size waits: use it
         job = pool.run_pickled(files[PAYLOAD], fields["name"])
     else:
-        job = start_module(engine, np, USER_RANK_MODULE, rank_args, files=files, **fields)
+        job = start_module(engine, np, RANK_WRAPPER, rank_args, files=files, **fields)
     if echo and in_kernel():
         from workbench.ui.rank_output import RankOutput
 
@@ -188,7 +185,7 @@ def source_of(*roots: Any) -> tuple[dict, dict]:
     cloudpickle renames the file of every function it sends to "<dynamic-code>", and a
     notebook cell exists only in this kernel; without this, a traceback on a rank could show
     neither the file nor the line. Returns ({(name, first line): file}, {file: lines}); the
-    rank puts them back (user_rank.restore_source).
+    rank puts them back (rank_wrapper.restore_source).
     """
     files: dict[tuple[str, int], str] = {}
     for f in functions_used(*roots):

@@ -22,7 +22,7 @@ record:
 
 **Why the fork engine and not torchrun, as training uses.** Most of a lab worker's start-up
 is `import torch`; the `fork` engine imports it once and forks the workers
-(`user_rank.fork_ranks`), so notebooks 03 and 04, which start six lab runs each, mostly on
+(`rank_wrapper.fork_ranks`), so notebooks 03 and 04, which start six lab runs each, mostly on
 2-core machines, do not pay it per worker. Training jobs, which need several hosts and
 Horovod, keep horovodrun and torchrun.
 

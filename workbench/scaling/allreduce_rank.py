@@ -34,7 +34,7 @@ import time
 
 import torch
 
-from workbench.training.context import rank_context
+from workbench.training.context import this_rank
 from workbench.training.placement import pick_device
 
 
@@ -157,21 +157,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    with rank_context() as ctx:
-        torch.set_num_threads(ctx.config.resolved_threads())
-        device = pick_device(ctx.config.device, ctx.local_rank)
-        comm = Collective(ctx.config.engine, device)
-        rows = []
-        for n in sizes:
-            n = 4 * max(1, n // 4)                    # whole float32 elements
-            t, rounds = time_allreduce(comm, n, args.budget_s, args.min_rounds, args.max_rounds,
-                                      args.warmup, args.blocking)
-            ctx.metric("bench", size_bytes=n, time_s=t, rounds=rounds)
-            rows.append({"size_bytes": n, "time_s": t, "rounds": rounds})
-        if ctx.rank == 0:
-            ctx.write_result({"engine": ctx.config.engine, "np": ctx.size, "rows": rows,
-                              "device": str(device)})
-        comm.close()
+    ctx = this_rank()  # opened by the rank wrapper (jobs/rank_wrapper.py)
+    torch.set_num_threads(ctx.config.resolved_threads())
+    device = pick_device(ctx.config.device, ctx.local_rank)
+    comm = Collective(ctx.config.engine, device)
+    rows = []
+    for n in sizes:
+        n = 4 * max(1, n // 4)                    # whole float32 elements
+        t, rounds = time_allreduce(comm, n, args.budget_s, args.min_rounds, args.max_rounds,
+                                  args.warmup, args.blocking)
+        ctx.metric("bench", size_bytes=n, time_s=t, rounds=rounds)
+        rows.append({"size_bytes": n, "time_s": t, "rounds": rounds})
+    if ctx.rank == 0:
+        ctx.write_result({"engine": ctx.config.engine, "np": ctx.size, "rows": rows,
+                          "device": str(device)})
+    comm.close()
 
 
 if __name__ == "__main__":

@@ -25,10 +25,11 @@ from workbench.sharded.fsdp import shard_model
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero_rank import ZeroSync, join
-from workbench.training.context import rank_context
+from workbench.training.context import from_rank0, job_config, job_record
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pin_cpu
+from workbench.training.rank_protocol import launcher_identity
 from workbench.training.setup import build
 
 
@@ -40,32 +41,33 @@ class FSDPSync(ZeroSync):
 
 
 def main() -> None:
-    with rank_context() as ctx:
-        cfg = ctx.config
-        traffic = Traffic().install()                # FSDP2 calls the counted collectives
+    cfg = job_config("fsdp")  # the launcher's config.json, or `workbench run`'s flags
+    local_rank = launcher_identity()[2]  # this rank's number on its host (LOCAL_RANK)
+    traffic = Traffic().install()                # FSDP2 calls the counted collectives
 
-        # Step 1: join the job.
-        device = join(cfg, ctx.local_rank)
-        ctx.metric("event", message="init")
+    # Step 1: join the job.
+    device = join(cfg, local_rank)
+    ctx = job_record(cfg, share=from_rank0)  # the run's record: the launcher's, or a new one
+    ctx.metric("event", message="init")
 
-        # Step 2: pin this rank to its share of the CPU cores.
-        pin_cpu(cfg, ctx.local_rank)
-        setup = build(cfg, device)
+    # Step 2: pin this rank to its share of the CPU cores.
+    pin_cpu(cfg, local_rank)
+    setup = build(cfg, device)
 
-        # Step 3: shard every block's parameters (all ranks built the same model).
-        shard_model(setup.model, device, compress=cfg.grad_compression == "bf16")
+    # Step 3: shard every block's parameters (all ranks built the same model).
+    shard_model(setup.model, device, compress=cfg.grad_compression == "bf16")
 
-        # Step 4: an ordinary optimizer over this rank's shards.
-        optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
-                                   cfg.momentum, cfg.weight_decay)
+    # Step 4: an ordinary optimizer over this rank's shards.
+    optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
+                               cfg.momentum, cfg.weight_decay)
 
-        # Step 5: train; each step line also says what this rank holds and sent.
-        sync = FSDPSync()
-        sync.measure = Footprint(setup.model, optimizer, traffic.take)
-        traffic.take()
-        held_out = train(ctx, setup, optimizer, sync)
-        evaluate_and_save(ctx, setup, sync, held_out)
-        dist.destroy_process_group()
+    # Step 5: train; each step line also says what this rank holds and sent.
+    sync = FSDPSync()
+    sync.measure = Footprint(setup.model, optimizer, traffic.take)
+    traffic.take()
+    held_out = train(ctx, setup, optimizer, sync)
+    evaluate_and_save(ctx, setup, sync, held_out)
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -6,7 +6,12 @@ record in ./runs themselves. The steps are in zero_rank.py, shared with ZeRO-2; 
 optimizer is zero1.py's.
 """
 
-from workbench.sharded.zero_rank import main
+from workbench.sharded import zero_rank
+
+
+def main() -> None:
+    zero_rank.main("zero1")
+
 
 if __name__ == "__main__":
     main()

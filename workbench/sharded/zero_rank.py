@@ -29,11 +29,12 @@ from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero1 import Zero1Optimizer
 from workbench.sharded.zero2 import Zero2Optimizer
-from workbench.training.context import rank_context
+from workbench.training.context import from_rank0, job_config, job_record
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.naive_rank import broadcast_parameters
 from workbench.training.placement import pick_device, pin_cpu
+from workbench.training.rank_protocol import launcher_identity
 from workbench.training.setup import build
 from workbench.training.synchronizer import Synchronizer
 
@@ -63,40 +64,39 @@ def join(cfg: JobConfig, local_rank: int) -> torch.device:
     return device
 
 
-def main() -> None:
-    with rank_context() as ctx:
-        cfg = ctx.config
-        if cfg.engine not in STAGES:
-            raise SystemExit(f"a ZeRO rank runs --engine {' or '.join(STAGES)}, "
-                             f"not {cfg.engine!r}")
-        traffic = Traffic().install()                # before anything is sent
+def main(engine: str) -> None:
+    """The rank's steps, for `engine` zero1 or zero2 (zero1_rank.py, zero2_rank.py)."""
+    cfg = job_config(engine)  # the launcher's config.json, or `workbench run`'s flags
+    if cfg.engine not in STAGES:
+        raise SystemExit(f"a ZeRO rank runs --engine {' or '.join(STAGES)}, "
+                         f"not {cfg.engine!r}")
+    local_rank = launcher_identity()[2]  # this rank's number on its host (LOCAL_RANK)
+    traffic = Traffic().install()                # before anything is sent
 
-        # Step 1: join the job.
-        device = join(cfg, ctx.local_rank)
-        ctx.metric("event", message="init")
+    # Step 1: join the job.
+    device = join(cfg, local_rank)
+    ctx = job_record(cfg, share=from_rank0)  # the run's record: the launcher's, or a new one
+    ctx.metric("event", message="init")
 
-        # Step 2: pin this rank to its share of the CPU cores.
-        pin_cpu(cfg, ctx.local_rank)
-        setup = build(cfg, device)
+    # Step 2: pin this rank to its share of the CPU cores.
+    pin_cpu(cfg, local_rank)
+    setup = build(cfg, device)
 
-        # Step 3: every replica starts from rank 0's parameters.
-        broadcast_parameters(setup.model)
+    # Step 3: every replica starts from rank 0's parameters.
+    broadcast_parameters(setup.model)
 
-        # Step 4: one flat buffer of parameters; this rank's optimizer owns one slice of it.
-        optimizer = STAGES[cfg.engine](
-            setup.model,
-            lambda params: make_optimizer(cfg.optimizer, params, cfg.lr, cfg.momentum,
-                                          cfg.weight_decay),
-            ctx.rank, ctx.size, compress=cfg.grad_compression == "bf16")
+    # Step 4: one flat buffer of parameters; this rank's optimizer owns one slice of it.
+    optimizer = STAGES[cfg.engine](
+        setup.model,
+        lambda params: make_optimizer(cfg.optimizer, params, cfg.lr, cfg.momentum,
+                                      cfg.weight_decay),
+        ctx.rank, ctx.size, compress=cfg.grad_compression == "bf16")
 
-        # Step 5: train; each step line also says what this rank holds and sent.
-        sync = ZeroSync()
-        sync.measure = Footprint(setup.model, optimizer, traffic.take)
-        traffic.take()                               # the start-up broadcast is no step's
-        held_out = train(ctx, setup, optimizer, sync)
-        evaluate_and_save(ctx, setup, sync, held_out)
-        dist.destroy_process_group()
+    # Step 5: train; each step line also says what this rank holds and sent.
+    sync = ZeroSync()
+    sync.measure = Footprint(setup.model, optimizer, traffic.take)
+    traffic.take()                               # the start-up broadcast is no step's
+    held_out = train(ctx, setup, optimizer, sync)
+    evaluate_and_save(ctx, setup, sync, held_out)
+    dist.destroy_process_group()
 
-
-if __name__ == "__main__":
-    main()

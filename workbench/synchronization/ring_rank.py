@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from workbench.synchronization.ring_allreduce import dist_ring_allreduce
-from workbench.training.context import rank_context
+from workbench.training.context import this_rank
 
 
 def compare_three_ways(n: int, rank: int, hvd) -> dict[str, float]:
@@ -48,28 +48,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    with rank_context() as ctx:
-        torch.set_num_threads(1)
-        import horovod.torch as hvd
+    ctx = this_rank()  # opened by the rank wrapper (jobs/rank_wrapper.py)
+    torch.set_num_threads(1)
+    import horovod.torch as hvd
 
-        hvd.init()
-        timeout = datetime.timedelta(seconds=120)
-        store = dist.TCPStore("127.0.0.1", args.port, hvd.size(), is_master=False,
-                              timeout=timeout)
-        dist.init_process_group("gloo", store=store, rank=hvd.rank(), world_size=hvd.size(),
-                                timeout=timeout)
-        rows = []
-        for n in sizes:
-            diffs = compare_three_ways(n, hvd.rank(), hvd)
-            worst = torch.tensor([diffs["vs_torch_distributed"], diffs["vs_horovod"]],
-                                 dtype=torch.float64)
-            dist.all_reduce(worst, op=dist.ReduceOp.MAX)      # the worst rank counts
-            rows.append({"n": n, "max_abs_diff_vs_torch_distributed": float(worst[0]),
-                         "max_abs_diff_vs_horovod": float(worst[1])})
-        if ctx.rank == 0:
-            ctx.write_result({"np": hvd.size(), "rows": rows})
-        dist.destroy_process_group()
-        hvd.shutdown()
+    hvd.init()
+    timeout = datetime.timedelta(seconds=120)
+    store = dist.TCPStore("127.0.0.1", args.port, hvd.size(), is_master=False,
+                          timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=hvd.rank(), world_size=hvd.size(),
+                            timeout=timeout)
+    rows = []
+    for n in sizes:
+        diffs = compare_three_ways(n, hvd.rank(), hvd)
+        worst = torch.tensor([diffs["vs_torch_distributed"], diffs["vs_horovod"]],
+                             dtype=torch.float64)
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)      # the worst rank counts
+        rows.append({"n": n, "max_abs_diff_vs_torch_distributed": float(worst[0]),
+                     "max_abs_diff_vs_horovod": float(worst[1])})
+    if ctx.rank == 0:
+        ctx.write_result({"np": hvd.size(), "rows": rows})
+    dist.destroy_process_group()
+    hvd.shutdown()
 
 
 if __name__ == "__main__":

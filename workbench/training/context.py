@@ -1,52 +1,179 @@
-"""`with rank_context() as ctx:`: how a rank module gets its context, the one line before
-its own steps.
+"""How a rank module finds its context: the one its launcher opened, or one it makes itself.
 
-Started by the workbench (`WORKBENCH_RUN_DIR` is set), a rank takes the run folder its
-launcher made and follows the rank protocol in it (rank_protocol.py). Started by plain torchrun,
-horovodrun or python, the ranks make their own run folder from their flags instead
-(standalone.py). Run as a call on a warm rank, a module gets the call's context, already
-open (`handed_over`, used by jobs/pool_rank.py).
+Under the workbench's launcher every rank runs inside the rank wrapper
+(jobs/rank_wrapper.py), which opened the rank's context (rank_protocol.py: pid file, log,
+watchdog, exit record) before the module's first line. The same module also runs under a
+plain launcher, typed by hand:
+
+    torchrun --standalone --nproc-per-node 2 -m workbench.training.ddp_rank --epochs 1
+    horovodrun -np 2 --gloo -H localhost:2 python -m workbench.training.horovod_rank
+    python -m workbench.training.serial_rank --batch-size 64
+
+Then its configuration comes from `workbench run`'s flags, and once the ranks have joined
+the process group, rank 0 makes the run folder under `--runs-dir` (./runs; named as every
+run is, records/store.py `new_run_dir`) and tells the others its name with one broadcast.
+Every rank then keeps the same record as under the workbench's launcher, less what that
+launcher's care adds: output stays on the terminal and no watchdog runs (the launcher the
+user typed ends the ranks itself: Ctrl-C, or one rank failing), and a failure to join is
+not in the record. Rank 0 writes `summary.json` as it ends, with the figures the workbench's
+launcher computes (records/summary.py), so `workbench show RUN` opens the run like any other.
+
+A rank module's own lines for it, in order:
+
+    cfg = job_config("torch")                  # the launcher's config.json, or the flags
+    dist.init_process_group("gloo")            # join the job
+    ctx = job_record(cfg, share=from_rank0)    # the launcher's run folder, or a new one
 """
 
 from __future__ import annotations
 
-import contextlib
+import atexit
 import os
-from collections.abc import Iterator
+import sys
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from workbench.config import ConfigError, JobConfig
+from workbench.engines import ENGINES
+from workbench.flags import Parser, add_job_flags, config_from_args
+from workbench.records import MetricsReader, new_run_dir, read_json, write_json_atomic
+from workbench.records.liveness import known_ranks, owner_beat
+from workbench.records.resume import apply_resume
+from workbench.records.summary import summary_of
 from workbench.training.rank_protocol import (
-    ENV_RUN_DIR,
+    Ended,
     RankContext,
+    attach,
+    current,
     launcher_identity,
-    load_env_file,
 )
-from workbench.training.standalone import standalone_context
-
-#: The context a warm rank hands to the module it runs in-process (None: none handed over).
-_handed: RankContext | None = None
 
 
-def rank_context() -> Any:
-    """This rank's context, to enter with `with`: it writes the rank's pid file and log, its
-    exit record on the way out, and watches its owner (see rank_protocol.py)."""
-    if _handed is not None:
-        return contextlib.nullcontext(_handed)  # entered and closed by the one who handed it
-    load_env_file()  # the job's secret --env values, from their 0600 file
-    rank, size, local = launcher_identity()
-    if ENV_RUN_DIR not in os.environ:
-        return standalone_context(rank, size, local)
-    return RankContext(Path(os.environ[ENV_RUN_DIR]), rank, size, local)
+def job_config(engine: str, argv: list[str] | None = None) -> JobConfig:
+    """The job's configuration: its launcher's `config.json`, or under a plain launcher the
+    flags of `workbench run` (`argv`, else the command line; a bad flag exits with code 2
+    and one line, on every rank at once)."""
+    ctx = current()
+    if ctx is not None:
+        return ctx.config
+    return config_from_flags(engine, launcher_identity()[1], argv)
 
 
-@contextlib.contextmanager
-def handed_over(ctx: RankContext) -> Iterator[None]:
-    """While it lasts, `rank_context()` gives `ctx`, open already: a rank module run inside
-    a rank that already follows the protocol (a pool's call) reports into its context."""
-    global _handed
-    _handed = ctx
+def job_record(cfg: JobConfig, share: Callable[[Any], Any] | None = None) -> RankContext:
+    """This rank's context, to report into: the one its launcher opened, or under a plain
+    launcher a new run folder, which rank 0 makes and `share` (a broadcast from rank 0,
+    called on every rank once they have joined) tells the others."""
+    ctx = current()
+    if ctx is not None:
+        return ctx
+    rank, size, local_rank = launcher_identity()
+    if share is None and size > 1:
+        raise SystemExit(f"{size} ranks need a broadcast from rank 0 to share their run folder")
+    mine = {"run_dir": str(create_run(cfg)), "t0": psutil.Process().create_time()} \
+        if rank == 0 else None
+    shared = share(mine) if share is not None else mine
+    ctx = RankContext(Path(shared["run_dir"]), rank, size, local_rank, t0=float(shared["t0"]),
+                      supervised=False)
+    attach(ctx.__enter__())
+    _close_at_exit(ctx)
+    return ctx
+
+
+def this_rank() -> RankContext:
+    """The context the launcher opened for this rank (for rank modules that run only as a
+    workbench job: the labs', the pools')."""
+    ctx = current()
+    if ctx is None:
+        raise SystemExit(f"{sys.argv[0]}: runs as a rank of a workbench job (started by "
+                         "workbench.start_module); on its own, only a training rank module "
+                         "runs, e.g. python -m workbench.training.serial_rank")
+    return ctx
+
+
+def from_rank0(value: Any) -> Any:
+    """`value` as rank 0 holds it, on every rank: one broadcast over torch.distributed's
+    default group (the `share` of torchrun's ranks)."""
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def config_from_flags(engine: str, size: int, argv: list[str] | None = None) -> JobConfig:
+    """The job's configuration from `workbench run`'s flags; exits with code 2 and one line
+    naming a bad flag. The engine is the module's, and `np` is what the launcher started."""
+    parser = Parser(  # the `workbench` command's parser: an error is one line, exit code 2
+        prog=f"python -m {ENGINES[engine].rank_module}",
+        description="One rank of a training job, started without the workbench's launcher. "
+                    "It takes the flags of `workbench run`.")
+    add_job_flags(parser)
+    args = parser.parse_args(argv)
+    if args.engine not in (None, engine):
+        parser.error(f"--engine {args.engine}: this module is the {engine} engine's rank")
+    if args.np not in (None, size):
+        parser.error(f"--np {args.np}: the launcher started {size} rank(s)")
     try:
-        yield
-    finally:
-        _handed = None
+        return apply_resume(config_from_args(args, engine=engine, np=size)).validate()
+    except ConfigError as exc:
+        parser.error(str(exc))  # exits
+
+
+def create_run(cfg: JobConfig) -> Path:
+    """Rank 0 of a plain launch: a new run folder holding `config.json`."""
+    run_id, run_dir = new_run_dir(cfg.runs_dir, f"{cfg.name or cfg.engine}-np{cfg.world_size}")
+    write_json_atomic(run_dir / "config.json", cfg.to_dict())
+    owner_beat(run_dir)  # `workbench runs` says "running" while rank 0 lives, then "lost"
+    print(f"run {run_id} -> {run_dir}", flush=True)
+    return run_dir
+
+
+def _close_at_exit(ctx: RankContext) -> None:
+    """Close `ctx` when the process ends, with the error that ended it, if any: its exit
+    record, and on rank 0 the summary. (`sys.excepthook` sees an uncaught error before
+    `atexit` runs; a SIGTERM is seen by the context itself.)"""
+    failed: list[BaseException] = []
+    shown = sys.excepthook
+
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+        failed.append(exc)
+        shown(exc_type, exc, tb)
+
+    def close() -> None:
+        exc = failed[0] if failed else None
+        if exc is None and ctx.ended:
+            exc = Ended()
+        ctx.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)
+        if ctx.rank == 0:
+            write_summary(ctx, exc)
+
+    sys.excepthook = hook
+    atexit.register(close)
+
+
+def launcher_name() -> str:
+    """Who started this rank, as the summary's `launcher` says it."""
+    if "HOROVOD_RANK" in os.environ:
+        return "horovodrun"
+    return "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "python"
+
+
+def write_summary(ctx: RankContext, exc: BaseException | None) -> None:
+    """Rank 0 of a plain launch, as it ends: summary.json, as the workbench's launcher would
+    write it."""
+    cfg, run_dir = ctx.config, ctx.run_dir
+    status = ("succeeded" if exc is None else
+              "stopped" if isinstance(exc, KeyboardInterrupt) else "failed")  # Ctrl-C: stopped
+    summary = summary_of(run_dir, status, cfg.engine, ctx.size, launcher_name(),
+                         known_ranks(run_dir, ctx.size), cfg.resolved_threads(), ctx.t0,
+                         MetricsReader(run_dir).all(), read_json(run_dir / "result.json"), [])
+    if exc is not None:
+        summary["failure"] = {"rank": ctx.rank, "error": f"{type(exc).__name__}: {exc}",
+                              "traceback": "".join(traceback.format_exception(exc))}
+    write_json_atomic(run_dir / "summary.json", summary)
+    print(f"{summary['status']}: {run_dir.name} (workbench show {run_dir.name} "
+          f"--runs-dir {run_dir.parent})", flush=True)

@@ -3,7 +3,7 @@
 One rank of a PyTorch DistributedDataParallel job, started by `torchrun`: by the workbench
 (`workbench run --engine torch`), or by hand as above, with any flag of `workbench run`
 (`--epochs 1 --batch-size 16`); then the ranks keep their record in ./runs themselves
-(training/standalone.py), and `workbench show RUN` opens it.
+(training/context.py), and `workbench show RUN` opens it.
 
 The same steps as the Horovod rank, in PyTorch's words (Li et al., VLDB 2020,
 arXiv:2006.15704):
@@ -38,10 +38,11 @@ from workbench.models import make_optimizer
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.training.checkpoint import restore
-from workbench.training.context import rank_context
+from workbench.training.context import from_rank0, job_config, job_record
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pick_device, pin_cpu
+from workbench.training.rank_protocol import launcher_identity
 from workbench.training.setup import build
 from workbench.training.synchronizer import Synchronizer
 from workbench.training.timing import CudaClock, WallClock
@@ -105,40 +106,41 @@ class DDPSync(Synchronizer):
 
 
 def main() -> None:
-    with rank_context() as ctx:
-        cfg = ctx.config
-        traffic = Traffic().install()  # counts the bytes the hook's allreduces send
+    cfg = job_config("torch")  # the launcher's config.json, or `workbench run`'s flags
+    local_rank = launcher_identity()[2]  # this rank's number on its host (LOCAL_RANK)
+    traffic = Traffic().install()  # counts the bytes the hook's allreduces send
 
-        # Step 1: take this rank's device, then join the process group: gloo on CPUs,
-        # NCCL on GPUs. device_id= tells NCCL our GPU now, so it builds its communicator at
-        # once (an error shows here, not at the first allreduce) and never guesses the GPU.
-        device = pick_device(cfg.device, ctx.local_rank)
-        if device.type == "cuda":
-            dist.init_process_group("nccl", device_id=device,
-                                    timeout=datetime.timedelta(seconds=cfg.stall_timeout))
-        else:
-            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.stall_timeout))
-        ctx.metric("event", message="init")  # joined the job: every rank can now talk
+    # Step 1: take this rank's device, then join the process group: gloo on CPUs,
+    # NCCL on GPUs. device_id= tells NCCL our GPU now, so it builds its communicator at
+    # once (an error shows here, not at the first allreduce) and never guesses the GPU.
+    device = pick_device(cfg.device, local_rank)
+    timeout = datetime.timedelta(seconds=cfg.stall_timeout)
+    if device.type == "cuda":
+        dist.init_process_group("nccl", device_id=device, timeout=timeout)
+    else:
+        dist.init_process_group("gloo", timeout=timeout)
+    ctx = job_record(cfg, share=from_rank0)  # the run's record: the launcher's, or a new one
+    ctx.metric("event", message="init")  # joined the job: every rank can now talk
 
-        # Step 2: pin this rank to its share of the CPU cores.
-        pin_cpu(cfg, ctx.local_rank)
-        setup = build(cfg, device)
+    # Step 2: pin this rank to its share of the CPU cores.
+    pin_cpu(cfg, local_rank)
+    setup = build(cfg, device)
 
-        # Steps 3-4: DDP broadcasts rank 0's parameters and averages gradients in backward().
-        sync = DDPSync(setup.clock, compress=cfg.grad_compression == "bf16")
-        ddp_model = DDP(setup.model, device_ids=[device.index] if device.type == "cuda" else None)
-        ddp_model.register_comm_hook(None, sync.hook)
-        optimizer = make_optimizer(cfg.optimizer, ddp_model.parameters(), cfg.lr,
-                                   cfg.momentum, cfg.weight_decay)
-        setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
+    # Steps 3-4: DDP broadcasts rank 0's parameters and averages gradients in backward().
+    sync = DDPSync(setup.clock, compress=cfg.grad_compression == "bf16")
+    ddp_model = DDP(setup.model, device_ids=[device.index] if device.type == "cuda" else None)
+    ddp_model.register_comm_hook(None, sync.hook)
+    optimizer = make_optimizer(cfg.optimizer, ddp_model.parameters(), cfg.lr,
+                               cfg.momentum, cfg.weight_decay)
+    setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
 
-        # Step 5: train on this rank's shards (the loop calls ddp_model through setup.model).
-        setup.model = ddp_model
-        sync.measure = Footprint(setup.module, optimizer, traffic.take)
-        traffic.take()  # DDP's start-up broadcast is no step's traffic
-        held_out = train(ctx, setup, optimizer, sync)
-        evaluate_and_save(ctx, setup, sync, held_out)
-        dist.destroy_process_group()
+    # Step 5: train on this rank's shards (the loop calls ddp_model through setup.model).
+    setup.model = ddp_model
+    sync.measure = Footprint(setup.module, optimizer, traffic.take)
+    traffic.take()  # DDP's start-up broadcast is no step's traffic
+    held_out = train(ctx, setup, optimizer, sync)
+    evaluate_and_save(ctx, setup, sync, held_out)
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

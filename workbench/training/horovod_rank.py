@@ -3,7 +3,7 @@
 One rank of a Horovod data-parallel job, started by `horovodrun`: by the workbench
 (`workbench run --engine horovod`), or by hand as above, with any flag of `workbench run`
 (`--epochs 1 --batch-size 16`); then the ranks keep their record in ./runs themselves
-(training/standalone.py), and `workbench show RUN` opens it.
+(training/context.py), and `workbench show RUN` opens it.
 
 The five Horovod steps appear in order in `main()`, as in Horovod's own
 examples/pytorch/pytorch_mnist.py (Sergeev & Del Balso 2018, arXiv:1802.05799):
@@ -30,7 +30,7 @@ import torch
 
 from workbench.models import make_optimizer
 from workbench.training.checkpoint import restore
-from workbench.training.context import rank_context
+from workbench.training.context import job_config, job_record
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pick_device, pin_cpu
@@ -85,52 +85,54 @@ class HorovodSync(Synchronizer):
 
 
 def main() -> None:
-    with rank_context() as ctx:
-        cfg = ctx.config
+    cfg = job_config("horovod")  # the launcher's config.json, or `workbench run`'s flags
 
-        # Step 1: initialise Horovod.
-        hvd.init()
-        assert hvd.rank() == ctx.rank and hvd.size() == ctx.size
-        # Joined the job: every rank can now talk. Record how often Horovod's background
-        # thread wakes to look for gradients to send (HOROVOD_CYCLE_TIME, default 1 ms).
-        ctx.metric("event", message="init",
-                   cycle_time_ms=float(os.environ.get("HOROVOD_CYCLE_TIME", 1.0)))
+    # Step 1: initialise Horovod.
+    hvd.init()
+    # The run's record: the launcher's, or a new one whose name rank 0 broadcasts (named:
+    # Horovod matches a collective across ranks by name, and its default is the type's).
+    ctx = job_record(cfg, share=lambda run: hvd.broadcast_object(run, 0, name="run"))
+    assert hvd.rank() == ctx.rank and hvd.size() == ctx.size
+    # Joined the job: every rank can now talk. Record how often Horovod's background
+    # thread wakes to look for gradients to send (HOROVOD_CYCLE_TIME, default 1 ms).
+    ctx.metric("event", message="init",
+               cycle_time_ms=float(os.environ.get("HOROVOD_CYCLE_TIME", 1.0)))
 
-        # Step 2: pin this rank to its device and its share of the CPU cores.
-        device = pick_device(cfg.device, hvd.local_rank())
-        pin_cpu(cfg, hvd.local_rank())
+    # Step 2: pin this rank to its device and its share of the CPU cores.
+    device = pick_device(cfg.device, hvd.local_rank())
+    pin_cpu(cfg, hvd.local_rank())
 
-        setup = build(cfg, device)  # same seed everywhere, but rank 0's weights win below
-        optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
-                                   cfg.momentum, cfg.weight_decay)
+    setup = build(cfg, device)  # same seed everywhere, but rank 0's weights win below
+    optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
+                               cfg.momentum, cfg.weight_decay)
 
-        # Step 3: start every replica from rank 0's parameters.
-        hvd.broadcast_parameters(setup.model.state_dict(), root_rank=0)
+    # Step 3: start every replica from rank 0's parameters.
+    hvd.broadcast_parameters(setup.model.state_dict(), root_rank=0)
 
-        # Step 4: average gradients across ranks with allreduce during backward().
-        compression = CountingCompressor(  # --grad-compression fp16: half the bytes
-            hvd.Compression.fp16 if cfg.grad_compression == "fp16" else hvd.Compression.none)
-        optimizer = hvd.DistributedOptimizer(
-            optimizer, named_parameters=setup.model.named_parameters(), op=hvd.Average,
-            compression=compression,
-            backward_passes_per_step=cfg.accumulate)  # k micro-batches: one allreduce
+    # Step 4: average gradients across ranks with allreduce during backward().
+    compression = CountingCompressor(  # --grad-compression fp16: half the bytes
+        hvd.Compression.fp16 if cfg.grad_compression == "fp16" else hvd.Compression.none)
+    optimizer = hvd.DistributedOptimizer(
+        optimizer, named_parameters=setup.model.named_parameters(), op=hvd.Average,
+        compression=compression,
+        backward_passes_per_step=cfg.accumulate)  # k micro-batches: one allreduce
 
-        # Resuming: load the checkpoint now, not before step 4. DistributedOptimizer is a new
-        # optimizer built over the same parameter groups and starts with no state, so state
-        # loaded into the old one would be lost (Horovod's ImageNet example loads here too).
-        setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
-        if optimizer.state_dict()["state"]:
-            # Step 3 for the optimizer: rank 0's state wins. Only a resumed optimizer has
-            # state. On an empty one Horovod would first take a zero-gradient step to create
-            # it, which moves Adam's step count and applies weight decay once, and the run
-            # would no longer match the serial baseline.
-            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    # Resuming: load the checkpoint now, not before step 4. DistributedOptimizer is a new
+    # optimizer built over the same parameter groups and starts with no state, so state
+    # loaded into the old one would be lost (Horovod's ImageNet example loads here too).
+    setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
+    if optimizer.state_dict()["state"]:
+        # Step 3 for the optimizer: rank 0's state wins. Only a resumed optimizer has
+        # state. On an empty one Horovod would first take a zero-gradient step to create
+        # it, which moves Adam's step count and applies weight decay once, and the run
+        # would no longer match the serial baseline.
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
-        # Step 5: train, each rank on its own shard of every global batch (see sharding.py).
-        sync = HorovodSync(compression)
-        held_out = train(ctx, setup, optimizer, sync)
-        evaluate_and_save(ctx, setup, sync, held_out)
-        hvd.shutdown()
+    # Step 5: train, each rank on its own shard of every global batch (see sharding.py).
+    sync = HorovodSync(compression)
+    held_out = train(ctx, setup, optimizer, sync)
+    evaluate_and_save(ctx, setup, sync, held_out)
+    hvd.shutdown()
 
 
 if __name__ == "__main__":

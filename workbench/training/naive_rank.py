@@ -2,7 +2,7 @@
 
 One rank of a naive data-parallel job, started by `torchrun`: by the workbench
 (`workbench run --engine naive`), or by hand as above, with any flag of `workbench run`;
-then the ranks keep their record in ./runs themselves (training/standalone.py).
+then the ranks keep their record in ./runs themselves (training/context.py).
 
 Data parallelism built from the ring allreduce of notebook 04 (`ring_allreduce.py`), and
 nothing else. Once `backward()` has returned, every gradient is summed around the ring
@@ -39,7 +39,7 @@ import torch.distributed as dist
 from workbench.models import make_optimizer
 from workbench.synchronization.ring_allreduce import dist_ring_allreduce
 from workbench.training.checkpoint import restore
-from workbench.training.context import rank_context
+from workbench.training.context import from_rank0, job_config, job_record
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pin_cpu
@@ -82,30 +82,30 @@ def broadcast_parameters(model: torch.nn.Module) -> None:
 
 
 def main() -> None:
-    with rank_context() as ctx:
-        cfg = ctx.config
+    cfg = job_config("naive")  # the launcher's config.json, or `workbench run`'s flags
 
-        # Step 1: join the process group. gloo's isend returns at once, so every rank can
-        # send before it receives, as the ring needs.
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.stall_timeout))
-        ctx.metric("event", message="init")  # joined the job: every rank can now talk
+    # Step 1: join the process group. gloo's isend returns at once, so every rank can
+    # send before it receives, as the ring needs.
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=cfg.stall_timeout))
+    ctx = job_record(cfg, share=from_rank0)  # the run's record: the launcher's, or a new one
+    ctx.metric("event", message="init")  # joined the job: every rank can now talk
 
-        # Step 2: pin this rank to its share of the CPU cores.
-        pin_cpu(cfg, ctx.local_rank)
-        setup = build(cfg, torch.device("cpu"))
+    # Step 2: pin this rank to its share of the CPU cores.
+    pin_cpu(cfg, ctx.local_rank)
+    setup = build(cfg, torch.device("cpu"))
 
-        # Step 3: every replica starts from rank 0's parameters.
-        broadcast_parameters(setup.model)
-        optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
-                                   cfg.momentum, cfg.weight_decay)
-        setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
+    # Step 3: every replica starts from rank 0's parameters.
+    broadcast_parameters(setup.model)
+    optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
+                               cfg.momentum, cfg.weight_decay)
+    setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
 
-        # Step 4: train on this rank's shards; after each backward pass, NaiveSync averages
-        # the gradients before the optimizer steps.
-        sync = NaiveSync(ctx.size)
-        held_out = train(ctx, setup, optimizer, sync)
-        evaluate_and_save(ctx, setup, sync, held_out)
-        dist.destroy_process_group()
+    # Step 4: train on this rank's shards; after each backward pass, NaiveSync averages
+    # the gradients before the optimizer steps.
+    sync = NaiveSync(ctx.size)
+    held_out = train(ctx, setup, optimizer, sync)
+    evaluate_and_save(ctx, setup, sync, held_out)
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

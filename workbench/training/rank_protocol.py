@@ -1,19 +1,21 @@
 """The rank protocol: what every process of a job does so the launcher can look after it.
 
-A rank module wraps its work in `with rank_context() as ctx:` (context.py). Building the
-context reads `config.json`; a rank that cannot (a runs folder not shared at the same path
-on every host, say) stops at once with one line naming the file, rather than train with defaults
-that differ from its peers'. On entry the context writes the rank's pid and host (so the
-launcher can reap it even though `horovodrun` puts ranks in sessions of their own), sends
-stdout/stderr to `logs/rank<k>.log`, and starts a watchdog thread (see `_watchdog`). On
-exit it writes `exit/rank<k>.json`: success, or the error and its traceback, or that a
-SIGTERM ended it (`ended_by`): torchrun and horovodrun end every other rank that way once
-one has failed, and the launcher must not take such a rank for the culprit (jobs/blame.py).
-The same record goes into the rank's heartbeat, the file the launcher's host reads on
-every host (records/liveness.py: on NFS it may not see a new file of ours for a minute).
-A training
-rank started without the workbench's launcher makes its own run folder instead, and skips
-the log redirection and the watchdog (training/standalone.py).
+Every rank the launcher starts runs inside the rank wrapper (jobs/rank_wrapper.py), which
+opens the rank's `RankContext` before the rank module's first line and closes it after
+its last: the module itself is a plain script (parse flags, join, train, report; see
+context.py for how it finds its context). Building the context reads `config.json`; a rank
+that cannot (a runs folder not shared at the same path on every host, say) stops at once
+with one line naming the file, rather than train with defaults that differ from its peers'.
+On entry the context writes the rank's pid and host (so the launcher can reap it even
+though `horovodrun` puts ranks in sessions of their own), sends stdout/stderr to
+`logs/rank<k>.log` (which the cell that started the job shows: ui/rank_output.py), and
+starts a watchdog thread (see `_watchdog`). On exit it writes `exit/rank<k>.json`: success,
+or the error and its traceback, or that a SIGTERM ended it (`ended_by`): torchrun and
+horovodrun end every other rank that way once one has failed, and the launcher must not take
+such a rank for the culprit (jobs/blame.py). The same record goes into the rank's heartbeat,
+the file the launcher's host reads on every host (records/liveness.py: on NFS it may not see
+a new file of ours for a minute). A rank started by a plain launcher makes its own run
+folder instead, unsupervised: no log redirection, no watchdog (context.py).
 
 `ctx.metric(...)` appends one JSON line to this rank's own file, `metrics/rank<k>.jsonl`:
 one writer per file, so no two hosts ever append to the same file (not atomic on NFS), and
@@ -66,10 +68,6 @@ class Ended(SystemExit):
         super().__init__(128 + signal.SIGTERM)
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise Ended
-
-
 def env_int(*names: str, default: int = 0) -> int:
     """The first of `names` that is set, as an int (launchers use different names)."""
     for name in names:
@@ -86,15 +84,35 @@ def launcher_identity() -> tuple[int, int, int]:
             env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"))
 
 
+#: The context of the rank this process is, once its wrapper (or a plain launch) opened it.
+_current: RankContext | None = None
+
+
+def attach(ctx: RankContext | None) -> None:
+    """Make `ctx` this process's context: the one `current()` and `workbench.report()` use."""
+    global _current
+    _current = ctx
+
+
+def current() -> RankContext | None:
+    """This process's rank context; None in a process that is no rank of a job."""
+    return _current
+
+
 class RankContext:
-    """One rank's view of its job: identity, run folder, configuration and reporting."""
+    """One rank's view of its job: identity, run folder, configuration and reporting.
+
+    `supervised`: the launcher looks after this rank (log redirection, owner watchdog);
+    False for a rank of a plain launch, whose launcher is the command the user typed.
+    """
 
     #: Whether the exit record is fsynced (see `write_json_atomic`).
     durable = True
 
     def __init__(self, run_dir: Path, rank: int, size: int, local_rank: int,
-                 t0: float | None = None) -> None:
-        self.run_dir = run_dir
+                 t0: float | None = None, supervised: bool = True) -> None:
+        self.run_dir, self.supervised = run_dir, supervised
+        self.ended = False  # set when a SIGTERM ended the rank
         self.rank, self.size, self.local_rank = rank, size, local_rank
         self.t0 = t0 if t0 is not None else float(os.environ.get(ENV_T0, time.time()))
         self._exit: dict[str, Any] | None = None   # the exit record, once there is one
@@ -134,12 +152,17 @@ class RankContext:
         write_pid_file(self.run_dir / "pids" / f"rank{self.rank}.pid")
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
-            signal.signal(signal.SIGTERM, _on_sigterm)  # so that __exit__ records it
-        self._supervise()
+            signal.signal(signal.SIGTERM, self._on_sigterm)  # so that __exit__ records it
+        if self.supervised:
+            self._supervise()
         self._metrics_fd = os.open(metrics_path(self.run_dir, self.rank),
                                    os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.metric("event", message="start", host=socket.gethostname(), pid=os.getpid())
         return self
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        self.ended = True
+        raise Ended
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         self._closing_since = time.monotonic()  # the watchdog lets us finish the record

@@ -2,7 +2,7 @@
 
 The sequential baseline: the same loop as the distributed engines, in one process. The
 workbench runs it with this command (`workbench run --engine serial`); by hand it takes any
-flag of `workbench run` and keeps its record in ./runs itself (training/standalone.py).
+flag of `workbench run` and keeps its record in ./runs itself (training/context.py).
 With `--batch-size N·b` it follows exactly the trajectory of N data-parallel ranks with
 batch b.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from workbench.models import make_optimizer
 from workbench.training.checkpoint import restore
-from workbench.training.context import rank_context
+from workbench.training.context import job_config, job_record
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pick_device, pin_cpu
@@ -20,15 +20,15 @@ from workbench.training.synchronizer import Synchronizer
 
 
 def main() -> None:
-    with rank_context() as ctx:
-        cfg = ctx.config
-        pin_cpu(cfg, 0)  # its threads; one process has no other rank to keep off its cores
-        setup = build(cfg, pick_device(cfg.device, 0))
-        optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
-                                   cfg.momentum, cfg.weight_decay)
-        setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
-        sync = Synchronizer()
-        evaluate_and_save(ctx, setup, sync, train(ctx, setup, optimizer, sync))
+    cfg = job_config("serial")  # the launcher's config.json, or `workbench run`'s flags
+    ctx = job_record(cfg)       # the run's record: the launcher's, or a new one in ./runs
+    pin_cpu(cfg, 0)  # its threads; one process has no other rank to keep off its cores
+    setup = build(cfg, pick_device(cfg.device, 0))
+    optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
+                               cfg.momentum, cfg.weight_decay)
+    setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
+    sync = Synchronizer()
+    evaluate_and_save(ctx, setup, sync, train(ctx, setup, optimizer, sync))
 
 
 if __name__ == "__main__":

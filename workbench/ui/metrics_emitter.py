@@ -21,7 +21,7 @@ import math
 import random
 import time
 
-from workbench.training.context import rank_context
+from workbench.training.context import this_rank
 from workbench.training.rank_protocol import RankContext
 
 
@@ -60,8 +60,8 @@ def emit(ctx: RankContext, rate: float, seconds: float) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    with rank_context() as ctx:
-        emit(ctx, args.rate, args.seconds)
+    ctx = this_rank()  # opened by the rank wrapper (jobs/rank_wrapper.py)
+    emit(ctx, args.rate, args.seconds)
 
 
 if __name__ == "__main__":

@@ -121,7 +121,14 @@ of notebook 04.
 [Horovod](https://github.com/horovod/horovod) (Sergeev & Del Balso 2018, "Horovod: fast and
 easy distributed deep learning in TensorFlow", arXiv:1802.05799) turns a one-worker training
 script into a data-parallel one with a few added lines, for PyTorch, TensorFlow, Keras and
-MXNet. This is the program each rank of a workbench job runs:
+MXNet. This is the program each rank of a workbench job runs, top to bottom. The same file
+runs by hand, `horovodrun -np 2 --gloo -H localhost:2 python -m
+workbench.training.horovod_rank --epochs 1`; its first lines say where its settings and its
+record come from: `job_config` reads the job's `config.json` (or, by hand, the flags of
+`workbench run`), and `job_record` opens the run folder that the charts read (by hand, rank 0
+makes one and broadcasts its name). Started by the workbench, the rank runs inside a small
+wrapper (`workbench/jobs/rank_wrapper.py`) that keeps its pid file, log and exit record, so
+that a failing or forgotten rank is always found and ended.
 """),
     code(r"""
 print(module_source("workbench.training.horovod_rank", "def main"))

@@ -1,16 +1,20 @@
-"""One rank of a job that runs your own function or script (started by `workbench.launch`).
+"""Every rank the workbench starts runs here: the rank wrapper.
 
-    python -m workbench.jobs.user_rank                        # the function in user/function.pkl
-    python -m workbench.jobs.user_rank --script train.py a b  # train.py with argv [train.py, a, b]
-    python -m workbench.jobs.user_rank --fork 3               # the function on 3 forked ranks
+    python -m workbench.jobs.rank_wrapper --module workbench.training.ddp_rank  # a rank module
+    python -m workbench.jobs.rank_wrapper --script train.py a b  # train.py, argv [train.py, a, b]
+    python -m workbench.jobs.rank_wrapper                        # the function in user/function.pkl
+    python -m workbench.jobs.rank_wrapper --fork 3               # the function on 3 forked ranks
 
-It follows the rank protocol like the training ranks (pid file, log, owner watchdog, exit
-record: see rank_protocol.py), so the launcher looks after your code exactly as after its own.
-What it adds:
+The launcher (torchrun, horovodrun, ssh, Slurm or python) starts this module, never a rank
+module itself. It opens the rank's context (rank_protocol.py: pid file, log, owner
+watchdog, exit record) before the first line of the code it runs and closes it after the
+last, so the launcher looks after the workbench's own rank modules, a student's script and
+a function of `workbench.launch` in exactly the same way, and those modules stay plain
+scripts that run under the plain launchers too (training/context.py). What it adds for the
+code it runs:
 
-- it unpickles the function and its arguments that `launch()` wrote into the run folder;
-- `workbench.report()` and `workbench.rank()` then work inside your code (rank_api.py);
-- the return value goes to `results/rank<k>.pkl`, which `job.results()` reads;
+- `workbench.report()` and `workbench.rank()` work inside it (rank_api.py);
+- a function's return value goes to `results/rank<k>.pkl`, which `job.results()` reads;
 - if your code raises, the exit record carries *your* frames only: the workbench's frames
   and runpy's in front of them would only hide where it is;
 - with the `fork` engine it is also its own launcher (`fork_ranks`): the labs' workers
@@ -37,8 +41,12 @@ import cloudpickle
 from workbench.jobs import rank_api
 from workbench.records.private import read_own
 from workbench.records.store import atomic_file
-from workbench.training.context import rank_context
-from workbench.training.rank_protocol import ENV_RUN_DIR, RankContext
+from workbench.training.rank_protocol import (
+    ENV_RUN_DIR,
+    RankContext,
+    launcher_identity,
+    load_env_file,
+)
 
 #: Where `launch()` puts the pickled (function, args) in the run folder.
 PAYLOAD = "user/function.pkl"
@@ -54,23 +62,34 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--fork"]:
         fork_ranks(int(argv[1]))
-    if argv[:1] == ["--script"]:
+    if argv[:1] == ["--module"]:
+        run_rank(lambda ctx: run_module(argv[1], argv[2:]), own_code=False)
+    elif argv[:1] == ["--script"]:
         run_rank(lambda ctx: run_script(argv[1], argv[2:]))
     else:
         run_rank(lambda ctx: run_function(ctx.run_dir / PAYLOAD, ctx.run_dir))
 
 
-def run_rank(body: Callable[[RankContext], Any]) -> None:
-    """One rank: `body(ctx)` inside the rank protocol; its return value is saved."""
-    with rank_context() as ctx:
+def run_rank(body: Callable[[RankContext], Any], own_code: bool = True) -> None:
+    """One rank: `body(ctx)` inside the rank protocol. For your own code (`own_code`), its
+    return value is saved and a traceback shows only your frames; a rank module of the
+    workbench returns nothing, and its whole traceback is the lesson's."""
+    if ENV_RUN_DIR not in os.environ:
+        raise SystemExit("workbench.jobs.rank_wrapper runs the ranks of a workbench job; "
+                         "start a rank module by hand with python -m MODULE")
+    load_env_file()  # the job's secret --env values, from their 0600 file
+    rank, size, local_rank = launcher_identity()
+    with RankContext(Path(os.environ[ENV_RUN_DIR]), rank, size, local_rank) as ctx:
         rank_api.attach(ctx)
         try:
             value = body(ctx)
         except BaseException as exc:
-            exc.rank_traceback = user_traceback(exc)  # see RankContext.__exit__
+            if own_code:
+                exc.rank_traceback = user_traceback(exc)  # see RankContext.__exit__
             raise
         _leave_process_group()
-        save_result(ctx.run_dir, ctx.rank, value)
+        if own_code:
+            save_result(ctx.run_dir, ctx.rank, value)
 
 
 def fork_ranks(size: int) -> NoReturn:
@@ -217,6 +236,12 @@ def run_script(path: str, args: list[str]) -> None:
     except SystemExit as exc:
         if exc.code not in (None, 0):
             raise
+
+
+def run_module(module: str, args: list[str]) -> None:
+    """Run a module as `python -m module args...` would (a rank module of the workbench)."""
+    sys.argv = [module, *args]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 def save_result(run_dir: Path, rank: int, value: Any) -> None:
