@@ -86,7 +86,7 @@ class ConfigError(ValueError):
     """A configuration value is not allowed. The message is one line for the user."""
 
 
-@dataclass
+@dataclass(init=False)
 class JobConfig:
     """Everything needed to launch one data-parallel training job.
 
@@ -114,7 +114,7 @@ class JobConfig:
 
     A `preset` is applied when the configuration is built, to the fields the caller did not
     pass: `JobConfig(preset="compute-bound", batch_size=32)` keeps batch size 32 even though
-    32 is also the default. (The names passed are remembered in `given`; a configuration
+    32 is also the default. (The names passed are recorded in `given`; a configuration
     rebuilt from a dict or by `dataclasses.replace` passes every field, so the preset is
     not applied twice.)
 
@@ -177,17 +177,20 @@ class JobConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ building
-    def __new__(cls, *args: Any, **kwargs: Any) -> JobConfig:
-        # Remember which fields the caller passed, so a preset never overrides them.
-        self = super().__new__(cls)
-        names = [f.name for f in dataclasses.fields(cls)]
-        self.given = frozenset(names[:len(args)]) | frozenset(kwargs)
-        return self
-
-    def __post_init__(self) -> None:
-        for name, value in PRESETS.get(self.preset or "", {}).items():
-            if name not in self.given:
-                setattr(self, name, value)
+    def __init__(self, **given: Any) -> None:
+        """Each field as `given` by name; else its preset's value (`preset`), else its
+        default. `self.given` records the names given, so that a preset or a resumed run
+        never overrides them (records/resume.py)."""
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        unknown = sorted(set(given) - set(fields))
+        if unknown:
+            raise TypeError(f"JobConfig has no field(s) {', '.join(unknown)}")
+        preset = PRESETS.get(given.get("preset") or "", {})
+        for name, f in fields.items():
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING \
+                else f.default
+            setattr(self, name, given.get(name, preset.get(name, default)))
+        self.given = frozenset(given)
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> JobConfig:
