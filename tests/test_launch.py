@@ -165,6 +165,7 @@ def test_the_rank_api_outside_a_job_lets_the_same_function_run_in_a_cell(monkeyp
 
 
 def test_report_refuses_values_that_are_not_one_number(monkeypatch):
+    """workbench.jobs.rank_api.report(), in a rank (a context attached), takes numbers only."""
     monkeypatch.setattr(rank_protocol, "_current", object())
     with pytest.raises(TypeError, match=r"report\(loss=...\) takes a number.*loss.item\(\)"):
         workbench.report(loss=[1.0, 2.0])

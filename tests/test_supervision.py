@@ -129,6 +129,7 @@ def test_an_import_error_in_a_rank_module_is_in_the_ranks_exit_records(tmp_path,
     assert failure["rank"] in (0, 1)
     assert "No module named 'module_that_does_not_exist_wb'" in failure["error"]
     assert "broken_import_rank" in failure["traceback"]
+    assert "runpy" not in failure["traceback"], "the wrapper's frames hide the module's"
     record = json.loads((job.run_dir / "exit" / f"rank{failure['rank']}.json").read_text())
     assert not record["ok"] and "module_that_does_not_exist_wb" in record["error"]
 

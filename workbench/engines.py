@@ -262,7 +262,7 @@ class ForkEngine(Engine):
 
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 run_id: str) -> list[str]:
-        # The module is its own launcher: it forks `np` ranks (rank_wrapper.fork_ranks).
+        # The rank wrapper is its own launcher: it forks `np` ranks (rank_wrapper.fork_ranks).
         return [sys.executable, "-u", "-m", module, "--fork", str(np), *args]
 
 

@@ -33,9 +33,9 @@ from workbench.training.rank_protocol import RankContext, current, launcher_iden
 _last: dict[str, float | None] = {"epoch": 0, "step": -1, "time": None}
 
 
-def attach(ctx: RankContext) -> None:
+def attach(ctx: RankContext | None) -> None:
     """Make `report()` write into `ctx`'s run (the rank wrapper, rank_wrapper.py, and a pool's
-    call do it)."""
+    call do it); None: into no run."""
     rank_protocol.attach(ctx)
     _last.update(epoch=0, step=-1, time=None)
 

@@ -55,7 +55,9 @@ PAYLOAD = "user/function.pkl"
 #: (its launching, and an exercise's checker around your function) and runpy. When the code
 #: itself is the workbench's (a lab's function), only the launching frames are cut.
 _WORKBENCH = str(Path(__file__).resolve().parents[1])
-_LAUNCHING = (str(Path(__file__).resolve().parent), runpy.__file__)
+#: runpy's frames: its file, or "<frozen runpy>" where Python freezes it (3.11 does).
+_RUNPY = (runpy.__file__, "<frozen runpy>")
+_LAUNCHING = (str(Path(__file__).resolve().parent), *_RUNPY)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
 def run_rank(body: Callable[[RankContext], Any], own_code: bool = True) -> None:
     """One rank: `body(ctx)` inside the rank protocol. For your own code (`own_code`), its
     return value is saved and a traceback shows only your frames; a rank module of the
-    workbench returns nothing, and its whole traceback is the lesson's."""
+    workbench returns nothing, and its traceback starts at the module."""
     if ENV_RUN_DIR not in os.environ:
         raise SystemExit("workbench.jobs.rank_wrapper runs the ranks of a workbench job; "
                          "start a rank module by hand with python -m MODULE")
@@ -84,9 +86,10 @@ def run_rank(body: Callable[[RankContext], Any], own_code: bool = True) -> None:
         try:
             value = body(ctx)
         except BaseException as exc:
-            if own_code:
-                exc.rank_traceback = user_traceback(exc)  # see RankContext.__exit__
+            exc.rank_traceback = user_traceback(exc, own_code)  # see RankContext.__exit__
             raise
+        finally:
+            rank_api.attach(None)  # nothing reports into a closed context
         _leave_process_group()
         if own_code:
             save_result(ctx.run_dir, ctx.rank, value)
@@ -239,9 +242,14 @@ def run_script(path: str, args: list[str]) -> None:
 
 
 def run_module(module: str, args: list[str]) -> None:
-    """Run a module as `python -m module args...` would (a rank module of the workbench)."""
+    """Run a module as `python -m module args...` would (a rank module of the workbench);
+    `sys.exit(0)` is success, as for a script."""
     sys.argv = [module, *args]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
 
 
 def save_result(run_dir: Path, rank: int, value: Any) -> None:
@@ -257,11 +265,13 @@ def save_result(run_dir: Path, rank: int, value: Any) -> None:
         f.write(data)
 
 
-def user_traceback(exc: BaseException) -> str:
-    """The traceback of `exc` without the leading frames of the machinery that called it."""
+def user_traceback(exc: BaseException, own_code: bool = True) -> str:
+    """The traceback of `exc` without the leading frames of the machinery that called it:
+    from the first frame of your own code, or, for the workbench's own code (`own_code`
+    False), from the first frame past the launching."""
     stack = traceback.extract_tb(exc.__traceback__)
-    first = next((i for i, frame in enumerate(stack)
-                  if not frame.filename.startswith((_WORKBENCH, runpy.__file__))), None)
+    first = next((i for i, frame in enumerate(stack) if own_code and
+                  not frame.filename.startswith((_WORKBENCH, *_RUNPY))), None)
     if first is None:   # the workbench's own code failed: keep it, from the first frame past
         first = next((i for i, frame in enumerate(stack)   # the launching machinery
                       if not frame.filename.startswith(_LAUNCHING)), 0)  # (or it failed: all)

@@ -14,7 +14,7 @@ from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES, training_engines
 from workbench.jobs import slurm
 from workbench.jobs.devices import resolve_device
-from workbench.jobs.job import Job
+from workbench.jobs.job import RANK_WRAPPER, Job
 from workbench.records.resume import apply_resume
 
 if TYPE_CHECKING:
@@ -53,12 +53,16 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
                  runs_dir: str = "runs", name: str = "", threads_per_rank: int = 1,
                  hosts: str | None = None, stall_timeout: float = 120.0,
                  files: dict[str, bytes] | None = None, **fields: Any) -> Job:
-    """Launch any rank module (one that uses `RankContext`) as a job on `np` ranks.
+    """Launch any rank module as a job on `np` ranks: each rank runs it in the rank wrapper
+    (rank_wrapper.py), which gives it its context (`training.context.this_rank()`).
 
     `files` ({path in the run folder: bytes}) are written into the run folder before the
     ranks start: inputs too large for command-line arguments, such as the pickled function of
     `workbench.launch` (and so of the labs' workers).
     """
+    if engine == "fork" and module != RANK_WRAPPER:
+        raise ConfigError(f"the fork engine runs a function, not the module {module}: use "
+                          "workbench.launch(fn, engine='fork'), or engine='torch' for a module")
     fixed = ENGINES[engine].fixed_ranks if engine in ENGINES else None
     cfg = JobConfig(engine=engine, np=fixed or np, runs_dir=runs_dir,
                     name=name, threads_per_rank=threads_per_rank, hosts=hosts,
