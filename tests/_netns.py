@@ -5,12 +5,21 @@ own. A test process that died before its clean-up (killed, or stopped by a timeo
 left some behind; pids are reused, so a later test process may carry the same name, and two
 bridges on one /24 send one cluster's ssh to the other's bridge, where it is refused. So
 whatever still carries this process's names is stale and removed first, and a /24 that is
-still routed is never taken again.
+still routed is never taken again. A host ends with `end_host`.
 """
 
 from __future__ import annotations
 
 import subprocess
+
+
+def end_host(init: subprocess.Popen | None) -> None:
+    """End a namespace host started as `unshare --pid --fork --kill-child ...`, and every
+    process of its PID namespace. SIGKILL, not SIGTERM: `unshare --fork` blocks SIGTERM
+    while it waits for its child; killed, it kills the namespace's init (--kill-child)."""
+    if init is not None and init.poll() is None:
+        init.kill()
+        init.wait(timeout=10)
 
 
 def quiet(*cmd: str) -> None:

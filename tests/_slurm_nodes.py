@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _netns import free_subnet, remove_stale
+from _netns import end_host, free_subnet, remove_stale
 
 CTLD_PORT = 16827
 NODES = ("wbnode-a", "wbnode-b")
@@ -206,11 +206,7 @@ def _wait_idle(cluster: SlurmNodes, env: dict[str, str], timeout: float = 60) ->
 
 def _stop(cluster: SlurmNodes) -> None:
     for node in cluster.nodes:
-        if node.init is not None and node.init.poll() is None:
-            # SIGKILL: `unshare --fork` blocks SIGTERM while it waits for its child; killed,
-            # it kills the node's init (--kill-child), and so every process on the node.
-            node.init.kill()
-            node.init.wait(timeout=10)
+        end_host(node.init)
     for kind, what in reversed(cluster.cleanup):
         if kind == "pidfile":
             try:

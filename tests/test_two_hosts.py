@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from _netns import free_subnet, quiet, remove_stale
+from _netns import end_host, free_subnet, quiet, remove_stale
 from _setup_helpers import run_reaped
 
 import workbench
@@ -245,12 +245,7 @@ def cluster_of_two(tmp_path: Path, runs: Path) -> Iterator[Cluster]:
         yield cluster
     finally:
         for host in cluster.hosts:
-            if host.sshd is not None and host.sshd.poll() is None:
-                # SIGKILL, not SIGTERM: `unshare --fork` blocks SIGTERM while it waits for
-                # its child. Killed, it kills the namespace's init (--kill-child), and with
-                # it every process of the host's PID namespace.
-                host.sshd.kill()
-                host.sshd.wait(timeout=10)
+            end_host(host.sshd)
             end_processes_in(host.netns)
         for cmd in reversed(cluster.cleanup):
             quiet(*cmd)
