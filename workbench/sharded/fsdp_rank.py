@@ -24,8 +24,9 @@ from workbench.models import make_optimizer
 from workbench.sharded.fsdp import shard_model
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
-from workbench.sharded.zero_rank import ZeroSync, join
+from workbench.sharded.zero_rank import ZeroSync
 from workbench.training.context import from_rank0, job_config, job_record
+from workbench.training.ddp_rank import join
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pin_cpu

@@ -18,22 +18,20 @@ optimizer state, and how many it sent (sharded/memory.py, sharded/traffic.py).
 
 from __future__ import annotations
 
-import datetime
-
 import torch
 import torch.distributed as dist
 
-from workbench.config import JobConfig
 from workbench.models import make_optimizer
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero1 import Zero1Optimizer
 from workbench.sharded.zero2 import Zero2Optimizer
 from workbench.training.context import from_rank0, job_config, job_record
+from workbench.training.ddp_rank import join
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.naive_rank import broadcast_parameters
-from workbench.training.placement import pick_device, pin_cpu
+from workbench.training.placement import pin_cpu
 from workbench.training.rank_protocol import launcher_identity
 from workbench.training.setup import build
 from workbench.training.synchronizer import Synchronizer
@@ -50,18 +48,6 @@ class ZeroSync(Synchronizer):
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(values)
         return values
-
-
-def join(cfg: JobConfig, local_rank: int) -> torch.device:
-    """Take this rank's device, then join the job: gloo on CPUs, NCCL on GPUs (told its
-    GPU up front with `device_id=`, as the DDP rank does)."""
-    device = pick_device(cfg.device, local_rank)
-    timeout = datetime.timedelta(seconds=cfg.stall_timeout)
-    if device.type == "cuda":
-        dist.init_process_group("nccl", device_id=device, timeout=timeout)
-    else:
-        dist.init_process_group("gloo", timeout=timeout)
-    return device
 
 
 def main(engine: str) -> None:

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from workbench.config import JobConfig
 from workbench.models import make_optimizer
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
@@ -105,20 +106,26 @@ class DDPSync(Synchronizer):
         return max(0.0, self.clock.seconds(launched[-1], completed[-1]))
 
 
-def main() -> None:
-    cfg = job_config("torch")  # the launcher's config.json, or `workbench run`'s flags
-    local_rank = launcher_identity()[2]  # this rank's number on its host (LOCAL_RANK)
-    traffic = Traffic().install()  # counts the bytes the hook's allreduces send
-
-    # Step 1: take this rank's device, then join the process group: gloo on CPUs,
-    # NCCL on GPUs. device_id= tells NCCL our GPU now, so it builds its communicator at
-    # once (an error shows here, not at the first allreduce) and never guesses the GPU.
+def join(cfg: JobConfig, local_rank: int) -> torch.device:
+    """Take this rank's device, then join the process group: gloo on CPUs, NCCL on GPUs.
+    `device_id=` tells NCCL our GPU now, so it builds its communicator at once (an error
+    shows here, not at the first allreduce) and never guesses the GPU."""
     device = pick_device(cfg.device, local_rank)
     timeout = datetime.timedelta(seconds=cfg.stall_timeout)
     if device.type == "cuda":
         dist.init_process_group("nccl", device_id=device, timeout=timeout)
     else:
         dist.init_process_group("gloo", timeout=timeout)
+    return device
+
+
+def main() -> None:
+    cfg = job_config("torch")  # the launcher's config.json, or `workbench run`'s flags
+    local_rank = launcher_identity()[2]  # this rank's number on its host (LOCAL_RANK)
+    traffic = Traffic().install()  # counts the bytes the hook's allreduces send
+
+    # Step 1: take this rank's device (a GPU, or CPU cores), then join the process group.
+    device = join(cfg, local_rank)
     ctx = job_record(cfg, share=from_rank0)  # the run's record: the launcher's, or a new one
     ctx.metric("event", message="init")  # joined the job: every rank can now talk
 
