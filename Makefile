@@ -46,9 +46,10 @@ lab: setup  ## start JupyterLab on 127.0.0.1 (token authentication), opened on t
 # Three workers, each taking whole files (--dist loadfile): a job test mostly waits for
 # processes to start, so three files at a time fit two cores; a file's tests stay together
 # because some share a fixture that must exist once (the local Slurm, the two hosts).
-# Long files come first (nbgrader's round trip, then the notebooks, each a file of its
-# own): started last, they would leave one worker running them alone at the end. (pytest
-# collects a file named twice only once.)
+# xdist hands out the files with the most tests first (its --loadscope-reorder, on by
+# default), so the notebooks, one test each, run last, three at a time, and fill the tail
+# evenly; the files listed first only decide the order among equals. (pytest collects a
+# file named twice only once.)
 # -rs lists every skipped test with its reason (e.g. the Slurm tests, without root).
 # The ten slowest items are listed, then the suite's wall time against its budget: the run
 # fails when the whole suite takes longer than WORKBENCH_SUITE_BUDGET_MIN minutes (25 unless
