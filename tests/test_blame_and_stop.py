@@ -1,5 +1,5 @@
 """Which rank a failed job blames, stops that always end the job, and the multi-host torch
-rendezvous (jobs/blame.py, jobs/job.py, jobs/torch_hosts.py).
+rendezvous (records/blame.py, jobs/job.py, jobs/torch_hosts.py).
 
 The choice of culprit is a pure function, tested on made-up failures. One real torch job
 (two ranks, `--hosts localhost:2`, queued behind another job's cores) then checks all that
@@ -25,18 +25,18 @@ import pytest
 from workbench.config import JobConfig
 from workbench.jobs import cores, start_module, torch_hosts
 from workbench.jobs import job as job_module
-from workbench.jobs.blame import (
+from workbench.jobs.launchers import Local, Ssh, cores_needed, launcher_for
+from workbench.jobs.processes import job_processes
+from workbench.jobs.slurm import SlurmBatch
+from workbench.jobs.watch import outcome
+from workbench.records import read_json
+from workbench.records.blame import (
     Failure,
     culprit,
     launcher_failure,
     ranks_failure,
     reported_failure,
 )
-from workbench.jobs.launchers import Local, Ssh, cores_needed, launcher_for
-from workbench.jobs.processes import job_processes
-from workbench.jobs.slurm import SlurmBatch
-from workbench.jobs.watch import outcome
-from workbench.records import read_json
 
 SMALL = dict(engine="serial", np=1, model="logreg", dataset="digits", epochs=1, max_steps=5,
              threads_per_rank=1)

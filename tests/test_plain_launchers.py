@@ -81,13 +81,23 @@ def test_plain_command_trains_and_leaves_a_record_that_show_opens(engine, tmp_pa
     assert json.loads(capsys.readouterr().out)["status"] == "succeeded"
 
 
-def test_a_rank_that_fails_by_hand_leaves_a_failed_summary_with_its_traceback(tmp_path):
-    command = typed(ENGINES["serial"].plain_command(1)) + TINY + ["--fail-at-step", "2"]
+@pytest.mark.parametrize("engine, ranks", [("serial", 1), ("torch", 2)])
+def test_a_rank_that_fails_by_hand_leaves_a_failed_summary_naming_it(engine, ranks, tmp_path):
+    """The failing rank is named with its traceback. With two ranks it is rank 1, which
+    fails on purpose; rank 0 then fails too (gloo's connection closes, or torchrun ends it
+    with SIGTERM), and rank 0, which writes the summary, must name rank 1 from the exit
+    records, not itself."""
+    failing = ranks - 1
+    command = (typed(ENGINES[engine].plain_command(ranks)) + TINY
+               + ["--fail-at-step", "2", "--fail-rank", str(failing)])
     run_plainly(command, tmp_path, rc=1)
     [record] = list_runs(tmp_path / "runs")
     failure = record.summary["failure"]
-    assert record.summary["status"] == "failed" and failure["rank"] == 0
+    assert record.summary["status"] == "failed" and failure["rank"] == failing, failure
     assert "InjectedFault" in failure["error"] and "maybe_fail" in failure["traceback"]
+    exits = {p.name: json.loads(p.read_text()) for p in (record.run_dir / "exit").iterdir()}
+    assert sorted(exits) == [f"rank{r}.json" for r in range(ranks)]
+    assert not any(e["ok"] for e in exits.values()), exits
 
 
 @pytest.mark.parametrize("engine", training_engines())

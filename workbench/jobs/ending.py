@@ -27,11 +27,11 @@ import traceback
 from typing import Any
 
 from workbench.config import ConfigError
-from workbench.jobs.blame import launcher_tail
 from workbench.jobs.environment import SECRETS_FILE
 from workbench.jobs.processes import job_processes, terminate
 from workbench.jobs.watch import _one_line
 from workbench.records import RunRecord, write_json_atomic
+from workbench.records.blame import launcher_tail
 from workbench.records.liveness import known_ranks, owner_beat, this_host
 from workbench.records.summary import summary_of
 

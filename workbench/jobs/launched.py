@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from workbench.config import JobConfig
-    from workbench.jobs.blame import Failure
+    from workbench.records.blame import Failure
 
 GUARD = Path(__file__).with_name("guard.py")  # run beside every launcher (see guard.py)
 POLL_S = 0.2  # how often the watcher looks (s)

@@ -28,9 +28,9 @@ from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
 from workbench.hosts.lists import parse_hosts
 from workbench.jobs import cores
-from workbench.jobs.blame import Failure
 from workbench.jobs.launched import GUARD, POLL_S, REMOTE_GONE_S, Exits, Launched, Ranks
 from workbench.jobs.processes import pid_alive
+from workbench.records.blame import Failure
 from workbench.records.liveness import RANK_STALE_S, Staleness, heartbeat_path, this_host
 
 if TYPE_CHECKING:

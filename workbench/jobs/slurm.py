@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
-from workbench.jobs.blame import Failure
 from workbench.jobs.launched import GUARD, Exits, Launched, Ranks
 from workbench.jobs.slurm_script import (  # noqa: F401 (re-exported: the batch script, -H)
     horovod_hosts,
@@ -57,6 +56,7 @@ from workbench.jobs.slurm_script import (  # noqa: F401 (re-exported: the batch 
     write_scripts,
 )
 from workbench.records import read_json, write_json_atomic
+from workbench.records.blame import Failure
 from workbench.records.liveness import this_host
 
 #: Slurm states in which the job still holds (or waits for) resources.

@@ -25,16 +25,16 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from workbench.jobs.blame import (
+from workbench.jobs.launched import POLL_S, Exits, Ranks
+from workbench.jobs.processes import exit_records
+from workbench.records import MetricsReader, RunRecord
+from workbench.records.blame import (
     Failure,
     launcher_cause,
     launcher_failure,
     ranks_failure,
     reported_failure,
 )
-from workbench.jobs.launched import POLL_S, Exits, Ranks
-from workbench.jobs.processes import exit_records
-from workbench.records import MetricsReader, RunRecord
 from workbench.records.liveness import HEARTBEAT_PERIOD_S, known_ranks, owner_beat
 
 

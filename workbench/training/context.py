@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +42,7 @@ from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
 from workbench.flags import Parser, add_job_flags, config_from_args
 from workbench.records import MetricsReader, new_run_dir, read_json, write_json_atomic
+from workbench.records.blame import culprit, reported_failure
 from workbench.records.liveness import known_ranks, owner_beat
 from workbench.records.resume import apply_resume
 from workbench.records.summary import summary_of
@@ -162,6 +164,20 @@ def launcher_name() -> str:
     return "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "python"
 
 
+def first_failure(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
+    """The failure a plain launch's summary names: the first rank whose exit record reports
+    an error (records/blame.py), not rank 0 when its launcher only ended it with SIGTERM
+    because another rank had failed; else rank 0's own `exc`."""
+    records = {k: read_json(ctx.run_dir / "exit" / f"rank{k}.json") for k in range(ctx.size)}
+    first = culprit(f for k, record in records.items() if record
+                    if (f := reported_failure(k, record, True, time.time())))
+    if first is None or first.rank == ctx.rank:
+        return {"rank": ctx.rank, "error": f"{type(exc).__name__}: {exc}",
+                "traceback": "".join(traceback.format_exception(exc))}
+    return {"rank": first.rank, "error": first.error,
+            "traceback": records[first.rank].get("traceback")}
+
+
 def write_summary(ctx: RankContext, exc: BaseException | None) -> None:
     """Rank 0 of a plain launch, as it ends: summary.json, as the workbench's launcher would
     write it."""
@@ -172,8 +188,7 @@ def write_summary(ctx: RankContext, exc: BaseException | None) -> None:
                          known_ranks(run_dir, ctx.size), cfg.resolved_threads(), ctx.t0,
                          MetricsReader(run_dir).all(), read_json(run_dir / "result.json"), [])
     if exc is not None:
-        summary["failure"] = {"rank": ctx.rank, "error": f"{type(exc).__name__}: {exc}",
-                              "traceback": "".join(traceback.format_exception(exc))}
+        summary["failure"] = first_failure(ctx, exc)
     write_json_atomic(run_dir / "summary.json", summary)
     print(f"{summary['status']}: {run_dir.name} (workbench show {run_dir.name} "
           f"--runs-dir {run_dir.parent})", flush=True)

@@ -12,7 +12,7 @@ though `horovodrun` puts ranks in sessions of their own), sends stdout/stderr to
 starts a watchdog thread (see `_watchdog`). On exit it writes `exit/rank<k>.json`: success,
 or the error and its traceback, or that a SIGTERM ended it (`ended_by`): torchrun and
 horovodrun end every other rank that way once one has failed, and the launcher must not take
-such a rank for the culprit (jobs/blame.py). The same record goes into the rank's heartbeat,
+such a rank for the culprit (records/blame.py). The same record goes into the rank's heartbeat,
 the file the launcher's host reads on every host (records/liveness.py: on NFS it may not see
 a new file of ours for a minute). A rank started by a plain launcher makes its own run
 folder instead, unsupervised: no log redirection, no watchdog (context.py).
