@@ -219,7 +219,7 @@ def test_a_huge_closure_is_refused_at_once_and_a_large_one_warns_with_its_size(t
     pickled into the run folder: refused before pickling, naming it and its size."""
     import torch
 
-    from workbench.jobs.user_code import check_payload
+    from workbench.jobs.by_value import check_payload
 
     big = torch.zeros(100 * 2**20)  # 400 MiB of float32
 

@@ -18,8 +18,8 @@ from _other_user import as_other, folder_for_other, needs_other_user, open_tmp, 
 
 from workbench.config import ConfigError, JobConfig
 from workbench.jobs import start
+from workbench.jobs.by_value import PAYLOAD, run_function
 from workbench.jobs.job import Job
-from workbench.jobs.rank_wrapper import PAYLOAD, run_function
 from workbench.jobs.rank_wrapper import main as wrapper_main
 from workbench.records import new_run_dir
 from workbench.records.private import ENV_RUN_FOLDERS, ForeignRecord, load_own_pickle

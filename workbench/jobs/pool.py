@@ -215,14 +215,15 @@ class Pool:
         Like `workbench.launch(fn, *args)`, with `fn` sent by value. Waits first for the
         ranks to be ready, and refuses a call while another one runs.
         """
-        from workbench.jobs.user_code import _safe_name, pickle_function
+        from workbench.jobs.by_value import pickle_function
+        from workbench.jobs.user_code import _safe_name
 
         payload = pickle_function(fn, args)
         return self._start("function", payload, name or _safe_name(
             getattr(fn, "__name__", "function")))
 
     def run_pickled(self, payload: bytes, name: str) -> PoolCall:
-        """Run what `user_code.pickle_function` pickled (launch()'s fast path)."""
+        """Run what `by_value.pickle_function` pickled (launch()'s fast path)."""
         return self._start("function", payload, name)
 
     def start(self, cfg: JobConfig) -> PoolCall:

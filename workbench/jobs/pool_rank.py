@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.jobs import pool_channel, rank_api
-from workbench.jobs.rank_wrapper import call_pickled, save_result, user_traceback
+from workbench.jobs.by_value import call_pickled
+from workbench.jobs.rank_wrapper import save_result, user_traceback
 from workbench.training.context import this_rank
 from workbench.training.rank_protocol import RankContext
 

@@ -26,8 +26,6 @@ horovodrun or torchrun: the point is to write those lines yourself.
 
 from __future__ import annotations
 
-import inspect
-import linecache
 import os
 import runpy
 import sys
@@ -39,7 +37,7 @@ from typing import Any, NoReturn
 import cloudpickle
 
 from workbench.jobs import rank_api
-from workbench.records.private import read_own
+from workbench.jobs.by_value import PAYLOAD, load_function, run_function
 from workbench.records.store import atomic_file
 from workbench.training.rank_protocol import (
     ENV_RUN_DIR,
@@ -47,9 +45,6 @@ from workbench.training.rank_protocol import (
     launcher_identity,
     load_env_file,
 )
-
-#: Where `launch()` puts the pickled (function, args) in the run folder.
-PAYLOAD = "user/function.pkl"
 
 #: Files whose frames, in front of your code, are the machinery that runs it: the workbench
 #: (its launching, and an exercise's checker around your function) and runpy. When the code
@@ -146,85 +141,6 @@ def _forked(body: Callable[[RankContext], Any]) -> NoReturn:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-
-
-def run_function(payload: Path, run_dir: Path) -> Any:
-    """`fn(*args)` of the `(fn, args, source)` that `launch()` pickled into `payload`, read
-    only from a run folder and a file of our own (records/private.py): a pickle runs code."""
-    return call_pickled(read_own(payload, run_dir))
-
-
-def load_function(payload: Path, run_dir: Path) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """Unpickle `(fn, args)` from `payload`, only from a run folder and a file of our own
-    (records/private.py): a pickle runs code."""
-    return unpickle_call(read_own(payload, run_dir))
-
-
-def unpickle_call(data: bytes) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """The `(fn, args)` of what `launch()` pickled, their source lines put back."""
-    fn, args, source = cloudpickle.loads(data)
-    restore_source((fn, *args), *source)
-    return fn, args
-
-
-def call_pickled(data: bytes) -> Any:
-    """`fn(*args)` of the `(fn, args, source)` that `launch()` pickled (also pool_rank.py)."""
-    fn, args = unpickle_call(data)
-    return fn(*args)
-
-
-def restore_source(roots: tuple[Any, ...], files: dict[tuple[str, int], str],
-                   lines: dict[str, list[str]]) -> None:
-    """Give the functions back their file names and the lines of those files, so that a
-    traceback shows the code (see user_code.source_of)."""
-    for name, text in lines.items():
-        if text:  # (size, mtime None: never reloaded from disk, lines, name)
-            linecache.cache[name] = (sum(map(len, text)), None, text, name)
-    for f in functions_used(*roots):
-        code = f.__code__
-        name = files.get((code.co_name, code.co_firstlineno))
-        if name and code.co_filename != name:
-            f.__code__ = _renamed(code, name)
-
-
-def functions_used(*roots: Any) -> list[Any]:
-    """The plain Python functions among `roots`, and those they reach through their globals
-    and closures."""
-    found: dict[int, Any] = {}
-    todo = list(roots)
-    while todo:
-        f = todo.pop()
-        if not inspect.isfunction(f) or id(f) in found:
-            continue
-        found[id(f)] = f
-        todo += [f.__globals__.get(n) for n in names_used(f.__code__)]
-        todo += [c.cell_contents for c in f.__closure__ or () if filled(c)]
-    return list(found.values())
-
-
-def names_used(code: Any) -> list[str]:
-    """Global names used by `code` and by the functions nested in it."""
-    names = list(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, "co_names"):
-            names += names_used(const)
-    return names
-
-
-def filled(cell: Any) -> bool:
-    """True when a closure cell holds a value (a variable not yet assigned is empty)."""
-    try:
-        cell.cell_contents  # noqa: B018 - raises ValueError for an empty cell
-    except ValueError:
-        return False
-    return True
-
-
-def _renamed(code: Any, filename: str) -> Any:
-    """`code`, and the code of the functions defined inside it, with `co_filename` set."""
-    consts = tuple(_renamed(c, filename) if hasattr(c, "co_filename") else c
-                   for c in code.co_consts)
-    return code.replace(co_filename=filename, co_consts=consts)
 
 
 def run_script(path: str, args: list[str]) -> None:
