@@ -145,6 +145,24 @@ def test_batch_script_asks_slurm_for_one_task_per_rank(tmp_path: Path) -> None:
     assert "-m workbench.training.naive_rank" in naive
 
 
+def test_the_batch_scripts_exit_record_is_renamed_into_place_and_an_empty_one_is_none(
+        tmp_path: Path) -> None:
+    """Under load the watcher read batch_exit.json between the shell's truncate and its
+    write, and the job's watcher failed on the empty file (a node-failure test, one core
+    busy): the script now renames the record into place, and an empty one, left by a script
+    killed while writing, counts as no record (Slurm's own exit code is used)."""
+    cfg = JobConfig(engine="torch", np=2, launcher="slurm").validate()
+    text = slurm.write_scripts(cfg, "run-x", tmp_path, "m", []).read_text()
+    assert '> "$RUN_DIR/slurm/batch_exit.json.tmp"' in text
+    assert 'mv "$RUN_DIR/slurm/batch_exit.json.tmp" "$RUN_DIR/slurm/batch_exit.json"' in text
+    record = tmp_path / "slurm" / "batch_exit.json"
+    assert slurm._batch_exit(tmp_path) == {}
+    record.write_text("")
+    assert slurm._batch_exit(tmp_path) == {}
+    record.write_text('{"rc": 3, "time": 1.5}')
+    assert slurm._batch_exit(tmp_path) == {"rc": 3, "time": 1.5}
+
+
 @pytest.mark.parametrize("fields, message", [
     ({"time_limit": -5}, "invalid --time-limit -5"),
     ({"launcher": "pbs"}, "invalid --launcher 'pbs'"),

@@ -55,7 +55,7 @@ from workbench.jobs.slurm_script import (  # noqa: F401 (re-exported: the batch 
     tasks_per_node,
     write_scripts,
 )
-from workbench.records import read_json, write_json_atomic
+from workbench.records import CorruptRecord, read_json, write_json_atomic
 from workbench.records.blame import Failure
 from workbench.records.liveness import this_host
 
@@ -250,7 +250,7 @@ class SlurmBatch(Launched):
             return None
         self.final = _final_state(self.job_id)
         self.state = self.final.get("JobState", "ENDED")
-        batch = read_json(self.run_dir / "slurm" / "batch_exit.json") or {}
+        batch = _batch_exit(self.run_dir)
         code = self.final.get("ExitCode", "0:0").split(":")
         self.returncode = int(batch.get("rc", code[0] if code[1] == "0" else 128 + int(code[1])))
         if self.state not in ("COMPLETED", "ENDED") and self.returncode == 0:
@@ -382,3 +382,10 @@ def run_status(run_dir: Path) -> str | None:
     return f"pending ({state[1]})"
 
 
+def _batch_exit(run_dir: Path) -> dict[str, Any]:
+    """The batch script's own record of its exit code, or {} (then Slurm's ExitCode counts):
+    there is none yet, or a script killed while writing it left it empty."""
+    try:
+        return read_json(run_dir / "slurm" / "batch_exit.json") or {}
+    except CorruptRecord:
+        return {}

@@ -77,8 +77,10 @@ mkdir -p "$RUN_DIR/tasks"
 echo "slurm job $SLURM_JOB_ID on nodes $SLURM_JOB_NODELIST"
 {command}
 rc=$?
-# Accounting (sacct) may be off: keep our own record of how the job ended.
-echo "{{\\"rc\\": $rc, \\"time\\": $(date +%s.%N)}}" > "$RUN_DIR/slurm/batch_exit.json"
+# Accounting (sacct) may be off: keep our own record of how the job ended. Written aside and
+# renamed, as task.sh's: a reader never sees it half written, nor empty if Slurm kills us.
+echo "{{\\"rc\\": $rc, \\"time\\": $(date +%s.%N)}}" > "$RUN_DIR/slurm/batch_exit.json.tmp" \\
+    && mv "$RUN_DIR/slurm/batch_exit.json.tmp" "$RUN_DIR/slurm/batch_exit.json"
 exit $rc
 """
 
