@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,7 +23,8 @@ from workbench.config import ENGINES as CONFIG_ENGINES
 from workbench.config import JobConfig
 from workbench.engines import ENGINES, training_engines
 from workbench.records import list_runs, of_kind
-from workbench.training.context import config_from_flags
+from workbench.training.context import config_from_flags, first_failure
+from workbench.training.rank_protocol import Ended
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent          # torchrun and horovodrun live beside python
@@ -98,6 +100,28 @@ def test_a_rank_that_fails_by_hand_leaves_a_failed_summary_naming_it(engine, ran
     exits = {p.name: json.loads(p.read_text()) for p in (record.run_dir / "exit").iterdir()}
     assert sorted(exits) == [f"rank{r}.json" for r in range(ranks)]
     assert not any(e["ok"] for e in exits.values()), exits
+
+
+def test_a_plain_launchs_summary_names_the_first_error_and_survives_unreadable_records(
+        tmp_path):
+    """first_failure runs in rank 0's exit handler: it names the first rank that failed
+    (not one its launcher ended), and an exit record it cannot read never costs the
+    summary: it then names rank 0's own error."""
+    exits = tmp_path / "exit"
+    exits.mkdir()
+    ctx = SimpleNamespace(run_dir=tmp_path, size=3, rank=0)
+    (exits / "rank0.json").write_text(json.dumps(
+        {"rank": 0, "ok": False, "time": 20.0, "ended_by": "SIGTERM", "error": "ended"}))
+    (exits / "rank1.json").write_text(json.dumps(
+        {"rank": 1, "ok": False, "time": 10.0, "error": "ValueError: bad",
+         "traceback": "Traceback ... ValueError: bad"}))
+    (exits / "rank2.json").write_text("{half a rec")
+    named = first_failure(ctx, Ended())
+    assert (named["rank"], named["error"]) == (1, "ValueError: bad")
+    assert named["traceback"].endswith("ValueError: bad")
+    (exits / "rank1.json").write_text("[]")            # JSON, but no record
+    named = first_failure(ctx, RuntimeError("gloo: connection closed"))
+    assert named["rank"] == 0 and named["error"].startswith("RuntimeError: gloo")
 
 
 @pytest.mark.parametrize("engine", training_engines())

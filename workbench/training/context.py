@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 import time
 import traceback
@@ -41,7 +42,13 @@ import psutil
 from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
 from workbench.flags import Parser, add_job_flags, config_from_args
-from workbench.records import MetricsReader, new_run_dir, read_json, write_json_atomic
+from workbench.records import (
+    CorruptRecord,
+    MetricsReader,
+    new_run_dir,
+    read_json,
+    write_json_atomic,
+)
 from workbench.records.blame import culprit, reported_failure
 from workbench.records.liveness import known_ranks, owner_beat
 from workbench.records.resume import apply_resume
@@ -146,6 +153,9 @@ def _close_at_exit(ctx: RankContext) -> None:
         shown(exc_type, exc, tb)
 
     def close() -> None:
+        # A SIGTERM now (torchrun ends every rank once one has failed) would raise Ended
+        # inside this handler and lose the record: it is over already.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         exc = failed[0] if failed else None
         if exc is None and ctx.ended:
             exc = Ended()
@@ -168,7 +178,7 @@ def first_failure(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
     """The failure a plain launch's summary names: the first rank whose exit record reports
     an error (records/blame.py), not rank 0 when its launcher only ended it with SIGTERM
     because another rank had failed; else rank 0's own `exc`."""
-    records = {k: read_json(ctx.run_dir / "exit" / f"rank{k}.json") for k in range(ctx.size)}
+    records = {k: _exit_record(ctx.run_dir, k) for k in range(ctx.size)}
     first = culprit(f for k, record in records.items() if record
                     if (f := reported_failure(k, record, True, time.time())))
     if first is None or first.rank == ctx.rank:
@@ -176,6 +186,16 @@ def first_failure(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
                 "traceback": "".join(traceback.format_exception(exc))}
     return {"rank": first.rank, "error": first.error,
             "traceback": records[first.rank].get("traceback")}
+
+
+def _exit_record(run_dir: Path, rank: int) -> dict[str, Any] | None:
+    """A rank's exit record, or None where there is none that can be read (the summary is
+    written all the same, naming rank 0's own error)."""
+    try:
+        record = read_json(run_dir / "exit" / f"rank{rank}.json")
+    except (CorruptRecord, OSError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def write_summary(ctx: RankContext, exc: BaseException | None) -> None:
