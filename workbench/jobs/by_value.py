@@ -183,7 +183,7 @@ def call_pickled(data: bytes) -> Any:
 def restore_source(roots: tuple[Any, ...], files: dict[tuple[str, int], str],
                    lines: dict[str, list[str]]) -> None:
     """Give the functions back their file names and the lines of those files, so that a
-    traceback shows the code (see user_code.source_of)."""
+    traceback shows the code (see `source_of`)."""
     for name, text in lines.items():
         if text:  # (size, mtime None: never reloaded from disk, lines, name)
             linecache.cache[name] = (sum(map(len, text)), None, text, name)

@@ -127,7 +127,9 @@ class Rank:
                 try:
                     value = execute(header, payload, call)
                 except BaseException as exc:
-                    exc.rank_traceback = user_traceback(exc)  # see RankContext.__exit__
+                    # A training module's traceback starts at the module; your code's at
+                    # your own first frame (see RankContext.__exit__).
+                    exc.rank_traceback = user_traceback(exc, header["kind"] != "module")
                     raise
                 finally:
                     self.running = None

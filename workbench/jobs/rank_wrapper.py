@@ -84,7 +84,7 @@ def run_rank(body: Callable[[RankContext], Any], own_code: bool = True) -> None:
             exc.rank_traceback = user_traceback(exc, own_code)  # see RankContext.__exit__
             raise
         finally:
-            rank_api.attach(None)  # nothing reports into a closed context
+            rank_api.attach(None)  # the context closes next: nothing may report into it after
         _leave_process_group()
         if own_code:
             save_result(ctx.run_dir, ctx.rank, value)
