@@ -4,10 +4,10 @@
 is added, not three rounds later. The budget is the wall time of the pytest session (the
 set-up before it is not counted): WORKBENCH_SUITE_BUDGET_MIN minutes, 20 unless set (the
 whole suite measured 11.7 min on a quiet 2-core machine and 14.2 min with one core kept busy
-by another program; the CI machine is about a fifth slower); 0 turns the check off. Only a whole-suite run is checked: one
-given the tests/ folder itself, with no -k, -m, --deselect, --lf or -x, and in which
-nothing was deselected. A single file, a -k
-selection or a re-run of the failures is never failed for its time.
+by another program; the CI machine is about a fifth slower); 0 turns the check off. Only
+a whole-suite run is checked: one given the tests/ folder itself, with no -k, -m,
+--deselect, --lf or -x, and in which nothing was deselected. A single file, a -k selection
+or a re-run of the failures is never failed for its time.
 """
 
 from __future__ import annotations
