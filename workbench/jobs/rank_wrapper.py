@@ -30,7 +30,8 @@ import os
 import runpy
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -144,25 +145,25 @@ def _forked(body: Callable[[RankContext], Any]) -> NoReturn:
 
 
 def run_script(path: str, args: list[str]) -> None:
-    """Run a script as `python path args...` would: as `__main__`, with its folder on sys.path.
-
-    `sys.exit(0)` (or no exit at all) is success; any other exit code fails the rank.
-    """
+    """Run a script as `python path args...` would: as `__main__`, with its folder on sys.path."""
     sys.argv = [path, *args]
     sys.path.insert(0, str(Path(path).parent))
-    try:
+    with _exit_zero_is_success():
         runpy.run_path(path, run_name="__main__")
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            raise
 
 
 def run_module(module: str, args: list[str]) -> None:
-    """Run a module as `python -m module args...` would (a rank module of the workbench);
-    `sys.exit(0)` is success, as for a script."""
+    """Run a module as `python -m module args...` would (a rank module of the workbench)."""
     sys.argv = [module, *args]
-    try:
+    with _exit_zero_is_success():
         runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+@contextmanager
+def _exit_zero_is_success() -> Iterator[None]:
+    """`sys.exit(0)` (or no exit at all) is success; any other exit code fails the rank."""
+    try:
+        yield
     except SystemExit as exc:
         if exc.code not in (None, 0):
             raise
