@@ -229,6 +229,12 @@ class JobConfig:
             return self.threads_per_rank
         return max(1, cpu_budget().usable // self.world_size)
 
+    @property
+    def run_label(self) -> str:
+        """What its run folders are called after the time stamp: `name` (else the engine)
+        and the number of ranks, e.g. `horovod-np2` (records/store.py `new_run_dir`)."""
+        return f"{self.name or self.engine}-np{self.world_size}"
+
     def oversubscribed(self) -> bool:
         """True when ranks × threads exceed this host's usable cores (speedups will flatten)."""
         return self.hosts is None and self.launcher == "local" and (

@@ -76,7 +76,7 @@ class Job(Watching, Ending):
                  files: dict[str, bytes] | None = None) -> None:
         self.config = cfg
         sharing = cores.settings()  # a bad setting fails here, before anything is written
-        self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, _label(cfg))
+        self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, cfg.run_label)
         # Written first, so that even a run stopped while it queues is a run on record.
         # (Secret --env values are not recorded: see environment.py.)
         write_json_atomic(self.run_dir / "config.json",
@@ -302,7 +302,3 @@ atexit.register(stop_all)
 # ---------------------------------------------------------------------- helpers
 #: The module every rank runs: it opens the rank's context, then runs the rank's code.
 RANK_WRAPPER = "workbench.jobs.rank_wrapper"
-
-
-def _label(cfg: JobConfig) -> str:
-    return f"{cfg.name or cfg.engine}-np{cfg.world_size}"

@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from workbench.config import JobConfig
-from workbench.jobs.job import _LIVE_JOBS, Job, _label
+from workbench.jobs.job import _LIVE_JOBS, Job
 from workbench.jobs.launchers import ByPid
 from workbench.jobs.watch import POLL_S
 from workbench.records import new_run_dir, write_json_atomic
@@ -46,7 +46,7 @@ class PoolCall(Job):
     def __init__(self, pool: Pool, ranks: _Ranks, cfg: JobConfig, kind: str,
                  payload: bytes) -> None:
         self.config, self.pool, self._ranks = cfg, pool, ranks
-        self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, _label(cfg))
+        self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, cfg.run_label)
         write_json_atomic(self.run_dir / "config.json", cfg.to_dict(), durable=False)
         self.world_size = cfg.world_size
         self.warnings: list[str] = []

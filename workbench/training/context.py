@@ -134,7 +134,7 @@ def config_from_flags(engine: str, size: int, argv: list[str] | None = None) -> 
 
 def create_run(cfg: JobConfig) -> Path:
     """Rank 0 of a plain launch: a new run folder holding `config.json`."""
-    run_id, run_dir = new_run_dir(cfg.runs_dir, f"{cfg.name or cfg.engine}-np{cfg.world_size}")
+    run_id, run_dir = new_run_dir(cfg.runs_dir, cfg.run_label)
     write_json_atomic(run_dir / "config.json", cfg.to_dict())
     owner_beat(run_dir)  # `workbench runs` says "running" while rank 0 lives, then "lost"
     print(f"run {run_id} -> {run_dir}", flush=True)
