@@ -7,6 +7,7 @@ record that `workbench show` opens.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import os
@@ -23,7 +24,8 @@ from workbench.config import ENGINES as CONFIG_ENGINES
 from workbench.config import JobConfig
 from workbench.engines import ENGINES, training_engines
 from workbench.records import list_runs, of_kind
-from workbench.training.context import config_from_flags, first_failure
+from workbench.training import rank_protocol
+from workbench.training.context import config_from_flags, first_failure, job_record
 from workbench.training.rank_protocol import Ended
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,6 +124,30 @@ def test_a_plain_launchs_summary_names_the_first_error_and_survives_unreadable_r
     (exits / "rank1.json").write_text("[]")            # JSON, but no record
     named = first_failure(ctx, RuntimeError("gloo: connection closed"))
     assert named["rank"] == 0 and named["error"].startswith("RuntimeError: gloo")
+
+
+@pytest.mark.parametrize("code, status", [(3, "failed"), ("bad", "failed"), (0, "succeeded")])
+def test_a_plain_ranks_sys_exit_after_job_record_counts_by_its_code(code, status, tmp_path,
+                                                                     monkeypatch):
+    """A plain launch writes the exit record and summary in an atexit handler, which cannot
+    see the exit code (and sys.excepthook never sees a SystemExit): sys.exit(3) must still
+    fail the rank, and sys.exit(0) succeed, as under the rank wrapper."""
+    closers = []
+    monkeypatch.setattr(atexit, "register", closers.append)
+    monkeypatch.setattr(sys, "exit", sys.exit)              # each restored after the test
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # pytest keeps its SIGTERM
+    monkeypatch.setattr(rank_protocol, "_current", None)
+    for name in ("HOROVOD_RANK", "RANK", "HOROVOD_SIZE", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    ctx = job_record(JobConfig(runs_dir=str(tmp_path), np=1))
+    with pytest.raises(SystemExit):
+        sys.exit(code)
+    [close] = closers
+    close()
+    record = json.loads((ctx.run_dir / "exit" / "rank0.json").read_text())
+    assert record["ok"] == (status == "succeeded"), record
+    assert json.loads((ctx.run_dir / "summary.json").read_text())["status"] == status
 
 
 @pytest.mark.parametrize("engine", training_engines())

@@ -1,22 +1,19 @@
 """How a rank module finds its context: the one its launcher opened, or one it makes itself.
 
-Under the workbench's launcher every rank runs inside the rank wrapper
-(jobs/rank_wrapper.py), which opened the rank's context (rank_protocol.py: pid file, log,
-watchdog, exit record) before the module's first line. The same module also runs under a
-plain launcher, typed by hand:
+Under the workbench's launcher the rank wrapper (jobs/rank_wrapper.py) opened the rank's
+context (rank_protocol.py) before the module's first line. The same module also runs under
+a plain launcher, typed by hand:
 
     torchrun --standalone --nproc-per-node 2 -m workbench.training.ddp_rank --epochs 1
     horovodrun -np 2 --gloo -H localhost:2 python -m workbench.training.horovod_rank
     python -m workbench.training.serial_rank --batch-size 64
 
-Then its configuration comes from `workbench run`'s flags, and once the ranks have joined
-the process group, rank 0 makes the run folder under `--runs-dir` (./runs; named as every
-run is, records/store.py `new_run_dir`) and tells the others its name with one broadcast.
-Every rank then keeps the same record as under the workbench's launcher, less what that
-launcher's care adds: output stays on the terminal and no watchdog runs (the launcher the
-user typed ends the ranks itself: Ctrl-C, or one rank failing), and a failure to join is
-not in the record. Rank 0 writes `summary.json` as it ends, with the figures the workbench's
-launcher computes (records/summary.py), so `workbench show RUN` opens the run like any other.
+Then the flags of `workbench run` configure it, and once the ranks have joined, rank 0
+makes the run folder under `--runs-dir` (records/store.py `new_run_dir`) and broadcasts its
+name. Every rank keeps the same record as under the workbench's launcher, less that
+launcher's care: output stays on the terminal, no watchdog runs (the typed launcher ends
+the ranks itself), and a failure to join is not recorded. Rank 0 writes `summary.json` as
+it ends (records/summary.py), so `workbench show RUN` opens the run like any other.
 
 A rank module's own lines for it, in order:
 
@@ -35,7 +32,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psutil
 
@@ -64,8 +61,7 @@ from workbench.training.rank_protocol import (
 
 def job_config(engine: str, argv: list[str] | None = None) -> JobConfig:
     """The job's configuration: its launcher's `config.json`, or under a plain launcher the
-    flags of `workbench run` (`argv`, else the command line; a bad flag exits with code 2
-    and one line, on every rank at once)."""
+    flags of `workbench run` (`argv`, else the command line; see `config_from_flags`)."""
     ctx = current()
     if ctx is not None:
         return ctx.config
@@ -73,9 +69,9 @@ def job_config(engine: str, argv: list[str] | None = None) -> JobConfig:
 
 
 def job_record(cfg: JobConfig, share: Callable[[Any], Any] | None = None) -> RankContext:
-    """This rank's context, to report into: the one its launcher opened, or under a plain
-    launcher a new run folder, which rank 0 makes and `share` (a broadcast from rank 0,
-    called on every rank once they have joined) tells the others."""
+    """This rank's context: the one its launcher opened, or under a plain launcher a new run
+    folder, which rank 0 makes and `share` (a broadcast from rank 0, called on every rank
+    once they have joined) tells the others."""
     ctx = current()
     if ctx is not None:
         return ctx
@@ -93,8 +89,8 @@ def job_record(cfg: JobConfig, share: Callable[[Any], Any] | None = None) -> Ran
 
 
 def this_rank() -> RankContext:
-    """The context the launcher opened for this rank (for rank modules that run only as a
-    workbench job: the labs', the pools')."""
+    """The context the launcher opened (for rank modules that run only as a workbench job:
+    the labs', the pools')."""
     ctx = current()
     if ctx is None:
         raise SystemExit(f"{sys.argv[0]}: runs as a rank of a workbench job (started by "
@@ -114,9 +110,10 @@ def from_rank0(value: Any) -> Any:
 
 
 def config_from_flags(engine: str, size: int, argv: list[str] | None = None) -> JobConfig:
-    """The job's configuration from `workbench run`'s flags; exits with code 2 and one line
-    naming a bad flag. The engine is the module's, and `np` is what the launcher started."""
-    parser = Parser(  # the `workbench` command's parser: an error is one line, exit code 2
+    """The job's configuration from `workbench run`'s flags, for the module's engine and the
+    `size` ranks the launcher started; a bad flag exits with code 2 and one line (on every
+    rank at once), as the `workbench` command's parser does."""
+    parser = Parser(
         prog=f"python -m {ENGINES[engine].rank_module}",
         description="One rank of a training job, started without the workbench's launcher. "
                     "It takes the flags of `workbench run`.")
@@ -142,15 +139,22 @@ def create_run(cfg: JobConfig) -> Path:
 
 
 def _close_at_exit(ctx: RankContext) -> None:
-    """Close `ctx` when the process ends, with the error that ended it, if any: its exit
-    record, and on rank 0 the summary. (`sys.excepthook` sees an uncaught error before
-    `atexit` runs; a SIGTERM is seen by the context itself.)"""
+    """Close `ctx` when the process ends, with the error that ended it: its exit record, and
+    on rank 0 the summary. `atexit` cannot see that error, so `sys.excepthook` keeps it;
+    the hook never sees a SystemExit, so `sys.exit` keeps a non-zero one (0 is success, as
+    under the rank wrapper). A SIGTERM the context sees itself."""
     failed: list[BaseException] = []
     shown = sys.excepthook
 
     def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
         failed.append(exc)
         shown(exc_type, exc, tb)
+
+    def leave(code: Any = None) -> NoReturn:
+        exc = SystemExit(code)
+        if code not in (None, 0):
+            failed.append(exc)
+        raise exc
 
     def close() -> None:
         # A SIGTERM now (torchrun ends every rank once one has failed) would raise Ended
@@ -163,15 +167,8 @@ def _close_at_exit(ctx: RankContext) -> None:
         if ctx.rank == 0:
             write_summary(ctx, exc)
 
-    sys.excepthook = hook
+    sys.excepthook, sys.exit = hook, leave
     atexit.register(close)
-
-
-def launcher_name() -> str:
-    """Who started this rank, as the summary's `launcher` says it."""
-    if "HOROVOD_RANK" in os.environ:
-        return "horovodrun"
-    return "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "python"
 
 
 def first_failure(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
@@ -189,8 +186,8 @@ def first_failure(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
 
 
 def _exit_record(run_dir: Path, rank: int) -> dict[str, Any] | None:
-    """A rank's exit record, or None where there is none that can be read (the summary is
-    written all the same, naming rank 0's own error)."""
+    """A rank's exit record, or None where none can be read (the summary then names rank
+    0's own error)."""
     try:
         record = read_json(run_dir / "exit" / f"rank{rank}.json")
     except (CorruptRecord, OSError):
@@ -200,11 +197,13 @@ def _exit_record(run_dir: Path, rank: int) -> dict[str, Any] | None:
 
 def write_summary(ctx: RankContext, exc: BaseException | None) -> None:
     """Rank 0 of a plain launch, as it ends: summary.json, as the workbench's launcher would
-    write it."""
+    write it (Ctrl-C: "stopped")."""
     cfg, run_dir = ctx.config, ctx.run_dir
     status = ("succeeded" if exc is None else
-              "stopped" if isinstance(exc, KeyboardInterrupt) else "failed")  # Ctrl-C: stopped
-    summary = summary_of(run_dir, status, cfg.engine, ctx.size, launcher_name(),
+              "stopped" if isinstance(exc, KeyboardInterrupt) else "failed")
+    launcher = ("horovodrun" if "HOROVOD_RANK" in os.environ else
+                "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "python")
+    summary = summary_of(run_dir, status, cfg.engine, ctx.size, launcher,
                          known_ranks(run_dir, ctx.size), cfg.resolved_threads(), ctx.t0,
                          MetricsReader(run_dir).all(), read_json(run_dir / "result.json"), [])
     if exc is not None:
