@@ -7,11 +7,10 @@
 
 The launcher (torchrun, horovodrun, ssh, Slurm or python) starts this module, never a rank
 module itself. It opens the rank's context (rank_protocol.py: pid file, log, owner
-watchdog, exit record) before the first line of the code it runs and closes it after the
-last, so the launcher looks after the workbench's own rank modules, a student's script and
-a function of `workbench.launch` in exactly the same way, and those modules stay plain
-scripts that run under the plain launchers too (training/context.py). What it adds for the
-code it runs:
+watchdog, exit record) around the code it runs, so the workbench's rank modules, a
+student's script and a function of `workbench.launch` are looked after the same way, and
+the rank modules stay plain scripts that also run under the plain launchers
+(training/context.py). What it adds:
 
 - `workbench.report()` and `workbench.rank()` work inside it (rank_api.py);
 - a function's return value goes to `results/rank<k>.pkl`, which `job.results()` reads;
@@ -26,6 +25,7 @@ horovodrun or torchrun: the point is to write those lines yourself.
 
 from __future__ import annotations
 
+import importlib
 import os
 import runpy
 import sys
@@ -48,12 +48,15 @@ from workbench.training.rank_protocol import (
 )
 
 #: Files whose frames, in front of your code, are the machinery that runs it: the workbench
-#: (its launching, and an exercise's checker around your function) and runpy. When the code
-#: itself is the workbench's (a lab's function), only the launching frames are cut.
+#: (its launching, and an exercise's checker around your function), and runpy or importlib,
+#: which import a script or module (`python -m`, a pool rank's `import_module`). When the
+#: code itself is the workbench's (a lab's function, a rank module), only the launching
+#: frames are cut: this folder's and the importers'.
 _WORKBENCH = str(Path(__file__).resolve().parents[1])
-#: runpy's frames: its file, or "<frozen runpy>" where Python freezes it (3.11 does).
-_RUNPY = (runpy.__file__, "<frozen runpy>")
-_LAUNCHING = (str(Path(__file__).resolve().parent), *_RUNPY)
+#: The importers' frames: their files, or "<frozen ...>" where Python freezes them (3.11).
+_IMPORTERS = (runpy.__file__, "<frozen runpy>", str(Path(importlib.__file__).parent),
+              "<frozen importlib")
+_LAUNCHING = (str(Path(__file__).resolve().parent), *_IMPORTERS)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,11 +97,10 @@ def run_rank(body: Callable[[RankContext], Any], own_code: bool = True) -> None:
 def fork_ranks(size: int) -> NoReturn:
     """The `fork` engine's launcher (`--fork N`): load the function once, fork N ranks.
 
-    Most of a rank's start-up is `import torch` (about 2.7 s of CPU here), and torchrun is
-    one more interpreter that imports it before its ranks import it again, each; the labs
-    start many short runs on 2-core machines. Forked from this process, which has imported
-    torch and the function's modules once, each rank starts with them loaded. Forking is
-    safe because this is a fresh interpreter that has started no thread and touched no GPU.
+    Most of a rank's start-up is `import torch` (about 2.7 s of CPU here), paid again by each
+    rank and by torchrun itself; the labs start many short runs on 2-core machines. Forked
+    from this process, each rank starts with torch and the function's modules loaded.
+    Forking is safe because this fresh interpreter has started no thread and touched no GPU.
     The limits: one host, CPU tensors only. Exits 0 when every rank did, else 1; ending the
     others when one fails is the `Job`'s business, as for every engine.
     """
@@ -188,7 +190,7 @@ def user_traceback(exc: BaseException, own_code: bool = True) -> str:
     False), from the first frame past the launching."""
     stack = traceback.extract_tb(exc.__traceback__)
     first = next((i for i, frame in enumerate(stack) if own_code and
-                  not frame.filename.startswith((_WORKBENCH, *_RUNPY))), None)
+                  not frame.filename.startswith((_WORKBENCH, *_IMPORTERS))), None)
     if first is None:   # the workbench's own code failed: keep it, from the first frame past
         first = next((i for i, frame in enumerate(stack)   # the launching machinery
                       if not frame.filename.startswith(_LAUNCHING)), 0)  # (or it failed: all)
