@@ -74,16 +74,12 @@ def follow(job: Job, quiet: bool = False, period_s: float = 0.5) -> None:
 def _epoch_line(e: dict[str, Any], epochs: int, world: int) -> str:
     """One progress line from an epoch record (fields other than "epoch" are optional)."""
     parts = [f"epoch {e.get('epoch', 0) + 1}/{epochs}"]
-    if isinstance(e.get("loss"), (int, float)):
-        parts.append(f"loss {e['loss']:.4f}")
-    if isinstance(e.get("accuracy"), (int, float)):
-        parts.append(f"accuracy {e['accuracy']:.3f}")
-    if isinstance(e.get("val_loss"), (int, float)):  # held-out, when evaluated each epoch
-        parts.append(f"val loss {e['val_loss']:.4f}")
-    if isinstance(e.get("val_accuracy"), (int, float)):
-        parts.append(f"val accuracy {e['val_accuracy']:.3f}")
-    if isinstance(e.get("samples_per_s"), (int, float)):
-        parts.append(f"{e['samples_per_s'] * world:,.0f} samples/s")
+    for key, fmt, scale in (("loss", "loss {:.4f}", 1), ("accuracy", "accuracy {:.3f}", 1),
+                            ("val_loss", "val loss {:.4f}", 1),  # held-out, when evaluated
+                            ("val_accuracy", "val accuracy {:.3f}", 1),
+                            ("samples_per_s", "{:,.0f} samples/s", world)):  # per rank
+        if isinstance(e.get(key), (int, float)):
+            parts.append(fmt.format(e[key] * scale))
     return "  ".join(parts)
 
 

@@ -24,7 +24,6 @@ from dataclasses import replace
 
 from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
-from workbench.hosts.lists import parse_hosts
 
 
 def gpu_count() -> int:
@@ -39,14 +38,13 @@ def gpu_count() -> int:
 
 
 def ranks_per_host(cfg: JobConfig) -> int:
-    """The most ranks that any one host runs (all of them without --hosts)."""
+    """The most ranks that any one host runs (all of them without --hosts; with it, the
+    hosts are filled in the order given, as horovodrun fills them)."""
+    from workbench.jobs.torch_hosts import allocate  # (not at import: it is a program too)
+
     if cfg.hosts is None:
         return cfg.world_size
-    slots = parse_hosts(cfg.hosts)
-    remaining, most = cfg.world_size, 0
-    for n in slots.values():    # horovodrun fills the hosts in the order given
-        most, remaining = max(most, min(n, remaining)), remaining - min(n, remaining)
-    return most
+    return max((n for _, n in allocate(cfg.hosts, cfg.world_size)), default=0)
 
 
 def cuda_problem(cfg: JobConfig) -> tuple[str, str] | None:

@@ -1,20 +1,11 @@
 """Ending a job: every process ended, then its record completed, whatever went wrong.
 
-A job ends once, whoever asks first: the watcher (watch.py) when it has decided the
-outcome, `stop()`, or Python's exit. Ending
-
-1. tells remote ranks to stop (the owner's heartbeat says "stop"), has the launcher end
-   what it runs elsewhere (a Slurm job is cancelled), and ends every local process of the
-   job, SIGTERM then SIGKILL (processes.py);
-2. gives the job's cores back to the host's queue (cores.py);
-3. writes `summary.json` atomically: how the job ran here (ranks, cores, times), what its
-   metrics add up to (records/summary.py), and, if it failed, which rank failed, with the
-   last lines of its log.
-
-If any step fails (a full disk, an unreadable file), the job still ends, as "failed" with
-that error in the summary: it never stays "running" for ever.
-
-`Ending` is the part of `Job` (job.py) that does this.
+A job ends once, whoever asks first: the watcher (watch.py), `stop()`, or Python's exit.
+Ending tells remote ranks to stop (the owner's heartbeat says "stop"), has the launcher end
+what it runs elsewhere (a Slurm job is cancelled), ends every local process of the job
+(SIGTERM, then SIGKILL: processes.py), gives the job's cores back (cores.py) and writes
+`summary.json` atomically. If any step fails (a full disk, an unreadable file), the job
+still ends, as "failed" with that error in the summary: it never stays "running" for ever.
 """
 
 from __future__ import annotations
@@ -37,7 +28,7 @@ from workbench.records.summary import summary_of
 
 
 class Ending:
-    """How a `Job` ends (see the module docstring)."""
+    """The part of `Job` that ends it."""
 
     def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
         """End all processes, then write summary.json. Runs once, whoever calls first.
@@ -117,11 +108,9 @@ class Ending:
                 self._proc.end()
         finally:  # a failed write must not spare the local processes
             survivors = terminate(job_processes(self.run_id, self.run_dir, self.launcher_pid))
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 if self._proc is not None:
                     self._proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                pass
             with contextlib.suppress(OSError, ConfigError):  # never lose the summary for it
                 self._ticket.release()  # the processes are gone: the cores are free again
             (self.run_dir / SECRETS_FILE).unlink(missing_ok=True)  # read by every rank by now

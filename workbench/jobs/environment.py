@@ -2,31 +2,27 @@
 
 A notebook kernel's environment holds secrets: `JUPYTERHUB_API_TOKEN`, cloud credentials,
 database passwords. `horovodrun` writes every variable it was given onto each remote rank's
-ssh command line (`ssh host 'env A=1 B=2 ... python ...'`), where every user of the
-launcher's host can read it with `ps`. So the launcher starts with only what training
-needs, and the user adds more by name with the `env` field (`--env KEY` or
-`--env KEY=VALUE`).
+ssh command line (`ssh host 'env A=1 B=2 ... python ...'`), and starts even local ranks under
+`/bin/sh -c env K=V ... python`: every user of the host can read them with `ps`. So the
+launcher starts with only what training needs, and the user adds more by name with the `env`
+field (`--env KEY` or `--env KEY=VALUE`).
 
-The values of the variables named there that are not on the allow-list (a token, a
-password) never travel on a command line nor in the launcher's environment: Horovod starts
-even local ranks under `/bin/sh -c env K=V ... python`, where `ps` shows them to every user,
-and writes them onto each remote rank's ssh command line. They go into a file that only
-their owner can read, `secrets.json` (0600) in the run folder, which the launcher names
-in `WORKBENCH_ENV_FILE`; each rank reads it as it starts
-(`training.rank_protocol.load_env_file`) and the launcher deletes it when the job ends.
-`config.json` records their names, not their values (a resumed run forwards them by name
-from its launcher's environment).
+The values of those not on the allow-list (a token, a password) never travel on a command
+line nor in the launcher's environment: they go into `secrets.json` in the run folder,
+readable by its owner only (0600), named in `WORKBENCH_ENV_FILE`; each rank reads it as it
+starts (`training.rank_protocol.load_env_file`) and the launcher deletes it when the job
+ends. `config.json` records their names, not their values (a resumed run forwards them by
+name from its launcher's environment).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
-#: Names the file of the secret variables (see above), set by the launcher for the ranks.
+#: The file of the secret variables' values (see above).
 SECRETS_FILE = "secrets.json"
 
 #: Variables forwarded by exact name: finding programs and modules, the user and locale.
@@ -49,42 +45,22 @@ def allowed(name: str) -> bool:
     return name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
 
 
-def allowed_environment(requested: Iterable[str] = (),
-                     source: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The allow-listed part of `source` (default: os.environ) plus the `env` field's items.
+def split_environment(requested: Iterable[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(the ranks' environment: the allow-listed part of os.environ and of the `env` items,
+    {KEY: VALUE} of the secret `env` items, those whose KEY is not on the allow-list).
 
-    Each item of `requested` is "KEY" (forward `source`'s KEY, if it is set) or "KEY=VALUE".
+    Each `env` item is "KEY=VALUE" or "KEY", KEY a variable name (`JobConfig.validate()`
+    refuses any other).
     """
-    source = os.environ if source is None else source
-    env = {k: v for k, v in source.items() if allowed(k)}
+    public = {k: v for k, v in os.environ.items() if allowed(k)}
+    secret: dict[str, str] = {}
     for item in requested:
         key, sep, value = item.partition("=")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            continue  # JobConfig.validate() already refused it
-        if sep:
-            env[key] = value
-        elif key in source:
-            env[key] = source[key]
-    return env
-
-
-def split_environment(requested: Iterable[str], source: Mapping[str, str] | None = None
-                      ) -> tuple[list[str], dict[str, str]]:
-    """(`env` items that may travel in the environment, {KEY: VALUE} of the secret ones).
-
-    An item is secret when its variable is not on the allow-list: "KEY=VALUE", or "KEY"
-    forwarded from `source` (default: os.environ) when it is set there.
-    """
-    source = os.environ if source is None else source
-    public, secret = [], {}
-    for item in requested:
-        key, sep, value = item.partition("=")
-        if allowed(key):
-            public.append(item)
-        elif sep:
-            secret[key] = value
-        elif key in source:
-            secret[key] = source[key]
+        if not sep:  # "KEY": forward its value here, if it is set
+            if key not in os.environ:
+                continue
+            value = os.environ[key]
+        (public if allowed(key) else secret)[key] = value
     return public, secret
 
 

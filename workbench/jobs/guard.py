@@ -8,21 +8,19 @@ So every launcher on the owner's host runs under this guard:
 
     kernel (the owner) ── guard ── horovodrun ── ranks
 
-The guard starts the launcher as its child and watches its own parent. When a process dies,
-its children are adopted by init (or a subreaper), so `os.getppid()` changes: the guard then
+The guard starts the launcher as its child and watches its own parent: when a process dies,
+its children are adopted by init (or a subreaper), so `os.getppid()` changes. The guard then
 ends the launcher - SIGTERM, which horovodrun and torchrun pass on to their ranks, then
-SIGKILL after `GRACE_S` seconds - and exits. While the owner lives, the guard only waits and
-exits with the launcher's exit code (128 + N for a launcher killed by signal N, like a shell).
+SIGKILL after `GRACE_S` seconds. While the owner lives, it exits with the launcher's exit
+code (128 + N for a launcher killed by signal N, like a shell).
 
-A Slurm job has no launcher here (`sbatch` returns at once; Slurm starts the ranks on its
-nodes), so its guard watches the owner alone, with the same limits: within `POLL_S` of the
-owner's death it `scancel`s the job by its name (the run id, unique), which Slurm ends
-as it ends any cancelled job (SIGTERM to every task, SIGKILL after its KillWait). It is
-started before `sbatch`, so no moment exists in which a job is queued and unguarded, and
-the job ends it (SIGTERM) once it has ended.
+A Slurm job has no launcher here (Slurm starts the ranks on its nodes), so its guard watches
+the owner alone and, within `POLL_S` of its death, `scancel`s the job by its name (the run
+id). It is started before `sbatch` (no job is ever queued unguarded), and ended by the job
+once the job has ended.
 
-It is run as a file (`python .../guard.py`), not as `python -m workbench.jobs.guard`, so it
-imports the standard library only: a few tens of milliseconds per job, not the package's.
+Run as a file (`python .../guard.py`), not with `-m`, it imports the standard library only:
+a few tens of milliseconds per job, not the package's.
 
 Usage: guard.py OWNER_PID -- LAUNCHER [ARGS...]
        guard.py OWNER_PID --scancel JOB_NAME
@@ -75,11 +73,7 @@ def guard_slurm(owner: int, name: str) -> int:
         time.sleep(POLL_S)
     sys.stderr.write(f"workbench: the process that started the job (pid {owner}) is gone: "
                      f"cancelling Slurm job {name}\n")
-    try:
-        user = pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        user = str(os.getuid())
-    cmd = ["scancel", f"--name={name}", f"--user={user}"]
+    cmd = ["scancel", f"--name={name}", f"--user={user_name()}"]
     for _ in range(3):  # a busy controller may not answer the first time
         try:
             if subprocess.run(cmd, timeout=30).returncode == 0:
@@ -90,14 +84,23 @@ def guard_slurm(owner: int, name: str) -> int:
     return 1
 
 
-def end(launcher: subprocess.Popen[bytes]) -> int:
-    """SIGTERM the launcher, SIGKILL it after GRACE_S; return its exit code."""
-    launcher.terminate()
+def user_name() -> str:
+    """This user's name, as scancel's --user wants it."""
     try:
-        return launcher.wait(timeout=GRACE_S)
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def end(proc: subprocess.Popen[bytes]) -> int:
+    """SIGTERM `proc` (a launcher, or a Slurm job's guard), SIGKILL it after GRACE_S; return
+    its exit code."""
+    proc.terminate()
+    try:
+        return proc.wait(timeout=GRACE_S)
     except subprocess.TimeoutExpired:
-        launcher.kill()
-        return launcher.wait()
+        proc.kill()
+        return proc.wait()
 
 
 def exit_code(returncode: int) -> int:

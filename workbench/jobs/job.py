@@ -1,18 +1,11 @@
 """A running job: launch it, watch it, stop it, and always leave a complete record.
 
-`start(cfg)` (starting.py) makes a `Job`, which writes `config.json`, starts the engine's
-launcher and returns at once.
-Before launching, the job takes its cores from the host's allocation (cores.py): while
-other jobs hold them, it is "queued" and a thread waits for its turn, then launches.
-A watcher thread then checks the job five times a second (watch.py) until it has
-succeeded, failed, stalled, or `stop()` was called ("stopped").
-
-With `launcher="slurm"` the job is submitted to Slurm instead (see slurm.py): it is
-"pending" while Slurm queues it, ranks are watched through what they write in the runs
-folder and the job's state in Slurm, and stopping it is `scancel`.
-
-Whatever the outcome, every process of the job is ended and `summary.json` is written
-(ending.py): a job never stays "running" for ever.
+`start(cfg)` (starting.py) makes a `Job`, which writes `config.json`, takes its cores from
+the host's allocation (cores.py: "queued", a thread waiting for its turn, while other jobs
+hold them), starts the ranks (launchers.py) and returns at once. A watcher thread then looks
+five times a second (watch.py) until the job has succeeded, failed, stalled or was stopped;
+whatever the outcome, every process is ended and `summary.json` written (ending.py): a job
+never stays "running" for ever. Under Slurm (slurm.py) it is "pending" while Slurm queues it.
 """
 
 from __future__ import annotations
@@ -31,26 +24,12 @@ from workbench.hosts.cpu import cpu_budget
 from workbench.jobs import cores
 from workbench.jobs.devices import rank_environment
 from workbench.jobs.ending import Ending
-from workbench.jobs.environment import (
-    allowed_environment,
-    recorded,
-    split_environment,
-    write_env_file,
-)
+from workbench.jobs.environment import recorded, split_environment, write_env_file
 from workbench.jobs.launched import Launched
 from workbench.jobs.launchers import launcher_for
 from workbench.jobs.watch import Watching, _one_line
-from workbench.records import (
-    CorruptRecord,
-    RunRecord,
-    new_run_dir,
-    read_json,
-    write_json_atomic,
-)
-from workbench.records.liveness import (
-    owner_beat,
-    prepare_heartbeats,
-)
+from workbench.records import CorruptRecord, RunRecord, new_run_dir, read_json, write_json_atomic
+from workbench.records.liveness import owner_beat, prepare_heartbeats
 from workbench.records.private import load_own_pickle
 from workbench.training.rank_protocol import (
     ENV_FILE,
@@ -63,6 +42,8 @@ from workbench.training.rank_protocol import (
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
 QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come
+#: The module every rank runs: it opens the rank's context, then runs the rank's code.
+RANK_WRAPPER = "workbench.jobs.rank_wrapper"
 _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 
 
@@ -97,11 +78,9 @@ class Job(Watching, Ending):
             shutil.rmtree(self.run_dir, ignore_errors=True)  # no run, and no half record
             raise
         if self._launcher.shares_this_host and cfg.oversubscribed():  # said at once
-            self.warnings.append(
-                f"{cfg.world_size} ranks x {cfg.resolved_threads()} threads exceed the "
-                f"{cpu_budget().usable} cores this host gives us: ranks will share cores and "
-                "speedups will flatten")
-            warnings.warn(self.warnings[-1], stacklevel=3)
+            self._warn(f"{cfg.world_size} ranks x {cfg.resolved_threads()} threads exceed the "
+                       f"{cpu_budget().usable} cores this host gives us: ranks will share cores "
+                       "and speedups will flatten", stacklevel=3)
         if self._ticket.poll():
             try:
                 self._launch(module, args)
@@ -124,10 +103,15 @@ class Job(Watching, Ending):
 
         pools = holding_cores()
         if pools and module != POOL_RANK_MODULE:
-            self.warnings.append(
-                f"this job waits for cores that your warm ranks hold "
-                f"({', '.join(map(repr, pools))}): close the pool (pool.close()) to free them")
-            warnings.warn(self.warnings[-1], stacklevel=4)
+            self._warn(f"this job waits for cores that your warm ranks hold "
+                       f"({', '.join(map(repr, pools))}): close the pool (pool.close()) to "
+                       "free them", stacklevel=4)
+
+    def _warn(self, text: str, stacklevel: int) -> None:
+        """Keep `text` among the job's warnings (the CLI and the panel show them), and warn
+        `stacklevel` frames above the caller."""
+        self.warnings.append(text)
+        warnings.warn(text, stacklevel=stacklevel + 1)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -171,10 +155,8 @@ class Job(Watching, Ending):
 
     @property
     def summary(self) -> dict[str, Any] | None:
-        """The summary once the job has ended (what summary.json holds), else None.
-
-        Kept in memory too, so it is there even when summary.json could not be written.
-        """
+        """What summary.json holds once the job has ended (kept in memory too, in case it
+        could not be written), else None."""
         return self._summary_data if self.done else None
 
     def metrics(self) -> list[dict[str, Any]]:
@@ -192,11 +174,10 @@ class Job(Watching, Ending):
             return None
 
     def results(self) -> list[Any]:
-        """Each rank's return value, in rank order (jobs started with `workbench.launch`).
+        """Each rank's return value, in rank order (jobs started with `workbench.launch`),
+        from the pickles `results/rank<k>.pkl`.
 
-        Every rank of such a job pickles what its function returned into
-        `results/rank<k>.pkl`. Raises RuntimeError naming the ranks that have not returned
-        (the job is still running, failed or was stopped). The files are unpickled, so only
+        Raises RuntimeError naming the ranks that have not returned. Pickles are loaded only
         from a run folder of your own (records/private.py); another user's raises
         ForeignRecord.
         """
@@ -268,7 +249,7 @@ class Job(Watching, Ending):
         threads = cfg.resolved_threads()
         public, secret = split_environment(cfg.env)
         env = {
-            **allowed_environment(public),  # an allow-list: no secrets reach the ranks
+            **public,  # an allow-list: no secrets reach the ranks
             ENV_RUN_DIR: str(self.run_dir), ENV_RUN_ID: self.run_id,
             ENV_OWNER: owner_id(), ENV_T0: repr(time.time()),
             "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
@@ -278,8 +259,7 @@ class Job(Watching, Ending):
         if secret:  # values in a 0600 file, never on a command line (environment.py)
             env[ENV_FILE] = str(write_env_file(self.run_dir, secret))
         if self._ticket.warning:
-            self.warnings.append(self._ticket.warning)
-            warnings.warn(self.warnings[-1], stacklevel=3)
+            self._warn(self._ticket.warning, stacklevel=3)
         self._started = time.time()
         if module != RANK_WRAPPER:  # every rank runs in the wrapper, which opens its context
             module, args = RANK_WRAPPER, ["--module", module, *args]
@@ -297,8 +277,3 @@ def stop_all() -> None:
 
 
 atexit.register(stop_all)
-
-
-# ---------------------------------------------------------------------- helpers
-#: The module every rank runs: it opens the rank's context, then runs the rank's code.
-RANK_WRAPPER = "workbench.jobs.rank_wrapper"

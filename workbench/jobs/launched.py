@@ -1,15 +1,11 @@
-"""What a job asks of its ranks' launcher, whatever it is: the one interface, `Launched`.
+"""What a job asks of whatever started its ranks: the one interface, `Launched`.
 
-torchrun's agent keeps its workers apart from how they were started; so does the job here.
-The watcher (watch.py) and the job's ending (ending.py) ask the object that started the
-ranks the same questions, and each way of starting them answers in its own class
-(launchers.py: `Local`, `Ssh`; slurm.py: `SlurmBatch`; pool_call.py: a pool's call).
-
-The questions: `poll()` and `wait()` as `subprocess.Popen` answers them (the exit code once
-the launcher has ended), `pause()` between two looks, `vanished()` (ranks gone without an
-exit record, each a `blame.Failure`), `undecided()` (might a rank not yet known dead still
-be the culprit?), `here()` (is the rank's clock the watcher's?), `ending(rc)` (how it
-ended, in words) and `end()` (end what the launcher runs elsewhere).
+The watcher (watch.py) and the job's ending (ending.py) ask it the same questions, and each
+way of starting ranks answers them in its own class (see launchers.py): `poll()` and
+`wait()` as `subprocess.Popen` answers them, `pause()` between two looks, `vanished()`
+(ranks gone without an exit record), `undecided()` (may a rank not yet known dead still be
+the culprit?), `here()` (is the rank's clock the watcher's?), `ending(rc)` (how it ended, in
+words) and `end()` (end what the launcher runs elsewhere).
 """
 
 from __future__ import annotations
@@ -32,8 +28,8 @@ Exits = dict[int, dict[str, Any]]   # rank -> its exit record
 
 
 class Launched:
-    """What the watcher asks of a started job (see the module docstring). The defaults are
-    those of a launcher with nothing to say: no pid here, no rank found gone by it."""
+    """The defaults are those of a launcher with nothing to say: no pid here, no rank found
+    gone by it."""
 
     pid: int | None = None
     pending_reason: str | None = None  # why a scheduler still queues the job

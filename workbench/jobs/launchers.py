@@ -1,8 +1,8 @@
-"""How a job's ranks are started, seen and ended: one interface, one class for each way.
+"""How a job's ranks are started, seen and ended: one class for each way.
 
 torchrun's agent keeps its workers apart from how they were started; so does the job here.
 A `Job` (job.py) asks `launcher_for(cfg)` which way its ranks start, and from then on asks
-the object `start()` returned the same questions, whatever it is:
+the object `start()` returned the questions of `Launched` (launched.py), whatever it is:
 
 | class | who starts the ranks | how a rank that died without a word is found |
 | --- | --- | --- |
@@ -10,8 +10,6 @@ the object `start()` returned the same questions, whatever it is:
 | `Ssh` | the same launcher, with ranks on other hosts over ssh | also: its heartbeat stopped |
 | `slurm.SlurmBatch` | Slurm, on its nodes, after `sbatch` | its task recorded its end |
 | `pool_call._CallProgress` | nobody: a pool's warm ranks are running already | its socket closed |
-
-The questions they answer are `Launched`'s (launched.py).
 """
 
 from __future__ import annotations
@@ -35,6 +33,7 @@ from workbench.records.liveness import RANK_STALE_S, Staleness, heartbeat_path, 
 
 if TYPE_CHECKING:
     from workbench.jobs.slurm import SlurmBatch
+
 
 class ByPid(Launched):
     """Ranks on this host: one whose pid is gone without an exit record has vanished."""
@@ -79,8 +78,7 @@ class Local(ByPid):
 
     @staticmethod
     def cores_bound(cfg: JobConfig) -> int:
-        """Ranks × threads, or 0 with `cpu_bind="none"` (then the job only counts for its
-        user's limit)."""
+        """Ranks × threads, or 0 with `cpu_bind="none"`."""
         return cfg.world_size * cfg.resolved_threads() if cfg.cpu_bind == "core" else 0
 
     @classmethod
@@ -142,7 +140,7 @@ class Ssh(Local):
 
     @staticmethod
     def cores_bound(cfg: JobConfig) -> int:
-        """None: ranks on other hosts bind no core of this one's queue."""
+        """0: ranks on other hosts bind no core of this one's queue."""
         return 0
 
     def age(self, rank: int) -> float:
@@ -182,24 +180,21 @@ class Ssh(Local):
 
 
 def launcher_for(cfg: JobConfig) -> type[Local] | type[SlurmBatch]:
-    """The class that starts `cfg`'s ranks: Slurm's, ssh's or this host's."""
+    """The class that starts `cfg`'s ranks: Slurm's, ssh's (`--hosts` naming another host
+    than this one) or this host's (`localhost:4` is this host)."""
+    from workbench.jobs.torch_hosts import is_local  # (not at import: it is a launcher too)
+
     if cfg.launcher == "slurm":
         from workbench.jobs.slurm import SlurmBatch
 
         return SlurmBatch
-    return Ssh if on_other_hosts(cfg) else Local
-
-
-def on_other_hosts(cfg: JobConfig) -> bool:
-    """Whether `--hosts` names a host other than this one (`localhost:4` is this host)."""
-    from workbench.jobs.torch_hosts import is_local  # (not at import: it is a launcher too)
-
-    return cfg.hosts is not None and not all(is_local(h) for h in parse_hosts(cfg.hosts))
+    if cfg.hosts is not None and not all(is_local(h) for h in parse_hosts(cfg.hosts)):
+        return Ssh
+    return Local
 
 
 def cores_needed(cfg: JobConfig) -> int:
     """Cores this job binds on this host: ranks × threads, or 0 when it binds none here
-    (`cpu_bind="none"`, or ranks on other hosts, or Slurm's): then it only counts for its
-    user's limit. `--hosts` naming only this host is this host: its ranks queue for cores
-    like any other local job's."""
+    (`cpu_bind="none"`, ranks on other hosts, Slurm's): then it only counts for its user's
+    limit."""
     return launcher_for(cfg).cores_bound(cfg)

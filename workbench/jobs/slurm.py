@@ -19,24 +19,23 @@ that ran):
   gave (`scontrol show hostnames $SLURM_JOB_NODELIST`) and the tasks on each.
 - `serial`: one task.
 
-The ranks run on compute nodes, so the launcher does not watch them by pid. It watches
-what they write into the shared runs folder (metrics, exit records, and `tasks/rank<k>.json`
-that `task.sh` writes when a rank ends, which tells a rank killed by a signal from one that
-reported) and the job's state in Slurm's queue: PENDING (with Slurm's reason: Resources,
-Priority, ...), RUNNING, then gone. Accounting (`sacct`) is often off, so the batch script
-records its own exit code in `slurm/batch_exit.json`, and Slurm's final state is read with
-`scontrol show job` while Slurm still remembers the job (MinJobAge, 300 s by default).
+The ranks run on compute nodes, so they are not watched by pid but through what they write
+into the shared runs folder (metrics, exit records, and `tasks/rank<k>.json`, which
+`task.sh` writes when a rank ends, even one killed by a signal) and the job's state in
+Slurm's queue: PENDING (with Slurm's reason: Resources, Priority, ...), RUNNING, then gone.
+Accounting (`sacct`) is often off, so the batch script records its own exit code in
+`slurm/batch_exit.json`, and Slurm's final state is read with `scontrol show job` while
+Slurm still remembers the job (MinJobAge, 300 s by default).
 
-Faults: the job is submitted with `--no-requeue` (a job requeued after a node failure would
-run again from epoch 0 into the same run folder), and a guard process (guard.py), started
-before `sbatch`, `scancel`s it by name if the process that submitted it dies. A `sbatch`
-that times out may have queued the job: it is found by its name, the run id, and cancelled.
+Faults: the job is submitted with `--no-requeue` (slurm_script.py), and a guard process
+(guard.py), started before `sbatch`, `scancel`s it by name if the process that submitted
+it dies.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import pwd
 import re
 import shlex
 import shutil
@@ -47,17 +46,18 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
+from workbench.jobs.guard import end as end_process
+from workbench.jobs.guard import user_name
 from workbench.jobs.launched import GUARD, Exits, Launched, Ranks
 from workbench.jobs.slurm_script import (  # noqa: F401 (re-exported: the batch script, -H)
     horovod_hosts,
     print_hosts,
-    sbatch_options,
-    tasks_per_node,
     write_scripts,
 )
 from workbench.records import CorruptRecord, read_json, write_json_atomic
 from workbench.records.blame import Failure
 from workbench.records.liveness import this_host
+from workbench.training.rank_protocol import ENV_OWNER
 
 #: Slurm states in which the job still holds (or waits for) resources.
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
@@ -86,52 +86,19 @@ def check(cfg: JobConfig) -> None:
         raise ConfigError(f"--launcher slurm cannot run here: {problem}")
     if cfg.partition is None:
         return
-    known = _run(["sinfo", "-h", "-a", "-o", "%R"], "list the partitions")
-    partitions = sorted(set(known.split()))
+    try:
+        out = subprocess.run(["sinfo", "-h", "-a", "-o", "%R"], capture_output=True, text=True,
+                             timeout=15)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(f"Slurm could not list the partitions: {exc}") from None
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        raise ConfigError(f"Slurm could not list the partitions (sinfo: {last}); is SLURM_CONF "
+                          "right and the controller up?")
+    partitions = sorted(set(out.stdout.split()))
     if cfg.partition not in partitions:
         raise ConfigError(f"invalid --partition {cfg.partition!r}: this cluster's partitions "
                           f"are {', '.join(partitions) or '(none)'}")
-
-
-def _run(cmd: list[str], what: str, timeout: float = 15.0) -> str:
-    """Run a Slurm client command; its stdout, or ConfigError naming what failed."""
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ConfigError(f"Slurm could not {what}: {exc}") from None
-    if out.returncode != 0:
-        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
-        raise ConfigError(f"Slurm could not {what} ({cmd[0]}: {last}); is SLURM_CONF right and "
-                          "the controller up?")
-    return out.stdout
-
-
-def submit(cfg: JobConfig, run_id: str, run_dir: Path, module: str, args: list[str],
-           env: dict[str, str]) -> SlurmBatch:
-    """Write the scripts and `sbatch` them; returns as soon as Slurm has queued the job."""
-    script = write_scripts(cfg, run_id, run_dir, module, args)
-    # sbatch hands the job this environment (--export=ALL, its default). Variables of an
-    # allocation we may be running in (a notebook started by a Slurm job) must not leak
-    # into the new job; SLURM_CONF says which cluster to talk to and stays.
-    env = {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
-    guard = start_guard(run_id, run_dir, env)  # before sbatch: never a job without a guard
-    try:
-        job_id = _sbatch(script, run_id, run_dir, env)
-    except BaseException:
-        guard.terminate()
-        guard.wait()
-        shutil.rmtree(run_dir, ignore_errors=True)  # nothing was queued (or it was cancelled)
-        raise
-    write_json_atomic(run_dir / "slurm" / "job.json", {"slurm_job_id": job_id})
-    return SlurmBatch(job_id, run_dir, guard, cfg.world_size)
-
-
-def start_guard(run_id: str, run_dir: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """The guard that `scancel`s the job named `run_id` if this process dies (guard.py)."""
-    with open(run_dir / "logs" / "launcher.log", "ab") as log:
-        return subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()), "--scancel",
-                                 run_id], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
 
 
 def _sbatch(script: Path, run_id: str, run_dir: Path, env: dict[str, str]) -> str:
@@ -164,7 +131,7 @@ def _sbatch(script: Path, run_id: str, run_dir: Path, env: dict[str, str]) -> st
 
 def cancel_by_name(name: str, env: dict[str, str], timeout: float = 15.0) -> None:
     """`scancel` this user's jobs named `name`, and wait until squeue lists none of them."""
-    user = ["--name", name, "--user", _me()]
+    user = ["--name", name, "--user", user_name()]
     end = time.time() + timeout
     try:
         subprocess.run(["scancel", *user], capture_output=True, env=env, timeout=30)
@@ -178,29 +145,14 @@ def cancel_by_name(name: str, env: dict[str, str], timeout: float = 15.0) -> Non
         pass  # the controller is down: nothing more to do from here
 
 
-def _me() -> str:
-    """This user's name, as scancel's --user wants it."""
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
-
-
 # ---------------------------------------------------------------------- watching
 class SlurmBatch(Launched):
-    """A submitted batch job, seen by the watcher as it sees a launcher process (the
-    interface is launched.py's).
+    """A submitted batch job, seen by the watcher as it sees a launcher process: `poll()`
+    and `wait()` answer as `subprocess.Popen`'s; no local `pid` (the ranks run on compute
+    nodes). It adds Slurm's view: `state`, and `reason` (why it is PENDING)."""
 
-    Like `subprocess.Popen`, it answers `poll()` (None while the job lives, then its exit
-    code) and `wait(timeout)`; it has no local `pid`. It adds Slurm's view: `state` and
-    `reason` (why it is PENDING), `end()` (scancel) and the ranks that ended without
-    reporting.
-    """
-
-    pid = None  # the ranks run on compute nodes: no local process stands for the job
-
-    def __init__(self, job_id: str, run_dir: Path,
-                 guard: subprocess.Popen[bytes] | None = None, world_size: int = 1) -> None:
+    def __init__(self, job_id: str, run_dir: Path, guard: subprocess.Popen[bytes],
+                 world_size: int) -> None:
         self.job_id = job_id
         self.run_dir = run_dir
         self.guard = guard  # scancels the job if its owner dies (guard.py)
@@ -219,12 +171,30 @@ class SlurmBatch(Launched):
     @staticmethod
     def start(cfg: JobConfig, run_id: str, run_dir: Path, module: str, args: list[str],
               env: dict[str, str], cores_held: list[int]) -> SlurmBatch:
-        """Submit the job. Its ranks run on compute nodes, where our pid means nothing: no
-        owner pid watchdog there (they still leave when the owner's heartbeat says "stop")."""
-        from workbench.training.rank_protocol import ENV_OWNER
+        """Write the scripts and `sbatch` them; returns as soon as Slurm has queued the job.
 
-        return submit(cfg, run_id, run_dir, module, args,
-                      {k: v for k, v in env.items() if k != ENV_OWNER})
+        sbatch hands the job `env` (--export=ALL, its default), less the owner's pid (no pid
+        watchdog on the compute nodes: the ranks leave when the owner's heartbeat says "stop")
+        and the variables of an allocation we may run in (a notebook started by a Slurm job),
+        but for SLURM_CONF, which names the cluster to talk to.
+        """
+        script = write_scripts(cfg, run_id, run_dir, module, args)
+        env = {k: v for k, v in env.items()
+               if k != ENV_OWNER and (not k.startswith("SLURM_") or k == "SLURM_CONF")}
+        # The guard scancels the job if this process dies (guard.py); started before sbatch,
+        # so that no job is ever queued without one.
+        with open(run_dir / "logs" / "launcher.log", "ab") as log:
+            guard = subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()), "--scancel",
+                                      run_id], stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        try:
+            job_id = _sbatch(script, run_id, run_dir, env)
+        except BaseException:
+            end_process(guard)
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing was queued (or it was cancelled)
+            raise
+        write_json_atomic(run_dir / "slurm" / "job.json", {"slurm_job_id": job_id})
+        return SlurmBatch(job_id, run_dir, guard, cfg.world_size)
 
     @property
     def pending_reason(self) -> str | None:
@@ -272,21 +242,11 @@ class SlurmBatch(Launched):
         try:
             if self.poll(now=True) is None:
                 subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30)
-                try:
+                # (on a timeout, the caller's sweep of local processes and summary still run)
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     self.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    pass  # the caller's sweep of local processes and summary still run
-        finally:
-            self.stop_guard()
-
-    def stop_guard(self) -> None:
-        """End the guard: the job has ended, or has just been cancelled."""
-        if self.guard is not None and self.guard.poll() is None:
-            self.guard.terminate()
-            try:
-                self.guard.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.guard.kill()
+        finally:  # the job has ended, or has just been cancelled
+            end_process(self.guard)
 
     def ending(self, rc: int) -> str:
         """How the job ended, in words, for a failure report."""
@@ -340,8 +300,6 @@ def queue_state(job_id: str) -> tuple[str, str] | None:
     id" (the job is over). Any other failure is UNKNOWN: a busy controller must not make a
     running job look finished.
     """
-    if shutil.which("squeue") is None:
-        return UNKNOWN
     try:
         out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T|%r"],
                              capture_output=True, text=True, timeout=30)

@@ -125,7 +125,6 @@ def write_scripts(cfg: JobConfig, run_id: str, run_dir: Path, module: str,
     return script
 
 
-
 # ---------------------------------------------------------------------- horovodrun's -H
 def horovod_hosts(hostnames: list[str], tasks_per_node: str) -> str:
     """horovodrun's `-H` from the allocation: hosts, and SLURM_TASKS_PER_NODE's counts.

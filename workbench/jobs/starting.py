@@ -7,7 +7,6 @@ runs on a pool of warm ranks (pool.py) when this process has one that can run it
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from workbench.config import ConfigError, JobConfig
@@ -31,21 +30,19 @@ def start(cfg: JobConfig, pool: Pool | None = None) -> Job:
     """
     from workbench.jobs.open_pools import pool_for
 
-    cfg = apply_preset(apply_resume(cfg)).validate()
-    _check_engine(cfg.engine)
+    cfg = apply_resume(cfg).validate()
     module = ENGINES[cfg.engine].rank_module
     if module is None:
         raise ConfigError(f"--engine {cfg.engine} runs the labs' workers, not training: use "
                           f"one of {', '.join(training_engines())}")
-    if cfg.launcher == "slurm":
-        slurm.check(cfg)
-    cfg, note = resolve_device(cfg)     # "auto" settles here; "cuda" is checked here
+    cfg, note = _checked(cfg)
     if pool is not None and (why := pool.why_not(cfg)):
         raise ConfigError(f"this job cannot run on {pool!r}: {why}; start it with "
                           "workbench.start(cfg), on ranks of its own")
     pool = pool or pool_for(cfg)
     job = pool._train(cfg, module) if pool is not None else Job(cfg, module, [])
-    _note(job, note)
+    if note:
+        job._warn(note, stacklevel=2)
     return job
 
 
@@ -67,34 +64,27 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
     cfg = JobConfig(engine=engine, np=fixed or np, runs_dir=runs_dir,
                     name=name, threads_per_rank=threads_per_rank, hosts=hosts,
                     stall_timeout=stall_timeout, **fields).validate()
-    _check_engine(engine)
-    if cfg.launcher == "slurm":
-        slurm.check(cfg)
-    cfg, note = resolve_device(cfg)
+    cfg, note = _checked(cfg)
     job = Job(cfg, module, list(args or []), files)
-    _note(job, note)
+    if note:
+        job._warn(note, stacklevel=2)
     return job
 
 
 def apply_preset(cfg: JobConfig) -> JobConfig:
-    """Check the configuration's preset name; return `cfg`.
-
-    Presets are applied when a `JobConfig` is built, to the fields its caller did not pass
-    (see `JobConfig`), so a field set explicitly, even to its default, is never overridden.
-    """
+    """Check the configuration's preset name; return `cfg`. (Presets are applied when a
+    `JobConfig` is built, to the fields its caller did not pass: see `JobConfig`.)"""
     if cfg.preset is not None:
         cfg.validate()  # raises ConfigError naming an unknown preset
     return cfg
 
 
-def _check_engine(engine: str) -> None:
-    problem = ENGINES[engine].available()
+def _checked(cfg: JobConfig) -> tuple[JobConfig, str | None]:
+    """Check the engine and Slurm here; `cfg` with its device settled (devices.py), and a
+    note when "auto" chose the CPU."""
+    problem = ENGINES[cfg.engine].available()
     if problem:
-        raise ConfigError(f"--engine {engine} cannot run here: {problem}")
-
-
-def _note(job: Job, note: str | None) -> None:
-    """Add a warning to a job that has just started (shown by the CLI and the panel)."""
-    if note:
-        job.warnings.append(note)
-        warnings.warn(note, stacklevel=3)
+        raise ConfigError(f"--engine {cfg.engine} cannot run here: {problem}")
+    if cfg.launcher == "slurm":
+        slurm.check(cfg)
+    return resolve_device(cfg)

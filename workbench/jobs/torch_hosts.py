@@ -8,9 +8,8 @@ This is what `horovodrun -H` does for Horovod, and no more: for each host it run
               --nnodes=N --nproc-per-node=SLOTS --rdzv-backend=c10d
               --rdzv-endpoint=FIRST_HOST:PORT --rdzv-id=RUN -m MODULE'
 
-and waits. The torchruns meet in a c10d rendezvous hosted by the one on the first host,
-which assigns the ranks. If one host's torchrun fails, the others are ended, so the job
-fails as a whole (as horovodrun does).
+and waits. The torchruns meet in a c10d rendezvous hosted by the first host's, which
+assigns the ranks. If one host's torchrun fails, the others are ended (as horovodrun does).
 
 The rendezvous cannot be squatted: the first host's torchrun hosts it (`--rdzv-conf
 is_host=true`; the others `is_host=false`), on a port that the first host's operating
@@ -18,9 +17,8 @@ system gave as free a moment before (asked there, over ssh if it is remote). Wit
 `is_host`, a torchrun that cannot bind its port becomes a client of whatever listens
 there; with it, a port taken meanwhile is an error that fails the job at once.
 
-`env -i` starts the remote command with nothing but the variables this launcher was given,
-which the job already cut down to the allow-list plus its `env` field (jobs/environment.py):
-no secret of the notebook's environment reaches the remote host or its `ps`.
+`env -i` gives the remote command only the variables this launcher got, the job's
+allow-list (jobs/environment.py): no secret of the notebook reaches the remote host or `ps`.
 """
 
 from __future__ import annotations
@@ -39,8 +37,6 @@ import psutil
 from workbench.hosts.lists import parse_hosts
 
 SSH = ["ssh", "-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no"]
-
-
 FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 
 
@@ -114,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         len(plan), n, endpoint, args.rdzv_id, program, is_host=i == 0)),
         stdin=subprocess.DEVNULL) for i, (host, n) in enumerate(plan)]
 
-    def end_all(*_: object) -> None:
+    def end_all() -> None:
         for p in procs:
             if p.poll() is None:
                 p.terminate()

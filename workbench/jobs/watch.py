@@ -7,13 +7,10 @@ The watcher is a thread of the job (job.py) that looks five times a second:
   of memory), or the launcher failed                   -> "failed", naming the rank;
 - no new metrics line for `stall_timeout` s           -> "stalled".
 
-How a rank that died without a word is found depends on how it was started (by pid here,
-by heartbeat on another host, by its task's record under Slurm): each launcher answers
-that (launchers.py). Which rank is blamed when several fail is blame.py's rule; what one
-look concludes is `outcome()`, a function of what was seen.
-
-`Watching` is the part of `Job` that does this; a pool's call (pool_call.py) is a `Job`
-whose "launcher" is its warm ranks' replies.
+How a rank that died without a word is found is each launcher's part (launchers.py);
+which rank is blamed when several fail is blame.py's rule; what one look concludes is
+`outcome()`, a function of what was seen. A pool's call (pool_call.py) is a `Job` whose
+"launcher" is its warm ranks' replies.
 """
 
 from __future__ import annotations
@@ -39,8 +36,7 @@ from workbench.records.liveness import HEARTBEAT_PERIOD_S, known_ranks, owner_be
 
 
 class Watching:
-    """The watcher of a `Job` (see the module docstring); it ends the job with `_finish`.
-    How the ranks are seen is the launcher's part (`self._proc`, launchers.py)."""
+    """The part of `Job` that watches it; it ends the job with `_finish` (ending.py)."""
 
     def _watch(self) -> None:
         """The watcher thread. Whatever goes wrong inside it ends the job as "failed"."""

@@ -1,17 +1,15 @@
 """Which rank a failed job blames: the one that failed first, on the watcher's clock.
 
-When one rank fails, the others follow within a fraction of a second: their collective
-calls fail on a broken connection, or their launcher ends them (torchrun and horovodrun
-send SIGTERM to every other rank once one has exited). The first failure is the cause,
-the later ones its consequences. So each failure is placed on one clock, that of the
-watcher (the thread in job.py that looks after the job; other hosts' clocks may differ):
+When one rank fails, the others follow within a fraction of a second (their collectives
+fail on a broken connection, or their launcher SIGTERMs them): the first failure is the
+cause. So each failure is placed on the watcher's clock (other hosts' clocks may differ):
 
 - a rank that reported an error (its exit record): on the watcher's host, the time in its
   record; on another host, when the watcher first saw the record;
 - a rank that vanished without reporting (kill -9, the out-of-memory killer): the last
-  time the watcher saw it alive. It died after that, but how long after is unknown, so an
-  error reported after that moment may be a consequence of its death: the vanished rank
-  is blamed. An error reported before it was last seen alive came first, and wins;
+  time the watcher saw it alive. It died after that, how long after is unknown, so an
+  error reported after that moment may be its consequence: the vanished rank is blamed.
+  An error reported before it was last seen alive came first, and wins;
 - a rank that recorded being ended by a signal (its launcher's SIGTERM, see
   training/rank_protocol.py): a consequence, blamed only when no rank failed otherwise.
 """
@@ -33,7 +31,7 @@ class Failure:
 
     rank: int
     kind: str     # one of KINDS
-    at: float     # seconds since the epoch, on the watcher's clock (see the module docstring)
+    at: float     # seconds since the epoch, on the watcher's clock
     error: str    # one line: what happened
 
 
@@ -85,6 +83,8 @@ def launcher_failure(world_size: int, exits: dict[int, dict[str, Any]], started:
 
 #: Lines of a launcher log that name an error (a traceback's last line, "error: ...").
 _ERROR_LINE = re.compile(r"\b[A-Za-z_.]*(Error|Exception)\b|\berror:|cannot ", re.I)
+#: horovodrun's prefix of each line a rank wrote.
+_RANK_PREFIX = re.compile(r"^\[\d+\]<std(err|out)>:")
 
 
 def launcher_cause(log_tail: str) -> str | None:
@@ -95,7 +95,7 @@ def launcher_cause(log_tail: str) -> str | None:
     the last error line that is not the launcher's own summary wins.
     """
     for line in reversed(log_tail.splitlines()):
-        text = re.sub(r"^\[\d+\]<std(err|out)>:", "", line).strip()
+        text = _RANK_PREFIX.sub("", line).strip()
         if (text and _ERROR_LINE.search(text) and "Horovod detected" not in text
                 and not text.startswith(("raise ", "File "))):
             return text[:300]
@@ -106,7 +106,7 @@ def launcher_tail(text: str, last: int = 20) -> str:
     """The last lines the ranks wrote into a launcher log, without horovodrun's own
     closing traceback (which only says that a process failed, not why)."""
     lines = text.splitlines()
-    ranks = [i for i, line in enumerate(lines) if re.match(r"^\[\d+\]<std(err|out)>:", line)]
+    ranks = [i for i, line in enumerate(lines) if _RANK_PREFIX.match(line)]
     if ranks:
         lines = lines[:ranks[-1] + 1]
     return "\n".join(lines[-last:])
