@@ -2,12 +2,12 @@
 (and a pool's call), unpickled with that source put back on each rank.
 
 cloudpickle sends a function defined in a notebook cell, with the globals it uses, where
-plain pickle would send only its name. The launcher's side (`pickle_function`) checks first
-what would be sent (`check_payload`: large arrays are loaded on the ranks instead) and names
-what cannot be pickled; the rank's side (`call_pickled`, `load_function`) reads the payload
-only from a run folder and a file of its own (records/private.py: a pickle runs code), and
-gives the functions back their files and lines, so a traceback on a rank shows your code.
-Neither side imports the launcher: every rank imports this module.
+plain pickle would send only its name. The launcher's side (`pickle_function`) first checks
+what would be sent (`check_payload`) and names what cannot be pickled; the rank's side
+(`load_function`) reads the payload only from a run folder and a file of its own
+(records/private.py: a pickle runs code), and gives the functions back their files and
+lines, so a traceback on a rank shows your code. Every rank imports this module, so it does
+not import the launcher.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def check_payload(fn: Callable[..., Any], args: tuple[Any, ...], max_mb: float) 
 
 
 def _sent(fn: Any, args: tuple[Any, ...]) -> list[tuple[str, Any]]:
-    """(label, value) of what pickling `fn` with `args` sends: arguments, closure, globals."""
+    """(label, value) of what pickling `fn` with `args` sends: arguments, then the closure
+    variables and globals of `fn` and of the functions it uses."""
     out: list[tuple[str, Any]] = [(f"argument {i + 1}", a) for i, a in enumerate(args)]
     for f in functions_used(fn):
         cells = f.__closure__ or ()
@@ -132,17 +133,8 @@ def _by_value(module: Any) -> bool:
 
 
 def _culprit(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
-    """Name the first argument, closure variable or global of `fn` that does not pickle."""
-    candidates: list[tuple[str, Any]] = [(f"argument {i + 1}", a) for i, a in enumerate(args)]
-    code = getattr(fn, "__code__", None)
-    if code is not None:
-        cells = getattr(fn, "__closure__", None) or ()
-        candidates += [(f"the variable '{n}' it uses", c.cell_contents)
-                       for n, c in zip(code.co_freevars, cells, strict=False)
-                       if filled(c)]
-        globs = getattr(fn, "__globals__", {})
-        candidates += [(f"the global '{n}'", globs[n]) for n in names_used(code) if n in globs]
-    for label, value in candidates:
+    """Name the first argument, closure variable or global sent with `fn` that does not pickle."""
+    for label, value in _sent(fn, args):
         try:
             cloudpickle.dumps(value)
         except Exception:  # noqa: BLE001
@@ -156,9 +148,9 @@ PAYLOAD = "user/function.pkl"
 
 
 def run_function(payload: Path, run_dir: Path) -> Any:
-    """`fn(*args)` of the `(fn, args, source)` that `launch()` pickled into `payload`, read
-    only from a run folder and a file of our own (records/private.py): a pickle runs code."""
-    return call_pickled(read_own(payload, run_dir))
+    """`fn(*args)` of what `launch()` pickled into `payload` (see `load_function`)."""
+    fn, args = load_function(payload, run_dir)
+    return fn(*args)
 
 
 def load_function(payload: Path, run_dir: Path) -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -168,16 +160,10 @@ def load_function(payload: Path, run_dir: Path) -> tuple[Callable[..., Any], tup
 
 
 def unpickle_call(data: bytes) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """The `(fn, args)` of what `launch()` pickled, their source lines put back."""
+    """The `(fn, args)` of what `pickle_function` pickled, their source lines put back."""
     fn, args, source = cloudpickle.loads(data)
     restore_source((fn, *args), *source)
     return fn, args
-
-
-def call_pickled(data: bytes) -> Any:
-    """`fn(*args)` of the `(fn, args, source)` that `launch()` pickled (also pool_rank.py)."""
-    fn, args = unpickle_call(data)
-    return fn(*args)
 
 
 def restore_source(roots: tuple[Any, ...], files: dict[tuple[str, int], str],

@@ -1,14 +1,11 @@
 """Sharing one host's cores between jobs: disjoint core sets, a FIFO queue, a per-user limit.
 
 Each job binds its ranks to cores (`cpu_bind="core"`, like `mpirun --bind-to core`). Two jobs
-that each picked "the first cores" on their own would stack on cores 0 and 1 while the other
-cores sit idle, and both would run at half speed. So, before launching, a job asks this
-module for its cores, and every job on the host - from any notebook, terminal or student -
-asks the same place: one small JSON file, `cores.json`, in a shared folder. Holding an
-`flock` on that file makes each read-change-write of it atomic.
-
-The file holds the jobs that run (`held`: their cores) and those that wait (`waiting`), in
-the order they asked. A waiting job starts when
+that each picked "the first cores" would stack on cores 0 and 1 while others sit idle. So
+every job on the host - from any notebook, terminal or student - asks for its cores in one
+small JSON file, `cores.json`, in a shared folder; an `flock` on it makes each
+read-change-write atomic. It holds the jobs that run (`held`: their cores) and those that
+wait (`waiting`), in the order they asked. A waiting job starts when
 
 1. every job that asked before it waits only for its own user's running jobs (first in,
    first out: a job waiting for cores is never overtaken by one that takes cores, so a big
@@ -19,13 +16,12 @@ the order they asked. A waiting job starts when
 3. enough cores are free: it then takes the lowest-numbered free ones.
 
 When cores run short, a job waits (`WORKBENCH_WHEN_BUSY=queue`, the default) or starts at
-once without cores of its own (`unbound`), sharing them with a warning. A job that needs
-more cores than the host has can never get them; it runs unbound at once (ranks then wrap
-round the cores, see `workbench.training.placement.pin_cpu`). An entry whose owner - the
-Python process that started the job - has died is dropped, so a crashed kernel frees its
-cores. So is one whose owner runs as another user than the one who wrote it (its proof
-file, see shared_file.py): no student can hold cores in the name of pid 1, or of another
-student's kernel, for as long as that process lives.
+once without cores of its own (`unbound`), with a warning. A job that needs more cores than
+the host has runs unbound at once (ranks wrap round the cores, see `placement.pin_cpu`).
+An entry whose owner - the Python process that started the job - has died is dropped, so a
+crashed kernel frees its cores; so is one whose owner runs as another user than the one who
+made its proof file (shared_file.py): no student can hold cores in the name of pid 1, or of
+another student's kernel.
 
 Settings (environment variables, so a hub's administrator sets them once for everyone):
 
@@ -92,7 +88,8 @@ def settings() -> Settings:
     if not limit_text.isdigit():
         raise ConfigError(f"invalid {ENV_JOBS_PER_USER}={limit_text!r}: expected a whole "
                           "number of running jobs per user (0: no limit)")
-    _shared_folder(folder)
+    with _folder(folder):
+        pass  # only the check (and the folder made if missing)
     return Settings(folder, when_busy, int(limit_text))
 
 
@@ -129,11 +126,12 @@ class Ticket:
                     shared_file.drop_proof(folder_fd, name)
             self._proof = shared_file.make_proof(folder_fd, self._owner)
         with _state(sharing.folder) as state:
-            state["waiting"].append(self._entry())
+            state["waiting"].append(self._entry(n_cores=n_cores))
 
-    def _entry(self) -> dict[str, Any]:
+    def _entry(self, **place: Any) -> dict[str, Any]:
+        """This job's entry: `n_cores` while it waits, `cores` once it holds them."""
         return {"run_id": self.run_id, "user": self.user, "owner": self._owner,
-                "proof": self._proof, "n_cores": self.n_cores, "since": time.time()}
+                "proof": self._proof, **place, "since": time.time()}
 
     @property
     def granted(self) -> bool:
@@ -159,7 +157,7 @@ class Ticket:
         with _state(self.sharing.folder) as state:
             mine = find(state["waiting"], self.run_id)
             if mine is None:  # dropped from a rebuilt file, say: ask again, at the back
-                mine = self._entry()
+                mine = self._entry(n_cores=self.n_cores)
                 state["waiting"].append(mine)
             ahead = state["waiting"][:state["waiting"].index(mine)]
             self._position = 1 + len(ahead)
@@ -173,9 +171,7 @@ class Ticket:
                 return False
             self.cores = self._take(state)
             state["waiting"].remove(mine)
-            state["held"].append({"run_id": self.run_id, "user": self.user,
-                                  "owner": self._owner, "proof": self._proof,
-                                  "cores": self.cores, "since": time.time()})
+            state["held"].append(self._entry(cores=self.cores))
         return True
 
     def release(self) -> None:
@@ -292,7 +288,8 @@ def _state(folder: Path) -> Iterator[dict[str, Any]]:
     entries, and entries of dead owners are dropped (see `parse_state`).
     """
     path = folder / STATE_FILE
-    with _folder(folder) as folder_fd, os.fdopen(_open_state(folder, folder_fd), "r+b") as f, \
+    with _folder(folder) as folder_fd, \
+            os.fdopen(shared_file.open_file(folder_fd, STATE_FILE, folder), "r+b") as f, \
             shared_file.locked(f.fileno(), path):
         state, problems = parse_state(f.read(MAX_STATE_BYTES + 1))
         if problems:
@@ -308,43 +305,27 @@ def _state(folder: Path) -> Iterator[dict[str, Any]]:
         f.flush()
 
 
-def _open_state(folder: Path, folder_fd: int) -> int:
-    """A read-write descriptor of the folder's state file (see shared_file.py)."""
-    try:
-        return shared_file.open_file(folder_fd, STATE_FILE, folder)
-    except OSError as err:
-        raise ConfigError(f"cannot share cores through {folder} ({err.strerror or err}): "
-                          f"{_FIX}") from None
-
-
 @contextlib.contextmanager
 def _folder(folder: Path) -> Iterator[int]:
-    """The shared folder's descriptor for the block; OSErrors inside are one-line ConfigErrors."""
-    folder_fd = _open_folder(folder)
+    """The shared folder's descriptor for the block (created if missing). An unsafe folder,
+    or an OSError opening it or inside the block, is a one-line ConfigError."""
+    try:
+        folder_fd = shared_file.open_folder(folder)
+    except ConfigError as err:
+        raise ConfigError(f"cannot share cores through {folder}: {err}: {_FIX}") from None
+    except OSError as err:
+        raise _cannot_share(folder, err) from None
     try:
         yield folder_fd
     except OSError as err:
-        raise ConfigError(f"cannot share cores through {folder} ({err.strerror or err}): "
-                          f"{_FIX}") from None
+        raise _cannot_share(folder, err) from None
     finally:
         os.close(folder_fd)
 
 
-def _open_folder(folder: Path) -> int:
-    """The shared folder's descriptor, created if missing; a ConfigError if it is unsafe."""
-    try:
-        return shared_file.open_folder(folder)
-    except ConfigError as err:
-        raise ConfigError(f"cannot share cores through {folder}: {err}: {_FIX}") from None
-    except OSError as err:
-        raise ConfigError(f"cannot share cores through {folder} ({err.strerror or err}): "
-                          f"{_FIX}") from None
+def _cannot_share(folder: Path, err: OSError) -> ConfigError:
+    return ConfigError(f"cannot share cores through {folder} ({err.strerror or err}): {_FIX}")
 
 
 _FIX = (f"set {ENV_SHARED_DIR} to a folder every user can write that is owned by root and "
         "sticky (as root: install -d -m 1777 FOLDER)")
-
-
-def _shared_folder(folder: Path) -> None:
-    """Check (and create) the shared folder: a one-line ConfigError if it cannot be used."""
-    os.close(_open_folder(folder))

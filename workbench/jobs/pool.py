@@ -9,13 +9,12 @@
     pool.close()                                     # or let the kernel end it
 
 `workbench.launch()` starts fresh interpreters through `horovodrun` or `torchrun` each time:
-about five seconds, mostly `import torch` in every rank and the launcher's rendezvous,
-before your first line runs. A pool pays that once. Its ranks are an ordinary job of the
-workbench (pool_rank.py) started through the same launcher, guard and core queue, so they
-hold their cores while the pool lives and end with the kernel that started them; each rank
-has torch imported and its process group joined (`hvd.init()`, `init_process_group`), and
-waits on a socket (pool_channel.py) for work sent by value (cloudpickle, as `launch()` sends
-it). Each call is a run on record of its own, watched by the job's code (pool_call.py).
+about five seconds, mostly `import torch` in every rank and the rendezvous, before your
+first line runs. A pool pays that once. Its ranks are an ordinary job (pool_rank.py),
+started through the same launcher, guard and core queue: they hold their cores while the
+pool lives and end with the kernel that started them. Each waits, with its process group
+joined, on a socket (pool_channel.py) for work sent by value, as `launch()` sends it. Each
+call is a run on record of its own, watched by the job's code (pool_call.py).
 
 Training jobs use the pool too. While a pool waits, `workbench.start(cfg)` runs a job of
 the same size on it when the job's engine launches like the pool's (torchrun: DDP and
@@ -25,12 +24,12 @@ GPU, Horovod's timeline or cycle time); the ranks then run the engine's rank mod
 same code, from the same record. `pool.start(cfg)` does it on purpose and says why not.
 
 Faults, as in any job: a rank that raises fails the call and is named with its traceback;
-the other ranks are interrupted. A rank that dies (`kill -9`) is named; the launcher then
-ends the pool's other ranks and the pool starts new ones. The pool restarts its ranks
-whenever a call ended with a rank interrupted (Stop, or a peer's failure while it still
-ran) or lost: a rank stopped inside a collective would leave its peers' next collective
-waiting until gloo's timeout (30 minutes), and nothing outside the rank can tell whether
-it was in one. A call whose every rank returned or raised by itself leaves the pool as it is.
+the other ranks are interrupted. A rank that dies (`kill -9`) is named; the launcher ends
+the others and the pool starts new ones. The pool restarts its ranks whenever a call ended
+with a rank interrupted (Stop, or a peer's failure) or lost: a rank stopped inside a
+collective would leave its peers' next collective waiting until gloo's timeout (30
+minutes), and nothing outside the rank can tell whether it was in one. A call whose every
+rank returned or raised by itself leaves the pool as it is.
 
 While it waits, a torch pool's rank costs next to nothing (measured: 0.004 s of CPU per
 second); a Horovod rank about 0.1 s per second, as Horovod's background thread negotiates
@@ -199,7 +198,7 @@ class Pool:
             if self._closed:
                 raise RuntimeError("this pool is closed: start another with workbench.ranks()")
             ranks = self._ranks
-            if ranks.job.done and not ranks.ready.is_set() and not self._restarting(ranks):
+            if ranks.job.done and not ranks.ready.is_set() and ranks is self._ranks:
                 failure = (ranks.job.summary or {}).get("failure") or {}
                 raise RuntimeError(f"the pool's ranks could not start ({ranks.job.status}, "
                                    f"run {ranks.job.run_id}): {failure.get('error')}")
@@ -218,9 +217,8 @@ class Pool:
         from workbench.jobs.by_value import pickle_function
         from workbench.jobs.user_code import _safe_name
 
-        payload = pickle_function(fn, args)
-        return self._start("function", payload, name or _safe_name(
-            getattr(fn, "__name__", "function")))
+        name = name or _safe_name(getattr(fn, "__name__", "function"))
+        return self._start("function", pickle_function(fn, args), name)
 
     def run_pickled(self, payload: bytes, name: str) -> PoolCall:
         """Run what `by_value.pickle_function` pickled (launch()'s fast path)."""
@@ -324,9 +322,6 @@ class Pool:
             self.restarts.append(why)
             self._ranks = _Ranks(self)
         threading.Thread(target=ranks.end, daemon=True).start()
-
-    def _restarting(self, ranks: _Ranks) -> bool:
-        return ranks is not self._ranks
 
 
 def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",

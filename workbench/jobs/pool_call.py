@@ -1,15 +1,12 @@
 """One call on a pool of warm ranks: a `Job` whose ranks were already running (see pool.py).
 
-It is a `Job` in everything you can ask of one - `wait()`, `results()`, `metrics()`,
-`summary`, `stop()`, `record()`, a `RunPanel` - and a run on record like any other: its own
-run folder with `config.json`, each rank's log, metrics, exit record and return value, and a
-`summary.json` with the outcome, written by the job's own code (job.py). Only three things
-differ, because the ranks belong to the pool and outlive the call:
+It is a `Job` in everything you can ask of one (`wait()`, `results()`, `stop()`, a
+`RunPanel`, ...) and a run on record like any other, written by the job's own code (job.py).
+Three things differ, because the ranks belong to the pool and outlive the call:
 
-- it starts by sending the work to the ranks, not by starting a launcher, and it learns
-  that a rank has finished from the rank's reply on the pool's channel (no polling delay);
-  a rank that vanishes mid-call is found as in any job, by the pid it wrote in the call's
-  folder, or by its socket closing;
+- it starts by sending the work to the ranks, not a launcher, and learns that a rank has
+  finished from its reply on the pool's channel (no polling delay); a rank that vanishes
+  mid-call is found as in any job, by its pid in the call's folder, or by its socket closing;
 - ending it does not kill the ranks: a rank still running is *interrupted* (SIGINT, a
   `KeyboardInterrupt` in your code), and the pool restarts its ranks afterwards, because
   a rank stopped half-way through a collective would hang the next call;
@@ -68,11 +65,6 @@ class PoolCall(Job):
         header = {"op": "call", "id": id(self), "run_id": self.run_id, "kind": kind,
                   "dir": str(self.run_dir), "t0": self._started}
         self._ranks.send_all(header, payload)
-
-    @property
-    def pool_run_id(self) -> str:
-        """The run of the pool's ranks that ran this call (its launcher log, its ranks' logs)."""
-        return self._ranks.job.run_id
 
     # ------------------------------------------------------------------ told by the pool
     def replied(self, rank: int, ok: bool) -> None:

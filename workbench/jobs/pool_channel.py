@@ -1,17 +1,14 @@
 """The channel between a pool of warm ranks and the process that owns it (pool.py).
 
 One stream connection per rank. On the owner's host, a Unix-domain socket in Linux's
-abstract namespace: it has no file to leave behind when a kernel is killed, and a
-connection costs microseconds, where a fresh interpreter costs seconds. The owner binds it
-*before* it starts the ranks, so the name cannot be taken by anyone else, and accepts only
-connections from processes of its own user (`SO_PEERCRED`). Ranks on other hosts (a pool
-whose ranks Slurm places) cannot reach that socket: they connect over TCP, to a port the
-owner bound (the system's choice, on every interface) before submitting them.
+abstract namespace: it leaves no file behind when a kernel is killed. The owner binds it
+*before* it starts the ranks, so no one else can take the name, and accepts only processes
+of its own user (`SO_PEERCRED`). Ranks on other hosts (placed by Slurm) connect over TCP,
+to a port the owner bound (the system's choice, on every interface) before submitting them.
 
 Either way a rank proves it is one of the pool's by the pool's secret token in its first
-message: the ranks read it from the job's 0600 secrets file (`WORKBENCH_POOL_TOKEN`, never
-on a command line), so no one else, on any host, can send work to the ranks, take it, or
-fake their replies.
+message, read from the job's 0600 secrets file (`WORKBENCH_POOL_TOKEN`, never on a command
+line): no one else, on any host, can send work to the ranks, take it, or fake their replies.
 
 A message is one frame: a JSON header and an optional payload of bytes,
 

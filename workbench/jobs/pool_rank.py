@@ -5,27 +5,24 @@
     horovodrun -np 2 --gloo -H localhost:2 python -m workbench.jobs.rank_wrapper \
         --module workbench.jobs.pool_rank --address ADDR
 
-It is a rank of an ordinary job (the pool's run: pid file, log, owner watchdog, exit record,
-see rank_protocol.py), whose work is to import torch, join the process group once (`hvd.init()`
-or `init_process_group("gloo")`), connect to its owner (pool_channel.py) and then run calls,
-one at a time, as they arrive. What makes a call cost milliseconds is what it skips: a fresh
-interpreter, `import torch` (about 2.4 s of CPU) and the launcher's rendezvous.
+It is a rank of an ordinary job (the pool's run, see rank_protocol.py) that imports torch,
+joins the process group once (`hvd.init()` or `init_process_group("gloo")`), connects to its
+owner (pool_channel.py) and then runs calls, one at a time. A call costs milliseconds because
+it skips a fresh interpreter, `import torch` (about 2.4 s of CPU) and the rendezvous.
 
 Each call is a run of its own: its folder gets this rank's pid, log, metrics, exit record
-and return value exactly as a rank of `workbench.launch` writes them (rank_wrapper.py), so the
-records, panels and failure reports are the same. Each call starts from a fresh namespace:
-a function is unpickled anew (with fresh globals), a cell's code runs in a new dict. What
-is kept is kept on purpose: in `workbench.kept()` (rank_api.py), or, for cells run with
-`keep` (`%%ranks --keep`), in the one namespace those cells share.
+and return value exactly as under `workbench.launch` (rank_wrapper.py). Each call starts
+from a fresh namespace (a function unpickled anew, a cell's code in a new dict); what is
+kept is kept on purpose, in `workbench.kept()` (rank_api.py) or, for cells run with `keep`
+(`%%ranks --keep`), in the one namespace those cells share.
 
-The process group stays up between calls, so `init_process_group()`, `hvd.init()`,
-`destroy_process_group()` and `hvd.shutdown()` in your code do nothing here: the code that
-runs under `launch()` runs unchanged in a pool.
+The process group stays up between calls, so your code's `init_process_group()`,
+`hvd.init()`, `destroy_process_group()` and `hvd.shutdown()` do nothing here: code written
+for `launch()` runs unchanged.
 
-A training job (`workbench.start` while a pool waits, or `pool.start(cfg)`) is a call too:
-the rank runs the engine's own rank module (`ddp_rank`, `horovod_rank`, `zero1_rank`, ...),
-whose `job_config()` and `job_record()` (training/context.py) then find the call's
-context, already open.
+A training job on the pool (pool.py) is a call too: the rank runs the engine's own rank
+module (`ddp_rank`, `horovod_rank`, ...), whose `job_config()` and `job_record()`
+(training/context.py) find the call's context, already open.
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.jobs import pool_channel, rank_api
-from workbench.jobs.by_value import call_pickled
+from workbench.jobs.by_value import unpickle_call
 from workbench.jobs.rank_wrapper import save_result, user_traceback
 from workbench.training.context import this_rank
 from workbench.training.rank_protocol import RankContext
@@ -150,7 +147,8 @@ def execute(header: dict[str, Any], payload: bytes, call: RankContext) -> Any:
     """Run the call's function, a training job's rank module (returns None), or the cell's
     code (returns None): in a fresh namespace, or for "kept code" in KEPT_CELLS."""
     if header["kind"] == "function":
-        return call_pickled(payload)
+        fn, args = unpickle_call(payload)
+        return fn(*args)
     if header["kind"] == "module":   # its context is the call's, attached already
         importlib.import_module(payload.decode()).main()
         return None

@@ -14,8 +14,8 @@
   process they start (horovodrun: `HOROVOD_RANK`, ...; torchrun: `RANK`, ...). So they work
   on every engine, before `hvd.init()` or `init_process_group()`, and outside a job they
   are 0, 1 and 0: the same function also runs unchanged in a notebook cell.
-- `report(**metrics)` appends one line to the rank's `metrics/rank<k>.jsonl`, which every panel and
-  `workbench show` read (see docs/ARCHITECTURE.md). Outside a job it does nothing.
+- `report(**metrics)` appends one line to the rank's `metrics/rank<k>.jsonl`, which every
+  panel and `workbench show` read (docs/ARCHITECTURE.md). Outside a job it does nothing.
 - `kept()` is the one place a rank keeps things from one call to the next on purpose: on a
   pool of warm ranks, where every call starts from a fresh namespace, `kept()["model"] =
   model` in one call is there in the next (until the pool restarts its ranks). Under
@@ -50,39 +50,37 @@ def kept() -> dict[str, Any]:
     return _kept
 
 
+def _identity() -> tuple[int, int, int]:
+    """(rank, size, local rank): the attached context's, else the launcher's variables."""
+    ctx = current()
+    return launcher_identity() if ctx is None else (ctx.rank, ctx.size, ctx.local_rank)
+
+
 def rank() -> int:
     """This process's rank in the job: 0 .. size()-1 (0 outside a job)."""
-    if (ctx := current()) is not None:
-        return ctx.rank
-    return launcher_identity()[0]
+    return _identity()[0]
 
 
 def size() -> int:
     """How many ranks the job has (1 outside a job, and on the serial engine)."""
-    if (ctx := current()) is not None:
-        return ctx.size
-    return launcher_identity()[1]
+    return _identity()[1]
 
 
 def local_rank() -> int:
     """This process's rank among the ranks on its own host: which GPU or cores are its own."""
-    if (ctx := current()) is not None:
-        return ctx.local_rank
-    return launcher_identity()[2]
+    return _identity()[2]
 
 
 def report(**metrics: Any) -> None:
     """Write one line of metrics for the live charts, e.g. `report(step=s, loss=l)`.
 
-    A call with `step` (or with neither `step` nor `epoch`) writes a *step* line; a call with
-    `epoch` and no `step` writes an *epoch* line. Every value must be a number (a tensor
-    with one element is fine: it is converted with `float()`). The charts know `loss`,
-    `accuracy` and `samples` (samples this rank processed in this step, for samples/s);
-    other names are kept in the metrics line. Missing ones are filled in so every line has the
-    fields of the record format: `step` counts up from 0, `epoch` stays at the last one
-    reported, `step_time_s` is the time since this rank's previous report, in seconds (0 for
-    its first report: when that step began is unknown, and the time since the start would
-    count imports and data loading as training).
+    A call with `epoch` and no `step` writes an *epoch* line, any other a *step* line. Every
+    value must be a number (a one-element tensor is converted with `float()`). The charts
+    know `loss`, `accuracy` and `samples` (this rank's samples in this step, for samples/s);
+    other names are kept too. Missing fields of the record format are filled in: `step`
+    counts up from 0, `epoch` stays at the last one reported, `step_time_s` is the time
+    since this rank's previous report, in seconds (0 for its first: when that step began is
+    unknown, and the time since the start would count imports and data loading).
     """
     ctx = current()
     if ctx is None:
@@ -111,4 +109,3 @@ def _number(name: str, value: Any) -> float:
     except (TypeError, ValueError):
         raise TypeError(f"report({name}=...) takes a number, not {type(value).__name__} "
                         f"{value!r:.60}: pass one value, e.g. loss.item()") from None
-

@@ -1,34 +1,29 @@
 """One file that every user of a host reads and writes, safe among users who distrust each other.
 
-The core queue (cores.py) keeps its state in one file, in one folder that every student's
-jobs write. Any user may have made that folder first, or may plant a symbolic link, a
-folder or garbage where the file should be. The code here assumes someone did:
+The core queue (cores.py) keeps its state in one file, in a folder that every student's jobs
+write. Any user may have made that folder first, or planted a symbolic link, a folder or
+garbage where the file should be. The code here assumes someone did:
 
 - The folder is opened one component at a time from its real path, never following a link
-  (`openat` with `O_NOFOLLOW`), and every component is checked on its descriptor: owned by
-  root or by us, and sticky (like /tmp) if other users may write it. Otherwise whoever can
-  write a component could swap the file, or the folder, under us.
-- The file is opened relative to that folder's descriptor, never following a link, and
-  without `O_CREAT` when it exists: in a sticky, world-writable folder the kernel's
-  `fs.protected_regular` (on by default in systemd distributions) makes an `O_CREAT` open
-  of a file owned by another user fail with EACCES, even for root. It is then checked on
-  its descriptor (a regular file with one link) and its mode is set on the descriptor
-  (`fchmod`), never by path. Anything else in its place is moved aside (if the folder
-  lets us) and a new file made, or refused in one line.
-- The lock (`flock`) is waited for at most `LOCK_TIMEOUT_S` seconds. A time-out names the
-  process that holds it, as the kernel lists it in /proc/locks (no user can fake that).
-- What the file says about who wrote a part of it is not trusted either: anyone can write
-  any process's id into it. So a writer also leaves a *proof*, a small file of its own
-  beside it (`proof-<random>`, holding what it claims); the kernel sets that file's owner,
-  which no user can fake, and a reader believes a claim only while its proof exists, says
-  the same, and belongs to the user it claims to be (`make_proof`, `proof_owner`).
+  (`openat`, `O_NOFOLLOW`); each component is checked on its descriptor: owned by root or
+  by us, and sticky (like /tmp) if others may write it, else they could swap what is in it.
+- The file is opened relative to that descriptor, never following a link, and without
+  `O_CREAT` when it exists: in a sticky world-writable folder `fs.protected_regular` (on
+  by default in systemd distributions) makes an `O_CREAT` open of another user's file fail
+  with EACCES, even for root. It must be a regular file with one link; its mode is set with
+  `fchmod`, never by path. Anything else in its place is moved aside, or refused in one line.
+- The lock (`flock`) is waited for at most `LOCK_TIMEOUT_S` seconds; a time-out names the
+  holder as the kernel lists it in /proc/locks (no user can fake that).
+- Anyone can write any process's id into the file, so a writer also leaves a *proof*, a
+  small file of its own beside it (`proof-<random>`, holding its claim): the kernel sets
+  its owner, and a claim is believed only while its proof exists, says the same, and
+  belongs to the user it claims to be (`make_proof`, `proof_owner`).
 
 What an administrator sets up on a shared server, once, as root (see docs/classroom.md):
 
     install -d -o root -g root -m 1777 /tmp/workbench-shared
 
-A folder that a student made first is refused by every other student, in one line that
-says so.
+A folder that a student made first is refused by every other student, in one line.
 """
 
 from __future__ import annotations
@@ -54,6 +49,7 @@ LOCK_TIMEOUT_S = 10.0
 SAY_WAIT_S = 2.0  # a wait for the lock longer than this is said, in one line
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _WHAT = {errno.ELOOP: "a symbolic link", errno.EISDIR: "a folder",
          errno.EACCES: "not writable by you"}
 
@@ -83,16 +79,16 @@ def folder_problem(st: os.stat_result, uid: int) -> str | None:
     return None
 
 
-def open_folder(folder: Path, create_mode: int = 0o1777) -> int:
-    """A descriptor of `folder` (created with `create_mode` if missing), each component
-    checked with `folder_problem`; ConfigError naming the unsafe component otherwise."""
+def open_folder(folder: Path) -> int:
+    """A descriptor of `folder` (created with mode 1777 if missing), each component checked
+    with `folder_problem`; ConfigError naming the unsafe component otherwise."""
     real = Path(os.path.realpath(folder))
     if not real.exists():
         real.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open("/", _DIR_FLAGS)
     for i, part in enumerate(real.parts[1:], start=2):
         here = Path(*real.parts[:i])
-        fd = _open_child_folder(fd, part, here, create_mode if here == real else None)
+        fd = _open_child_folder(fd, part, here, create=here == real)
         problem = folder_problem(os.fstat(fd), os.geteuid())
         if problem:
             os.close(fd)
@@ -100,14 +96,14 @@ def open_folder(folder: Path, create_mode: int = 0o1777) -> int:
     return fd
 
 
-def _open_child_folder(parent: int, name: str, path: Path, create_mode: int | None) -> int:
+def _open_child_folder(parent: int, name: str, path: Path, create: bool) -> int:
     """Open folder `name` under descriptor `parent` (closed here), making it if asked."""
     try:
-        if create_mode is not None:
+        if create:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o700, dir_fd=parent)  # private until its mode is set
                 child = os.open(name, _DIR_FLAGS, dir_fd=parent)
-                os.fchmod(child, create_mode)       # on the descriptor: no link followed
+                os.fchmod(child, 0o1777)            # on the descriptor: no link followed
                 return child
         try:
             return os.open(name, _DIR_FLAGS, dir_fd=parent)
@@ -118,18 +114,18 @@ def _open_child_folder(parent: int, name: str, path: Path, create_mode: int | No
         os.close(parent)
 
 
-def open_file(folder_fd: int, name: str, folder: Path, mode: int = 0o666) -> int:
-    """A read-write descriptor of the regular file `name` in the folder, made with `mode`
+def open_file(folder_fd: int, name: str, folder: Path) -> int:
+    """A read-write descriptor of the regular file `name` in the folder, made with mode 666
     if missing; anything else in its place is moved aside, or a ConfigError if it cannot be."""
     for _ in range(5):  # another process may make or move the file between two steps
         try:
             fd = os.open(name, _FILE_FLAGS, dir_fd=folder_fd)  # no O_CREAT: protected_regular
         except FileNotFoundError:
             try:
-                fd = os.open(name, _FILE_FLAGS | os.O_CREAT | os.O_EXCL, mode, dir_fd=folder_fd)
+                fd = os.open(name, _FILE_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=folder_fd)
             except FileExistsError:
                 continue
-            os.fchmod(fd, mode)  # the umask narrowed it
+            os.fchmod(fd, 0o666)  # the umask narrowed it
             return fd
         except OSError as err:  # a link (ELOOP), a folder (EISDIR), no permission ...
             _move_aside(folder_fd, name, folder, _WHAT.get(err.errno, err.strerror or ""))
@@ -166,11 +162,10 @@ def _move_aside(folder_fd: int, name: str, folder: Path, why: str) -> None:
 
 
 @contextlib.contextmanager
-def locked(fd: int, path: Path, timeout_s: float | None = None) -> Iterator[None]:
+def locked(fd: int, path: Path) -> Iterator[None]:
     """Hold an exclusive `flock` on `fd` for the block; ConfigError naming the holder if it
-    is not ours within `timeout_s` (default `LOCK_TIMEOUT_S`)."""
-    timeout_s = LOCK_TIMEOUT_S if timeout_s is None else timeout_s
-    start = time.monotonic()
+    is not ours within `LOCK_TIMEOUT_S`."""
+    timeout_s, start = LOCK_TIMEOUT_S, time.monotonic()
     said = False
     while True:
         try:
@@ -213,20 +208,8 @@ def make_proof(folder_fd: int, claim: str) -> str:
 def proof_owner(folder_fd: int, name: str, claim: str) -> int | None:
     """The uid that made proof `name`, if it is a regular file holding exactly `claim`;
     else None (missing, planted as a link or a pipe, or saying something else)."""
-    if not PROOF_NAME.fullmatch(name):
-        return None
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     dir_fd=folder_fd)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _PROOF_BYTES:
-            return None
-        return st.st_uid if os.read(fd, _PROOF_BYTES) == claim.encode() else None
-    finally:
-        os.close(fd)
+    found = _read_proof(folder_fd, name) if PROOF_NAME.fullmatch(name) else None
+    return found[0] if found and found[1] == claim.encode() else None
 
 
 def drop_proof(folder_fd: int, name: str) -> None:
@@ -238,30 +221,35 @@ def drop_proof(folder_fd: int, name: str) -> None:
 def my_proofs(folder_fd: int) -> dict[str, str]:
     """{name: claim} of the proofs this user left in the folder."""
     out = {}
-    for name in os.listdir(folder_fd):
-        if PROOF_NAME.fullmatch(name):
-            with contextlib.suppress(OSError):
-                if os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_uid == os.geteuid():
-                    out[name] = _read_small(folder_fd, name)
+    for name in filter(PROOF_NAME.fullmatch, os.listdir(folder_fd)):
+        found = _read_proof(folder_fd, name)
+        if found and found[0] == os.geteuid():
+            out[name] = found[1].decode(errors="replace")
     return out
 
 
-def _read_small(folder_fd: int, name: str) -> str:
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                 dir_fd=folder_fd)
+def _read_proof(folder_fd: int, name: str) -> tuple[int, bytes] | None:
+    """(owner's uid, bytes) of `name` if it is a regular file of a proof's size, else None."""
     try:
-        return os.read(fd, _PROOF_BYTES).decode(errors="replace")
+        fd = os.open(name, _READ_FLAGS, dir_fd=folder_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _PROOF_BYTES:
+            return None
+        return st.st_uid, os.read(fd, _PROOF_BYTES)
     finally:
         os.close(fd)
 
 
-def lock_holder(fd: int, locks: Path = Path("/proc/locks")) -> str:
+def lock_holder(fd: int) -> str:
     """The process that holds a `flock` on the file of `fd`, as the kernel lists it:
     "pid N (user, command)", or "another process" where /proc/locks does not say."""
     st = os.fstat(fd)
     device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
-        lines = locks.read_text().splitlines()
+        lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
         return "another process"
     for line in lines:

@@ -2,34 +2,28 @@
 
 The labs (parameter server, Hogwild!, ring allreduce, pipelines, the data-vs-model
 comparison) need what they teach, waiting, staleness, bubbles, to happen between *real*
-processes. They start them the one way the workbench runs a function on N ranks,
-`workbench.launch` (user_code.py), so there is one supervisor, one rank protocol and one
-record:
+processes. They start them as the workbench runs any function on N ranks,
+`workbench.launch` (user_code.py): one supervisor, one rank protocol, one record.
 
 - `run_workers(fn, n, args)` is `launch(lab_worker, fn, ..., np=n, engine="fork")`: every
-  worker is a rank like any other, so every lab run leaves a run folder under the runs
-  folder (`config.json`, `logs/rank<k>.log`, `pids/`, `exit/rank<k>.json`, `summary.json`),
-  listed by `workbench runs` and `workbench show` like any job;
-- the function and its arguments travel as `launch()` sends them (`user/function.pkl`);
-  each worker's return value comes back the same way (`results/rank<k>.pkl`, `job.results()`);
+  worker is a rank like any other, so every lab run leaves a run folder that `workbench
+  runs` and `workbench show` list, and the function, its arguments and each worker's return
+  value travel as for `launch()`;
 - with `distributed=True` the workers join a gloo group through a `FileStore` in the run
-  folder (no port to choose, so no port to lose to another program), so `fn` can use
+  folder (no port to choose, so none to lose to another program), so `fn` can use
   `dist.send`/`dist.recv` and collectives;
 - failures, timeouts and Ctrl-C are handled by the `Job`: a worker that raises or dies ends
   the run at once, the others are ended (they may be blocked in `recv` waiting for it) and
-  `WorkerError` names the worker that failed; a dead kernel ends the workers through their
-  owner watchdog; processes.py reaps them. No process is left behind.
+  `WorkerError` names the worker that failed. No process is left behind.
 
-**Why the fork engine and not torchrun, as training uses.** Most of a lab worker's start-up
-is `import torch`; the `fork` engine imports it once and forks the workers
+**Why the fork engine, not torchrun as training uses.** Most of a worker's start-up is
+`import torch`; the `fork` engine imports it once and forks the workers
 (`rank_wrapper.fork_ranks`), so notebooks 03 and 04, which start six lab runs each, mostly on
-2-core machines, do not pay it per worker. Training jobs, which need several hosts and
-Horovod, keep horovodrun and torchrun.
+2-core machines, do not pay it per worker.
 
 `fn` must live in a module (not a notebook cell). A module of your own (not installed) is
-sent by value, as `launch()` sends it; what it imports must be importable where the ranks
-start (installed, or in the working folder). Arguments are pickled once into the run
-folder; keep them to a few MB.
+sent by value; what it imports must be importable where the ranks start. Arguments are
+pickled once into the run folder; keep them to a few MB.
 """
 
 from __future__ import annotations
