@@ -51,9 +51,9 @@ def this_host() -> str:
 
 
 # ---------------------------------------------------------------------- pid files
-def write_pid_file(path: Path, pid: int | None = None) -> None:
+def write_pid_file(path: Path) -> None:
     """Write "<pid> <host>" (the host tells readers where the pid means something)."""
-    Path(path).write_text(f"{pid or os.getpid()} {this_host()}\n")
+    Path(path).write_text(f"{os.getpid()} {this_host()}\n")
 
 
 def read_pid_file(path: Path) -> tuple[int, str] | None:
@@ -140,12 +140,15 @@ def owner_beat(run_dir: Path, stop: bool = False) -> None:
 
 
 class Staleness:
-    """How long since a heartbeat file last changed, by this process's own clock."""
+    """How long since a heartbeat file last changed, by this process's own clock.
+
+    `changed_at`: when its content was last seen to change (time.monotonic(), as of `age()`).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._last: str | None = None
-        self._changed = self._looked = time.monotonic()
+        self.changed_at = self._looked = time.monotonic()
 
     def age(self) -> float:
         """Seconds since the file's content was last seen to change, not counting time in
@@ -157,19 +160,14 @@ class Staleness:
             text = None
         now = time.monotonic()
         if now - self._looked > HELD_UP_S:
-            self._changed += now - self._looked
+            self.changed_at += now - self._looked
         self._looked = now
         if text and text != self._last:
-            self._last, self._changed = text, now
-        return now - self._changed
-
-    @property
-    def changed_at(self) -> float:
-        """When the content was last seen to change (time.monotonic(), as of `age()`)."""
-        return self._changed
+            self._last, self.changed_at = text, now
+        return now - self.changed_at
 
 
-def owner_status(run_dir: Path, stale_s: float = 3 * OWNER_STALE_S) -> str:
+def owner_status(run_dir: Path) -> str:
     """"alive" or "gone": is the process that started this run still looking after it?
 
     On the owner's host the pid is checked; elsewhere, the heartbeat's age by its file's
@@ -185,7 +183,7 @@ def owner_status(run_dir: Path, stale_s: float = 3 * OWNER_STALE_S) -> str:
         age = time.time() - path.stat().st_mtime
     except OSError:
         return "gone"
-    return "alive" if age < stale_s else "gone"
+    return "alive" if age < 3 * OWNER_STALE_S else "gone"
 
 
 def known_ranks(run_dir: Path, world_size: int) -> dict[int, tuple[int, str]]:

@@ -1,14 +1,10 @@
 """Reading a run's metrics while they are still being written.
 
-Each rank appends its own file, `metrics/rank<k>.jsonl`. One file per writer is what makes
-the records safe on a shared (NFS) runs folder: appends from several hosts to one file are
-not atomic there, and lines could interleave or overwrite each other. The reader merges the
-files. Run folders written before this layout hold one `metrics.jsonl`; it is read too.
-
-One reader serves everyone: the CLI's progress lines, the panels' live charts, the scaling
-lab and `workbench show`. It remembers how far it has read in each file, so each call
-returns only the new lines, and it leaves an unfinished last line for the next call instead
-of failing. It is safe to share between threads (a job's watcher and the user's code).
+Each rank appends its own file, `metrics/rank<k>.jsonl`: appends from several hosts to one
+file are not atomic on a shared (NFS) runs folder, and lines could interleave or overwrite
+each other. The reader merges the files (and the one `metrics.jsonl` of run folders written
+before this layout), remembers how far it has read in each, so each call returns only the
+new lines, and leaves an unfinished last line for the next call instead of failing.
 """
 
 from __future__ import annotations
@@ -30,11 +26,8 @@ def metrics_path(run_dir: Path, rank: int) -> Path:
 
 
 class MetricsReader:
-    """Incremental, thread-safe reader of a run's metrics.
-
-    `source` is a run folder. For older callers a path to a `metrics.jsonl` file is
-    accepted too: that file is read, and so are the per-rank files beside it.
-    """
+    """Incremental, thread-safe reader of a run's metrics (a job's watcher and the user's
+    code may share one). `source`: a run folder, or its old `metrics.jsonl` file."""
 
     def __init__(self, source: str | Path) -> None:
         source = Path(source)
@@ -59,7 +52,7 @@ class MetricsReader:
             new: list[dict[str, Any]] = []
             for path in self.files():
                 new.extend(self._read_file(path))
-            new.sort(key=lambda r: r.get("time", 0.0) if isinstance(r, dict) else 0.0)
+            new.sort(key=lambda r: r.get("time", 0.0))
             self.records.extend(new)
             return new
 
@@ -77,9 +70,8 @@ class MetricsReader:
         for line in chunk[:end].splitlines():
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
-                self.bad_lines += 1
-                continue
+            except ValueError:  # not JSON, or not UTF-8
+                record = None
             if isinstance(record, dict):
                 out.append(record)
             else:
@@ -133,8 +125,8 @@ def overall_by_step(steps: list[dict[str, Any]]) -> list[dict[str, float]]:
         out.append({
             "step": step,
             "epoch": group[0].get("epoch"),
-            "loss": _mean_of(group, "loss"),
-            "accuracy": _mean_of(group, "accuracy"),
+            "loss": mean_of(group, "loss"),
+            "accuracy": mean_of(group, "accuracy"),
             "samples": sum(g.get("samples", 0) for g in group),
             "time": max(g.get("time", 0.0) for g in group),
             "step_time_s": max(g.get("step_time_s", 0.0) for g in group),
@@ -142,7 +134,7 @@ def overall_by_step(steps: list[dict[str, Any]]) -> list[dict[str, float]]:
     return out
 
 
-def _mean_of(group: list[dict[str, Any]], key: str) -> float | None:
+def mean_of(group: list[dict[str, Any]], key: str) -> float | None:
     """Mean of `key` over the records that have it (optional fields may be missing)."""
     values = [g[key] for g in group if isinstance(g.get(key), (int, float))]
     return sum(values) / len(values) if values else None

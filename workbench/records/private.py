@@ -28,7 +28,6 @@ import os
 import pickle
 import pwd
 import stat
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,10 +105,9 @@ def read_own(path: Path, run_dir: Path, secret: bool = False) -> bytes:
         return f.read()
 
 
-def load_own_pickle(path: Path, run_dir: Path,
-                    loads: Callable[[bytes], Any] = pickle.loads) -> Any:
-    """Unpickle `path` (with `loads`: pickle's or cloudpickle's) after `read_own`'s checks."""
-    return loads(read_own(path, run_dir))
+def load_own_pickle(path: Path, run_dir: Path) -> Any:
+    """Unpickle `path` after `read_own`'s checks."""
+    return pickle.loads(read_own(path, run_dir))
 
 
 def check_own_folder(path: Path | str) -> None:

@@ -22,13 +22,10 @@ NOT_INHERITED = ("fail_rank", "fail_at_step", "resume", "runs_dir")
 
 
 def apply_resume(cfg: JobConfig) -> JobConfig:
-    """The configuration of a run that continues `cfg.resume` (a run id or run folder).
-
-    Fields the caller did not pass (`cfg.given`) take the values of the run being resumed
-    (like a preset), but for `NOT_INHERITED`: `--resume R --epochs 3` runs 3 epochs in all
-    even when 3 is also the default; `resume` becomes that run's folder, so ranks can find its
-    checkpoint. Raises `ConfigError` if there is no such run or it saved no checkpoint.
-    """
+    """The configuration of a run that continues `cfg.resume` (a run id or run folder), as
+    the module docstring says; only fields the caller did not pass (`cfg.given`) are
+    inherited, so `--resume R --epochs 3` runs 3 epochs even when 3 is also the default.
+    Raises `ConfigError` if there is no such run (of ours) or it saved no checkpoint."""
     if not cfg.resume:
         return cfg
     try:

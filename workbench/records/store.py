@@ -31,11 +31,8 @@ class CorruptRecord(ValueError):
 
 @contextlib.contextmanager
 def atomic_file(path: Path, durable: bool = False) -> Iterator[BinaryIO]:
-    """A binary file to write `path` through, so that no reader ever sees a partial file.
-
-    What is written goes to a temporary name beside `path`, renamed onto it once the `with`
-    block ends without an error (`os.replace` is atomic: a reader sees the old file or the
-    new one); after an error the temporary file is removed and `path` is left as it was.
+    """A binary file to write `path` through: a temporary name beside it, renamed onto it
+    once the `with` block ends without an error (after one, `path` is left as it was).
     `durable`: also fsync before the rename, so that the file survives a power cut.
 
         with atomic_file(run_dir / "model.pt") as f:
@@ -55,11 +52,9 @@ def atomic_file(path: Path, durable: bool = False) -> Iterator[BinaryIO]:
 
 
 def write_json_atomic(path: Path, data: Any, durable: bool = True) -> None:
-    """Write `data` as JSON to `path` so that no reader ever sees a partial file.
-
-    `durable`: also fsync before the rename (about 10 ms on a busy disk; a warm pool's call,
-    which writes three such files in a few tens of ms, skips it, as metrics lines always do).
-    """
+    """Write `data` as JSON to `path` through `atomic_file`. `durable` costs about 10 ms on
+    a busy disk: a warm pool's call, which writes three such files in a few tens of ms,
+    skips it, as metrics lines always do."""
     with atomic_file(path, durable) as f:
         f.write(json.dumps(data, indent=2, default=str).encode())
 

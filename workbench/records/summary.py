@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.records.metrics import events, of_kind, step_start, throughput
+from workbench.records.metrics import events, mean_of, of_kind, step_start, throughput
 
 
 def training_figures(records: list[dict[str, Any]],
@@ -44,8 +44,8 @@ def training_figures(records: list[dict[str, Any]],
             step_start(s) for s in steps)) if steps else None,
         "final_loss": result.get("final_loss"),
         "final_accuracy": result.get("final_accuracy"),
-        "last_epoch_loss": _mean(e.get("loss") for e in last_epoch),
-        "last_epoch_accuracy": _mean(e.get("accuracy") for e in last_epoch),
+        "last_epoch_loss": mean_of(last_epoch, "loss"),
+        "last_epoch_accuracy": mean_of(last_epoch, "accuracy"),
     }
 
 
@@ -66,19 +66,15 @@ def summary_of(run_dir: Path, status: str, engine: str, np: int, launcher: str,
         "duration_s": time.time() - started,
         **training_figures(metrics, result),
         "warnings": warnings,
-        "versions": versions(),
+        "versions": dict(_versions()),  # a copy: the cached dict is shared
     }
 
 
-def versions() -> dict[str, str | None]:
-    """The versions that produced a run: Python, torch, Horovod and the workbench."""
-    return dict(_versions())
-
-
-@functools.lru_cache(maxsize=1)
+@functools.cache
 def _versions() -> dict[str, str | None]:
-    """Looked up once per process (about 20 ms each time: a warm pool's call is ~30 ms);
-    the packages a process has imported do not change while it runs."""
+    """The versions that produced a run: Python, torch, Horovod and the workbench. Looked up
+    once per process (about 20 ms each time: a warm pool's call is ~30 ms); the packages a
+    process has imported do not change while it runs."""
     from importlib import metadata  # here, not at the top: it costs start-up time
 
     out: dict[str, str | None] = {"python": platform.python_version()}
@@ -89,7 +85,3 @@ def _versions() -> dict[str, str | None]:
             out[pkg] = None
     return out
 
-
-def _mean(values) -> float | None:
-    values = [v for v in values if isinstance(v, (int, float))]
-    return sum(values) / len(values) if values else None

@@ -1,28 +1,25 @@
 """Checkpoints, and resuming a job from one after a rank was lost.
 
 A synchronous job is only as reliable as its least reliable rank: when one process dies,
-every other rank is left waiting in an allreduce that cannot complete, and the job ends
-(see `workbench.jobs.job`). What it had learned is lost, unless it was saved.
-
-So rank 0 saves, every `checkpoint_every` epochs, everything the rest of the run depends on:
+the others wait in an allreduce that cannot complete and the job ends (`workbench.jobs.job`),
+losing what it learned unless it was saved. So rank 0 (the replicas are identical) saves,
+every `checkpoint_every` epochs, all the rest of the run depends on:
 
 - the model's parameters and the optimizer's state (momentum buffers, Adam's moments and
   step count): without the latter the resumed run would take different steps;
 - the number of epochs completed: each epoch's sample order is drawn from (`seed`, epoch)
-  (`sharding.epoch_order`) and the held-out samples from `seed`, so the epoch number and
-  the seed are all the data order needs.
+  (`sharding.epoch_order`) and the held-out samples from `seed`, so that is all the data
+  order needs.
 
-One rank saving is enough because synchronous data parallelism keeps every replica
-identical. The file is written to a temporary name and renamed, so a crash while saving
+The file is written atomically (records/store.py `atomic_file`): a crash while saving
 leaves the previous checkpoint intact, never half of a new one.
 
-`JobConfig(resume=RUN_ID)` (`workbench run --resume RUN_ID`) starts a new run that loads
-the last checkpoint of RUN_ID and continues from the next epoch (its configuration is
-merged before launch: records/resume.py). It reaches the same final
-parameters as a run that was never interrupted. The steps after the checkpoint are done
-again: checkpointing more often loses less work, and costs a save each time (how often
-is best: synchronization/checkpoint_interval.py, Young's formula). A failure on purpose,
-to try it: training/lab_hooks.py.
+`workbench run --resume RUN_ID` starts a new run that loads the last checkpoint of RUN_ID
+and continues from the next epoch (its configuration is merged before launch:
+records/resume.py), reaching the same final parameters as a run never interrupted. The
+steps after the checkpoint are done again: saving more often loses less work, and costs a
+save each time (how often is best: synchronization/checkpoint_interval.py, Young's
+formula). A failure on purpose, to try it: lab_hooks.py.
 """
 
 from __future__ import annotations
@@ -61,11 +58,8 @@ def save(ctx: RankContext, model: nn.Module, optimizer: torch.optim.Optimizer,
 
 
 def restore(ctx: RankContext, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    """Load the checkpoint `resume` names (if any) into `model` and `optimizer`.
-
-    Every rank loads the same file, so every replica starts identical (the engines then
-    broadcast rank 0's copy anyway). Returns the first epoch still to run (0 without resume).
-    """
+    """Load the checkpoint `resume` names (if any) into `model` and `optimizer`, on every
+    rank; return the first epoch still to run (0 without resume)."""
     import torch
 
     if not ctx.config.resume:

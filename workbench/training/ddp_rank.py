@@ -17,11 +17,9 @@ arXiv:2006.15704):
    overlapping communication with the backward pass.
 5. Shard the data: each rank trains on its own slice of every global batch.
 
-A communication hook times each bucket's allreduce, so a step can be split into time
-computing and time blocked on synchronization (on GPUs with CUDA events: see DDPSync).
-Each step line also says how many bytes this rank holds in parameters, gradients and
-optimizer state, and how many its allreduces sent (workbench/sharded/memory.py,
-traffic.py), to set beside the sharded engines' figures.
+A communication hook (`DDPSync`) times each bucket's allreduce, so a step splits into
+computing and time blocked on synchronization. Each step line also gives the bytes this
+rank holds and sends (sharded/memory.py, traffic.py), beside the sharded engines' figures.
 """
 
 from __future__ import annotations
@@ -93,11 +91,8 @@ class DDPSync(Synchronizer):
         return sent
 
     def backward_wait_s(self) -> float:
-        """Time from the last bucket's launch (compute done) to the last allreduce's end.
-
-        DDP launches the buckets in order, so the last mark of each list is the latest.
-        The marks are cleared once read, so each step's wait is its own.
-        """
+        """Time from the last bucket's launch (compute done) to the last allreduce's end
+        (DDP launches the buckets in order); the marks are cleared once read."""
         launched, completed = self.launched, self.completed
         self.launched, self.completed = [], []
         if not launched or not completed:

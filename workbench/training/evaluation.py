@@ -21,14 +21,10 @@ from workbench.training.synchronizer import Synchronizer
 
 
 def evaluate(ctx: RankContext, setup: ModelAndData, sync: Synchronizer) -> dict[str, float]:
-    """Mean loss and accuracy on the held-out samples, computed together by every rank.
+    """{"val_loss", "val_accuracy"} on the held-out samples; every rank must call it.
 
-    Each rank takes its slice of the held-out samples and runs it through the model in
-    batches of `batch_size` (no gradients are kept, so this needs less memory than a
-    training step). Sums, not means, are added across ranks, because the slices may differ
-    in size by one sample: [loss sum, correct, count] in float64, one allreduce.
-    Returns {"val_loss", "val_accuracy"}; every rank must call it, as every rank must join
-    an allreduce.
+    Sums, not means, are added across ranks, because the slices may differ in size by one
+    sample: [loss sum, correct, count] in float64, one allreduce.
     """
     model, data, device = setup.module, setup.data, setup.device
     mine = eval_shard(setup.val_idx, ctx.rank, ctx.size)
@@ -49,11 +45,8 @@ def evaluate(ctx: RankContext, setup: ModelAndData, sync: Synchronizer) -> dict[
 
 def evaluate_and_save(ctx: RankContext, setup: ModelAndData, sync: Synchronizer,
                       held_out: dict[str, float] | None = None) -> None:
-    """Evaluate on the held-out samples (unless `train` just did); rank 0 saves the results.
-
-    Every rank must call it: the evaluation is shared. Rank 0 writes model.pt and
-    result.json with `final_loss` and `final_accuracy`, both on the held-out samples.
-    """
+    """Evaluate (unless `train` just did; every rank must call it); rank 0 then writes
+    model.pt and result.json (`final_loss`, `final_accuracy`: on the held-out samples)."""
     held_out = held_out or evaluate(ctx, setup, sync)
     state = full_state(setup.module)  # every rank: gathering sharded parameters is collective
     if ctx.rank != 0:

@@ -46,14 +46,10 @@ class LabHooks:
                                              self.start_lr))
 
     def after_backward(self) -> None:
-        """Between backward and the gradients' wait: a straggler computes longer."""
-        straggle(self.cfg, self.rank)
-
-
-def straggle(cfg: JobConfig, rank: int) -> None:
-    """Make this rank a slow worker when the job asks for one: every other rank waits."""
-    if cfg.straggler_delay and rank == cfg.straggler_rank:
-        time.sleep(cfg.straggler_delay)
+        """Between backward and the gradients' wait: a straggler computes longer, and every
+        other rank waits for it."""
+        if self.cfg.straggler_delay and self.rank == self.cfg.straggler_rank:
+            time.sleep(self.cfg.straggler_delay)
 
 
 def warmup_lr(lr: float, step: int, warmup_steps: float, start_lr: float) -> float:

@@ -1,29 +1,23 @@
 """The training loop every rank runs, whatever the engine.
 
-The engines differ only in how gradients are synchronized, so that part is one small
-object (a `Synchronizer`) given the optimizer; the step itself is plain SGD, the whole of
-it in `train_step` (the labs' additions, a fault, a warm-up, a straggler, are lab_hooks.py):
+The engines differ only in how gradients are averaged: one small `Synchronizer`
+(synchronizer.py), given the optimizer. The step itself is plain SGD, the whole of it in
+`train_step` (the labs' additions, a fault, a warm-up, a straggler: lab_hooks.py):
 
     zero_grad -> forward -> loss -> backward -> wait for the averaged gradients -> step
+
+DDP averages bucket by bucket *during* `backward()`; Horovod's wrapped optimizer starts an
+allreduce per gradient during `backward()` and `synchronize()` waits for them; the naive
+engine averages one gradient after another once `backward()` has returned.
 
 With gradient accumulation (`accumulate` k > 1) forward, loss and backward run on k
 micro-batches of `batch_size` in turn, each loss divided by k, so the gradients add up to
 those of one batch of k·b; only the last backward pass synchronizes (DDP's `no_sync()`,
-Horovod's `backward_passes_per_step`), so a step all-reduces the gradients once: k times
-fewer bytes per sample.
+Horovod's `backward_passes_per_step`): k times fewer bytes per sample.
 
-Where the averaging happens is the engine's business: DDP averages bucket by bucket *during*
-`backward()`, Horovod's wrapped optimizer starts an allreduce per gradient during
-`backward()` and `synchronize()` waits for them, the naive engine averages one gradient
-after another only once `backward()` has returned. A `StepTimer` marks the clock between
-these lines; the metrics are written after the step.
-
-Each step records how long it spent *computing* (forward + backward) and how long it
-then waited for gradient *synchronization* that was not hidden behind the backward pass
-(timing.py: the wall clock on CPUs, CUDA events on a GPU).
-
-What a rank builds first is setup.py; the held-out evaluation and the saved results,
-evaluation.py; the base `Synchronizer`, synchronizer.py.
+Each step records how long it *computed* (forward + backward) and how long it then waited
+for synchronization not hidden behind the backward pass (timing.py). What a rank builds
+first: setup.py; the held-out evaluation and the saved results: evaluation.py.
 """
 
 from __future__ import annotations
@@ -38,10 +32,10 @@ import torch
 from torch import nn
 
 from workbench.config import JobConfig
+from workbench.hosts.cpu import cpu_budget
 from workbench.training.checkpoint import save
 from workbench.training.evaluation import evaluate
 from workbench.training.lab_hooks import LabHooks
-from workbench.training.placement import allowed_cores
 from workbench.training.rank_protocol import RankContext
 from workbench.training.setup import Batches, ModelAndData
 from workbench.training.sharding import epoch_order, shard, steps_per_epoch
@@ -51,10 +45,8 @@ from workbench.training.timing import StepTimer
 
 def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimizer,
           sync: Synchronizer) -> dict[str, float] | None:
-    """Run `cfg.epochs` epochs of synchronous data-parallel SGD on this rank's shards.
-
-    Returns the held-out metrics of the last epoch if that epoch was evaluated, else None.
-    """
+    """Run `cfg.epochs` epochs of synchronous data-parallel SGD on this rank's shards;
+    return the held-out metrics of the last epoch if it was evaluated, else None."""
     cfg, model = ctx.config, setup.model
     k, b = cfg.accumulate, cfg.batch_size   # k micro-batches of b samples per step
     batches, n_train = Batches(setup.data, setup.device), len(setup.train_idx)
@@ -89,11 +81,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Synchro
                precision: Callable[[], AbstractContextManager[Any]],
                after_backward: Callable[[], None]) -> tuple[torch.Tensor, torch.Tensor]:
     """One step of synchronous data-parallel SGD, the whole of it, on this rank's k·b
-    samples `xs`, `ys` (k micro-batches of b); returns (the outputs, the loss).
-
-    The timer marks the end of the backward passes (compute), of the wait for the averaged
-    gradients (synchronization not hidden behind backward) and of the update.
-    """
+    samples `xs`, `ys` (k micro-batches of b); returns (the outputs, the loss)."""
     loss_fn = nn.CrossEntropyLoss()      # mean over the batch: the invariant needs the mean
     timer.start()
     optimizer.zero_grad()
@@ -143,7 +131,7 @@ def announce_ready(ctx: RankContext, setup: ModelAndData, steps: int) -> None:
     """The "ready" event: training starts, and what it runs on (see ARCHITECTURE.md)."""
     ctx.metric("event", message="ready", steps_per_epoch=steps, epochs=ctx.config.epochs,
                device=str(setup.device), timing=setup.clock.what,
-               threads=torch.get_num_threads(), cores=allowed_cores(),
+               threads=torch.get_num_threads(), cores=cpu_budget().cores,
                train_samples=len(setup.train_idx), val_samples=len(setup.val_idx),
                cuda_initialized=torch.cuda.is_initialized(),
                cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -152,11 +140,8 @@ def announce_ready(ctx: RankContext, setup: ModelAndData, steps: int) -> None:
 def end_epoch(ctx: RankContext, setup: ModelAndData, sync: Synchronizer,
               optimizer: torch.optim.Optimizer, epoch: int, steps: int,
               trained: dict[str, float]) -> dict[str, float] | None:
-    """Evaluate when due, write the "epoch" line and checkpoint when due.
-
-    `trained` holds the epoch's mean training `loss`, its `correct` count and its
-    training time in `seconds`. Returns the held-out metrics if this epoch was evaluated.
-    """
+    """Evaluate when due, write the "epoch" line, checkpoint when due; return the held-out
+    metrics if evaluated. `trained`: the epoch's mean `loss`, `correct` count, `seconds`."""
     cfg, samples = ctx.config, steps * ctx.config.batch_size * ctx.config.accumulate
     held_out = None
     if cfg.eval_every and (epoch + 1) % cfg.eval_every == 0:
@@ -168,5 +153,3 @@ def end_epoch(ctx: RankContext, setup: ModelAndData, sync: Synchronizer,
     if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
         save(ctx, setup.module, optimizer, epoch + 1, (epoch + 1) * steps)
     return held_out
-
-

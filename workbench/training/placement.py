@@ -30,12 +30,6 @@ def pick_device(device: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank)
 
 
-def allowed_cores() -> list[int]:
-    """The CPU cores this process may run on: the job's own cores when the launcher
-    allocated it some (workbench/jobs/cores.py), else every core of the host."""
-    return cpu_budget().cores
-
-
 def pin_cpu(cfg: JobConfig, local_rank: int) -> None:
     """Give this rank its intra-op threads and, with ``cpu_bind="core"``, its own cores.
 
@@ -50,7 +44,7 @@ def pin_cpu(cfg: JobConfig, local_rank: int) -> None:
     """
     threads = cfg.resolved_threads()
     if cfg.cpu_bind == "core" and cfg.world_size > 1 and hasattr(os, "sched_setaffinity"):
-        cores = allowed_cores()
+        cores = cpu_budget().cores  # the job's own cores, else the host's
         first = local_rank * threads
         mine = {cores[(first + i) % len(cores)] for i in range(threads)}
         for tid in _thread_ids():

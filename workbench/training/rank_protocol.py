@@ -1,25 +1,22 @@
 """The rank protocol: what every process of a job does so the launcher can look after it.
 
-Every rank the launcher starts runs inside the rank wrapper (jobs/rank_wrapper.py), which
-opens the rank's `RankContext` before the rank module's first line and closes it after
-its last: the module itself is a plain script (parse flags, join, train, report; see
-context.py for how it finds its context). Building the context reads `config.json`; a rank
-that cannot (a runs folder not shared at the same path on every host, say) stops at once
-with one line naming the file, rather than train with defaults that differ from its peers'.
-On entry the context writes the rank's pid and host (so the launcher can reap it even
-though `horovodrun` puts ranks in sessions of their own), sends stdout/stderr to
-`logs/rank<k>.log` (which the cell that started the job shows: ui/rank_output.py), and
-starts a watchdog thread (see `_watchdog`). On exit it writes `exit/rank<k>.json`: success,
-or the error and its traceback, or that a SIGTERM ended it (`ended_by`): torchrun and
-horovodrun end every other rank that way once one has failed, and the launcher must not take
-such a rank for the culprit (records/blame.py). The same record goes into the rank's heartbeat,
-the file the launcher's host reads on every host (records/liveness.py: on NFS it may not see
-a new file of ours for a minute). A rank started by a plain launcher makes its own run
-folder instead, unsupervised: no log redirection, no watchdog (context.py).
+The rank wrapper (jobs/rank_wrapper.py) opens each rank's `RankContext` before the rank
+module's first line and closes it after its last, so the module stays a plain script
+(context.py: how it finds its context). The context reads `config.json` or stops at once
+with one line naming the file (a runs folder not shared at the same path on every host,
+say), rather than train with defaults that differ from its peers'. On entry it writes the
+rank's pid and host (so the launcher can reap it although `horovodrun` puts ranks in
+sessions of their own), sends stdout/stderr to `logs/rank<k>.log` (ui/rank_output.py shows
+it) and starts a watchdog (`_watchdog`). On exit it writes `exit/rank<k>.json`: success,
+the error and its traceback, or that a SIGTERM ended it (`ended_by`): torchrun and
+horovodrun end every other rank that way once one has failed, and the launcher must not
+blame such a rank (records/blame.py). The same record goes into the rank's heartbeat, which
+the launcher's host can read on every host (records/liveness.py: on NFS a new file of ours
+may stay unseen for a minute). A plain launch's rank is unsupervised: no log redirection,
+no watchdog (context.py).
 
-`ctx.metric(...)` appends one JSON line to this rank's own file, `metrics/rank<k>.jsonl`:
-one writer per file, so no two hosts ever append to the same file (not atomic on NFS), and
-every byte of a line is written before the next (see records/store.py `write_all`).
+`ctx.metric(...)` appends one whole JSON line (records/store.py `write_all`) to this rank's
+own `metrics/rank<k>.jsonl`: one writer per file (records/metrics.py says why).
 """
 
 from __future__ import annotations
@@ -122,11 +119,7 @@ class RankContext:
         self._closing_since: float | None = None  # set while __exit__ writes the exit record
 
     def _load_config(self) -> JobConfig:
-        """This job's configuration, or exit at once with one line naming the file.
-
-        Every rank must train the same configuration; defaults in place of a missing file
-        would silently make this rank differ from the others.
-        """
+        """This job's configuration, or exit at once with one line (see the module docstring)."""
         path = self.run_dir / "config.json"
         try:
             data = read_json(path)
@@ -172,12 +165,11 @@ class RankContext:
             record.update(ended_by="SIGTERM", error=(
                 f"rank {self.rank} was ended by SIGTERM: its launcher ends every rank once "
                 "one has failed, and a stop ends them all"))
-            self._record_exit(record)
+            self._record_exit(record)  # now: a second SIGTERM may come before the end
             sys.stderr.write(f"workbench: {record['error']}\n")
         elif exc is not None:
             record["error"] = f"{exc_type.__name__}: {exc}"
-            # A rank running a user's own code (workbench.launch) sets `rank_traceback` to
-            # the frames of that code only: the workbench's own frames would hide the error.
+            # A user's own code (workbench.launch) sets `rank_traceback`: its frames only.
             record["traceback"] = getattr(exc, "rank_traceback", None) or "".join(
                 traceback.format_exception(exc_type, exc, tb))
             sys.stderr.write(record["traceback"])
@@ -199,12 +191,12 @@ class RankContext:
                  pid=os.getpid(), **({"exit": self._exit} if self._exit else {}))
 
     def _supervise(self) -> None:
-        """Put this rank in its launcher's care: output to its log, and the owner watchdog."""
+        """Output to the rank's log, and the owner watchdog."""
         self._redirect_output()
         threading.Thread(target=self._watchdog, name="workbench-watchdog", daemon=True).start()
 
     def _redirect_output(self) -> None:
-        """Send this process's stdout and stderr (fd 1 and 2) to its log file."""
+        """Send stdout and stderr (fd 1 and 2 too) to the rank's log file."""
         log = open(self.run_dir / "logs" / f"rank{self.rank}.log", "a", buffering=1)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -213,12 +205,9 @@ class RankContext:
         sys.stdout = sys.stderr = log
 
     def _watchdog(self, period_s: float = 0.5) -> None:
-        """Keep this rank's heartbeat fresh, and end the rank when its job is over.
-
-        The rank exits when the owner (the process that started the job) asks it to stop
-        or is gone. On the owner's own host "gone" is checked by pid; on another host the
-        pid means nothing, so the owner's heartbeat file decides (records/liveness.py).
-        """
+        """Keep this rank's heartbeat fresh; exit when the owner (the process that started
+        the job) asks it to stop or is gone: by pid on the owner's host, elsewhere by the
+        owner's heartbeat file (records/liveness.py)."""
         owner = _parse_owner(os.environ.get(ENV_OWNER, ""))
         owner_file = Staleness(heartbeat_path(self.run_dir, "owner"))
         last_beat = 0.0
@@ -264,11 +253,8 @@ class RankContext:
 
 
 def load_env_file(environ: dict[str, str] | None = None) -> None:
-    """In a rank: add the variables of the file WORKBENCH_ENV_FILE names to os.environ.
-
-    The file must be ours and readable by no one else (records/private.py); a foreign or
-    unreadable one ends the rank with one line, as a missing configuration does.
-    """
+    """Add the variables of the file ENV_FILE names to os.environ. The file must be ours
+    and readable by no one else (records/private.py), else the rank ends with one line."""
     environ = os.environ if environ is None else environ
     name = environ.get(ENV_FILE)
     if not name:
@@ -288,13 +274,9 @@ def owner_id() -> str:
 
 
 def _parse_owner(text: str) -> tuple[str, int, float] | None:
-    """(host, pid, start) from ENV_OWNER; the older "pid:start" means this host."""
-    parts = text.rsplit(":", 2)
+    """(host, pid, start) from ENV_OWNER (see `owner_id`); None if it is not that."""
     try:
-        if len(parts) == 3:
-            return parts[0], int(parts[1]), float(parts[2])
-        if len(parts) == 2:
-            return this_host(), int(parts[0]), float(parts[1])
+        host, pid, start = text.rsplit(":", 2)
+        return host, int(pid), float(start)
     except ValueError:
-        pass
-    return None
+        return None

@@ -22,12 +22,8 @@ from workbench.training.timing import CudaClock, WallClock, clock_for
 
 @dataclass
 class ModelAndData:
-    """What a rank builds before training: data, model, the device they live on and the
-    clock that times them.
-
-    `data` holds every sample once; `train_idx` and `val_idx` say which samples are trained
-    on and which are held out, so splitting costs no copy of the data.
-    """
+    """What a rank builds before training. `data` holds every sample once; `train_idx` and
+    `val_idx` say which are trained on and which held out, so splitting copies no data."""
 
     data: Dataset
     model: nn.Module
@@ -51,8 +47,8 @@ ON_GPU_MAX_SHARE = 0.25
 class Batches:
     """Gathers this rank's batch (sample indices -> inputs, labels) on the training device.
 
-    On the CPU it is plain indexing, as before. On a GPU a small dataset lives on the GPU;
-    a large one stays in host memory, and each batch is gathered into a page-locked
+    On the CPU it is plain indexing. On a GPU a small dataset lives on the GPU; a large one
+    stays in host memory, and each batch is gathered into a page-locked
     ("pinned") buffer, from which the copy to the GPU runs asynchronously (`non_blocking`):
     from ordinary pageable memory CUDA would first copy it to a pinned buffer itself, and
     the host would wait. One buffer is enough: the loop waits for each step's last kernel.
@@ -81,19 +77,16 @@ class Batches:
                 self.pinned[1].to(self.device, non_blocking=True))
 
 
-def data_cache_dir(cfg: JobConfig) -> Path:
-    """Where the ranks of this host share their prepared dataset: runs/.cache/<host>/.
-    Named by host, because a runs folder on a shared file system serves several hosts."""
-    return Path(cfg.runs_dir).expanduser().resolve() / ".cache" / socket.gethostname()
-
-
 def build(cfg: JobConfig, device: torch.device) -> ModelAndData:
     """Load the data and build the model with the job's seed, identically on every rank."""
     dtype = getattr(torch, cfg.dtype)
+    # The ranks of a host share the prepared dataset; per host, as a shared runs folder
+    # serves several.
+    cache_dir = Path(cfg.runs_dir).expanduser().resolve() / ".cache" / socket.gethostname()
     data = load_dataset(cfg.dataset, samples=cfg.samples, features=cfg.features,
-                        seed=cfg.seed, dtype=dtype, cache_dir=data_cache_dir(cfg))
+                        seed=cfg.seed, dtype=dtype, cache_dir=cache_dir)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, tuple(data.x.shape[1:]), data.n_classes, cfg.width)
     train_idx, val_idx = holdout_split(len(data), cfg.seed, cfg.val_fraction)
     return ModelAndData(data, model.to(device=device, dtype=dtype), device, train_idx, val_idx,
-                 clock=clock_for(device))
+                        clock=clock_for(device))

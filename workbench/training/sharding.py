@@ -38,11 +38,9 @@ def shard(order: torch.Tensor, step: int, rank: int, world_size: int,
 def holdout_split(n_samples: int, seed: int, fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(train, validation) sample indices: `fraction` of the samples, drawn with `seed`, held out.
 
-    The same on every rank and in every run with this seed, so a resumed run and the run it
-    continues hold out the same samples. Training never sees the held-out samples: measuring
-    accuracy on samples the model was fitted to rewards memorising, not learning. With
-    `fraction` 0 nothing is held out and the validation indices are the training indices.
-    The draw uses its own generator stream, so the epochs' orders do not depend on it.
+    The same on every rank and in every run with this seed (a resumed run holds out the
+    same samples). Accuracy on samples the model was fitted to rewards memorising, not
+    learning. With `fraction` 0 the validation indices are the training indices.
     """
     n_val = round(n_samples * fraction)
     if n_val == 0:

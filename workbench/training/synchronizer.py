@@ -16,11 +16,8 @@ from torch import nn
 
 
 class Synchronizer:
-    """No synchronization: the serial engine. Each engine overrides what it needs.
-
-    Every method is given the optimizer the loop steps with, so a synchronizer holds no
-    optimizer of its own.
-    """
+    """No synchronization: the serial engine. Each engine overrides what it needs; it is
+    given the optimizer the loop steps with, and holds none of its own."""
 
     def wait_for_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Return once every gradient of `optimizer`'s parameters is averaged over the ranks
@@ -31,11 +28,8 @@ class Synchronizer:
         return nullcontext()
 
     def backward_wait_s(self) -> float:
-        """Seconds the last backward pass itself was blocked on communication (DDP), else 0.
-
-        Read after the loop has settled the step's clock, because on a GPU the marks are
-        CUDA events that complete only when the GPU gets there.
-        """
+        """Seconds the last backward pass itself was blocked on communication (DDP), else 0;
+        read once the step's clock has settled (timing.py `StepTimer.split`)."""
         return 0.0
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
@@ -50,6 +44,7 @@ class Synchronizer:
     def synced_bytes(self) -> int | None:
         """Bytes of gradients this rank all-reduced in the last step, where the engine counts."""
         return None
+
     #: Measures what the rank holds and sends (workbench/sharded/memory.py's `Footprint`),
     #: where the engine sets one: its figures join every "step" line.
     measure: Callable[[], dict[str, int]] | None = None

@@ -63,10 +63,9 @@ def clock_for(device: torch.device) -> WallClock | CudaClock:
 class StepTimer:
     """Four clock marks per step: start, backward done, gradients averaged, step done.
 
-    Kept out of the step's lines so the step reads as SGD. `split()` turns the marks into
-    the step's metrics, in seconds: `step_time_s`, `compute_s` (forward + backward, less
-    any time the backward pass was blocked on communication) and `sync_s` (time blocked on
-    gradients: inside the backward pass, and waiting for them after it).
+    `split()` turns them into the step's metrics, in seconds: `step_time_s`, `compute_s`
+    (forward + backward, less the time the backward pass was blocked on communication) and
+    `sync_s` (time blocked on gradients: inside the backward pass, and after it).
     """
 
     def __init__(self, clock: WallClock | CudaClock) -> None:
