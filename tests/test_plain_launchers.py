@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -126,12 +127,8 @@ def test_a_plain_launchs_summary_names_the_first_error_and_survives_unreadable_r
     assert named["rank"] == 0 and named["error"].startswith("RuntimeError: gloo")
 
 
-@pytest.mark.parametrize("code, status", [(3, "failed"), ("bad", "failed"), (0, "succeeded")])
-def test_a_plain_ranks_sys_exit_after_job_record_counts_by_its_code(code, status, tmp_path,
-                                                                     monkeypatch):
-    """A plain launch writes the exit record and summary in an atexit handler, which cannot
-    see the exit code (and sys.excepthook never sees a SystemExit): sys.exit(3) must still
-    fail the rank, and sys.exit(0) succeed, as under the rank wrapper."""
+def _plain_close(tmp_path, monkeypatch):
+    """A plain launch's context for one rank, and the handler it left to close it at exit."""
     closers = []
     monkeypatch.setattr(atexit, "register", closers.append)
     monkeypatch.setattr(sys, "exit", sys.exit)              # each restored after the test
@@ -141,13 +138,55 @@ def test_a_plain_ranks_sys_exit_after_job_record_counts_by_its_code(code, status
     for name in ("HOROVOD_RANK", "RANK", "HOROVOD_SIZE", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     ctx = job_record(JobConfig(runs_dir=str(tmp_path), np=1))
+    [close] = closers
+    return ctx, close
+
+
+def _closed(ctx, close) -> tuple[dict, dict]:
+    close()
+    return (json.loads((ctx.run_dir / "exit" / "rank0.json").read_text()),
+            json.loads((ctx.run_dir / "summary.json").read_text()))
+
+
+@pytest.mark.parametrize("code, status", [(3, "failed"), ("bad", "failed"), (0, "succeeded"),
+                                          (None, "succeeded")])
+def test_a_plain_ranks_sys_exit_after_job_record_counts_by_its_code(code, status, tmp_path,
+                                                                     monkeypatch):
+    """A plain launch writes the exit record and summary in an atexit handler, which cannot
+    see the exit code (and sys.excepthook never sees a SystemExit): sys.exit(3) must still
+    fail the rank, and sys.exit(0) succeed, as under the rank wrapper."""
+    ctx, close = _plain_close(tmp_path, monkeypatch)
     with pytest.raises(SystemExit):
         sys.exit(code)
-    [close] = closers
-    close()
-    record = json.loads((ctx.run_dir / "exit" / "rank0.json").read_text())
+    record, summary = _closed(ctx, close)
     assert record["ok"] == (status == "succeeded"), record
-    assert json.loads((ctx.run_dir / "summary.json").read_text())["status"] == status
+    assert summary["status"] == status
+    if status == "failed":
+        assert record["error"] == f"SystemExit: {code}" and "Traceback" not in record["traceback"]
+
+
+def test_a_plain_ranks_sys_exit_in_a_thread_or_before_an_error_is_not_what_ended_it(
+        tmp_path, monkeypatch):
+    """sys.exit(3) in a thread ends only that thread: the rank still succeeds. And the error
+    that ended the process is the one named, not a sys.exit that came (and was caught)
+    before it."""
+    ctx, close = _plain_close(tmp_path, monkeypatch)
+    thread = threading.Thread(target=lambda: pytest.raises(SystemExit, sys.exit, 3))
+    thread.start()
+    thread.join()
+    record, summary = _closed(ctx, close)
+    assert record["ok"] and summary["status"] == "succeeded", record
+
+    ctx, close = _plain_close(tmp_path / "again", monkeypatch)
+    with pytest.raises(SystemExit):
+        sys.exit(2)                              # caught, and the rank carries on ...
+    try:
+        raise RuntimeError("the real failure")   # ... until this ends it
+    except RuntimeError as exc:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    record, summary = _closed(ctx, close)
+    assert record["error"] == "RuntimeError: the real failure", record
+    assert summary["status"] == "failed"
 
 
 @pytest.mark.parametrize("engine", training_engines())

@@ -28,6 +28,7 @@ import atexit
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -141,8 +142,11 @@ def create_run(cfg: JobConfig) -> Path:
 def _close_at_exit(ctx: RankContext) -> None:
     """Close `ctx` when the process ends, with the error that ended it: its exit record, and
     on rank 0 the summary. `atexit` cannot see that error, so `sys.excepthook` keeps it;
-    the hook never sees a SystemExit, so `sys.exit` keeps a non-zero one (0 is success, as
-    under the rank wrapper). A SIGTERM the context sees itself."""
+    the hook never sees a SystemExit, so `sys.exit` keeps a non-zero one raised on the main
+    thread (0 is success, as under the rank wrapper; in another thread it ends only that
+    thread). The last error kept is the one named. Limits: a `sys.exit(n)` the code catches
+    and carries on from still counts as a failure, and a bare `raise SystemExit(n)` or an
+    `os._exit` goes unseen. A SIGTERM the context sees itself."""
     failed: list[BaseException] = []
     shown = sys.excepthook
 
@@ -152,7 +156,8 @@ def _close_at_exit(ctx: RankContext) -> None:
 
     def leave(code: Any = None) -> NoReturn:
         exc = SystemExit(code)
-        if code not in (None, 0):
+        if code not in (None, 0) and threading.current_thread() is threading.main_thread():
+            exc.rank_traceback = f"SystemExit: {code}\n"  # (the frames would be ours)
             failed.append(exc)
         raise exc
 
@@ -160,7 +165,7 @@ def _close_at_exit(ctx: RankContext) -> None:
         # A SIGTERM now (torchrun ends every rank once one has failed) would raise Ended
         # inside this handler and lose the record: it is over already.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        exc = failed[0] if failed else None
+        exc = failed[-1] if failed else None
         if exc is None and ctx.ended:
             exc = Ended()
         ctx.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)
