@@ -117,6 +117,14 @@ def test_an_unpicklable_function_is_refused_before_anything_starts(tmp_path):
     assert "_thread.lock" in message
     assert not (tmp_path / "runs").exists()      # no run folder, so no process either
 
+    class Counter:
+        def step(self):
+            with lock:
+                return 1
+
+    with pytest.raises(workbench.ConfigError, match="the variable 'lock' it uses"):
+        workbench.launch(Counter().step, np=2, runs_dir=str(tmp_path / "runs"))  # a method
+
 
 def test_bad_targets_are_refused_in_one_line(tmp_path):
     with pytest.raises(workbench.ConfigError, match="no script at"):

@@ -80,7 +80,7 @@ def _sent(fn: Any, args: tuple[Any, ...]) -> list[tuple[str, Any]]:
     """(label, value) of what pickling `fn` with `args` sends: arguments, then the closure
     variables and globals of `fn` and of the functions it uses."""
     out: list[tuple[str, Any]] = [(f"argument {i + 1}", a) for i, a in enumerate(args)]
-    for f in functions_used(fn):
+    for f in functions_used(getattr(fn, "__func__", fn)):  # a bound method: its function
         cells = f.__closure__ or ()
         out += [(f"the variable '{n}' it uses", c.cell_contents)
                 for n, c in zip(f.__code__.co_freevars, cells, strict=False) if filled(c)]
