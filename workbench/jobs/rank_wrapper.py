@@ -15,7 +15,7 @@ the rank modules stay plain scripts that also run under the plain launchers
 - `workbench.report()` and `workbench.rank()` work inside it (rank_api.py);
 - a function's return value goes to `results/rank<k>.pkl`, which `job.results()` reads;
 - if your code raises, the exit record carries *your* frames only: the workbench's frames
-  and runpy's in front of them would only hide where it is;
+  and the importers' (runpy, importlib) in front of them would only hide where it is;
 - with the `fork` engine it is also its own launcher (`fork_ranks`): the labs' workers
   (workers.py) and `launch(fn, engine="fork")` start in a fraction of a second.
 
@@ -52,11 +52,11 @@ from workbench.training.rank_protocol import (
 #: which import a script or module (`python -m`, a pool rank's `import_module`). When the
 #: code itself is the workbench's (a lab's function, a rank module), only the launching
 #: frames are cut: this folder's and the importers'.
-_WORKBENCH = str(Path(__file__).resolve().parents[1])
+_WORKBENCH = os.path.join(Path(__file__).resolve().parents[1], "")  # ends in a separator
 #: The importers' frames: their files, or "<frozen ...>" where Python freezes them (3.11).
-_IMPORTERS = (runpy.__file__, "<frozen runpy>", str(Path(importlib.__file__).parent),
+_IMPORTERS = (runpy.__file__, "<frozen runpy>", os.path.join(Path(importlib.__file__).parent, ""),
               "<frozen importlib")
-_LAUNCHING = (str(Path(__file__).resolve().parent), *_IMPORTERS)
+_LAUNCHING = (os.path.join(Path(__file__).resolve().parent, ""), *_IMPORTERS)
 
 
 def main(argv: list[str] | None = None) -> None:
