@@ -361,6 +361,20 @@ def test_metrics_reader_holds_back_a_partial_line(tmp_path):
     assert reader.read_new() == [{"kind": "step", "a": 2}]
 
 
+def test_metrics_reader_skips_and_counts_a_line_that_is_not_json_or_not_utf8(tmp_path):
+    """A damaged line (a disk error, a crash mid-write on NFS) is counted and skipped; the
+    lines around it, and those of the next read, still arrive."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"kind": "step", "a": 1}\n\xff\xfe not utf-8\nnot json\n'
+                     b'{"kind": "step", "a": 2}\n')
+    reader = MetricsReader(path)
+    assert reader.read_new() == [{"kind": "step", "a": 1}, {"kind": "step", "a": 2}]
+    assert reader.bad_lines == 2
+    with open(path, "ab") as f:
+        f.write(b'{"kind": "step", "a": 3}\n')
+    assert reader.read_new() == [{"kind": "step", "a": 3}]
+
+
 def test_run_json_prints_the_summary_alone_and_runs_and_show_read_it_back(tmp_path, capsys):
     """One serial run through the CLI, checked three ways (one job, not one per command)."""
     runs = str(tmp_path / "runs")
