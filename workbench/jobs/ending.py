@@ -4,8 +4,10 @@ A job ends once, whoever asks first: the watcher (watch.py), `stop()`, or Python
 Ending tells remote ranks to stop (the owner's heartbeat says "stop"), has the launcher end
 what it runs elsewhere (a Slurm job is cancelled), ends every local process of the job
 (SIGTERM, then SIGKILL: processes.py), gives the job's cores back (cores.py) and writes
-`summary.json` atomically. If any step fails (a full disk, an unreadable file), the job
-still ends, as "failed" with that error in the summary: it never stays "running" for ever.
+`summary.json` atomically: how the job ran (ranks, cores, times), what its metrics add up
+to (records/summary.py) and, if it failed, which rank, with the last lines of its log. If
+any step fails (a full disk, an unreadable file), the job still ends, as "failed" with that
+error in the summary: it never stays "running" for ever.
 """
 
 from __future__ import annotations

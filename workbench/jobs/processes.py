@@ -5,8 +5,9 @@ group does not reach the ranks, and a launcher killed hard leaves them running. 
 workbench therefore finds a job's processes two ways and ends them all:
 
 1. the launcher and its descendants (psutil's process tree);
-2. any process whose environment carries this job's `WORKBENCH_RUN_ID`: every rank, also
-   one still starting up that has not written its pid file yet.
+2. any process whose environment carries this job's `WORKBENCH_RUN_ID`: the ranks, also
+   one still starting up that has not written its pid file yet (not one whose environment
+   this user may not read, or that started again with a clean one).
 
 Ranks on other hosts cannot be signalled from here (their pids belong to another process
 table): they end themselves when the owner's heartbeat says "stop" (records/liveness.py).

@@ -14,15 +14,18 @@ processes. They start them as the workbench runs any function on N ranks,
   `dist.send`/`dist.recv` and collectives;
 - failures, timeouts and Ctrl-C are handled by the `Job`: a worker that raises or dies ends
   the run at once, the others are ended (they may be blocked in `recv` waiting for it) and
-  `WorkerError` names the worker that failed. No process is left behind.
+  `WorkerError` names the worker that failed; a dead kernel ends the workers through their
+  owner watchdog, and processes.py reaps them. No process is left behind.
 
 **Why the fork engine, not torchrun as training uses.** Most of a worker's start-up is
 `import torch`; the `fork` engine imports it once and forks the workers
 (`rank_wrapper.fork_ranks`), so notebooks 03 and 04, which start six lab runs each, mostly on
-2-core machines, do not pay it per worker.
+2-core machines, do not pay it per worker. Training, which needs several hosts and
+Horovod, keeps horovodrun and torchrun.
 
 `fn` must live in a module (not a notebook cell). A module of your own (not installed) is
-sent by value; what it imports must be importable where the ranks start. Arguments are
+sent by value; what it imports must be importable where the ranks start (installed, or in
+the working folder). Arguments are
 pickled once into the run folder; keep them to a few MB.
 """
 

@@ -32,7 +32,9 @@ class CorruptRecord(ValueError):
 @contextlib.contextmanager
 def atomic_file(path: Path, durable: bool = False) -> Iterator[BinaryIO]:
     """A binary file to write `path` through: a temporary name beside it, renamed onto it
-    once the `with` block ends without an error (after one, `path` is left as it was).
+    once the `with` block ends without an error (`os.replace` is atomic: a reader sees the
+    old file or the new one); after an error the temporary file is removed and `path` is
+    left as it was.
     `durable`: also fsync before the rename, so that the file survives a power cut.
 
         with atomic_file(run_dir / "model.pt") as f:

@@ -16,7 +16,8 @@ those of one batch of k·b; only the last backward pass synchronizes (DDP's `no_
 Horovod's `backward_passes_per_step`): k times fewer bytes per sample.
 
 Each step records how long it *computed* (forward + backward) and how long it then waited
-for synchronization not hidden behind the backward pass (timing.py). What a rank builds
+for synchronization not hidden behind the backward pass (timing.py: the wall clock on
+CPUs, CUDA events on a GPU); the metrics are written after the step. What a rank builds
 first: setup.py; the held-out evaluation and the saved results: evaluation.py.
 """
 
@@ -81,7 +82,9 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Synchro
                precision: Callable[[], AbstractContextManager[Any]],
                after_backward: Callable[[], None]) -> tuple[torch.Tensor, torch.Tensor]:
     """One step of synchronous data-parallel SGD, the whole of it, on this rank's k·b
-    samples `xs`, `ys` (k micro-batches of b); returns (the outputs, the loss)."""
+    samples `xs`, `ys` (k micro-batches of b); returns (the outputs, the loss). The timer
+    marks the end of the backward passes (compute), of the wait for the averaged gradients
+    (synchronization not hidden behind backward) and of the update."""
     loss_fn = nn.CrossEntropyLoss()      # mean over the batch: the invariant needs the mean
     timer.start()
     optimizer.zero_grad()

@@ -29,7 +29,8 @@ class Synchronizer:
 
     def backward_wait_s(self) -> float:
         """Seconds the last backward pass itself was blocked on communication (DDP), else 0;
-        read once the step's clock has settled (timing.py `StepTimer.split`)."""
+        read once the step's clock has settled: on a GPU the marks are CUDA events that
+        complete only when the GPU gets there (timing.py)."""
         return 0.0
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
