@@ -60,13 +60,13 @@ from workbench.training.rank_protocol import (
 )
 
 
-def job_config(engine: str, argv: list[str] | None = None) -> JobConfig:
+def job_config(engine: str) -> JobConfig:
     """The job's configuration: its launcher's `config.json`, or under a plain launcher the
-    flags of `workbench run` (`argv`, else the command line; see `config_from_flags`)."""
+    flags of `workbench run` on the command line (see `config_from_flags`)."""
     ctx = current()
     if ctx is not None:
         return ctx.config
-    return config_from_flags(engine, launcher_identity()[1], argv)
+    return config_from_flags(engine, launcher_identity()[1])
 
 
 def job_record(cfg: JobConfig, share: Callable[[Any], Any] | None = None) -> RankContext:
