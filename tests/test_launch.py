@@ -15,6 +15,7 @@ import time
 import pytest
 
 import workbench
+from workbench.jobs.by_value import source_of
 from workbench.jobs.processes import job_processes, live_rank_pids
 from workbench.training import rank_protocol
 from workbench.ui import RunPanel
@@ -124,6 +125,17 @@ def test_an_unpicklable_function_is_refused_before_anything_starts(tmp_path):
 
     with pytest.raises(workbench.ConfigError, match="the variable 'lock' it uses"):
         workbench.launch(Counter().step, np=2, runs_dir=str(tmp_path / "runs"))  # a method
+
+
+def test_a_bound_method_sends_the_source_of_its_function_and_of_what_it_calls():
+    """So a traceback on a rank shows the method's lines, as it does a function's."""
+    class Model:
+        def step(self):
+            return _helper_that_fails(1)
+
+    files, lines = source_of(Model().step)
+    assert {name for name, _ in files} == {"step", "_helper_that_fails"}
+    assert set(files.values()) == {__file__} and lines[__file__]
 
 
 def test_bad_targets_are_refused_in_one_line(tmp_path):

@@ -80,7 +80,7 @@ def _sent(fn: Any, args: tuple[Any, ...]) -> list[tuple[str, Any]]:
     """(label, value) of what pickling `fn` with `args` sends: arguments, then the closure
     variables and globals of `fn` and of the functions it uses."""
     out: list[tuple[str, Any]] = [(f"argument {i + 1}", a) for i, a in enumerate(args)]
-    for f in functions_used(getattr(fn, "__func__", fn)):  # a bound method: its function
+    for f in functions_used(fn):
         cells = f.__closure__ or ()
         out += [(f"the variable '{n}' it uses", c.cell_contents)
                 for n, c in zip(f.__code__.co_freevars, cells, strict=False) if filled(c)]
@@ -181,12 +181,13 @@ def restore_source(roots: tuple[Any, ...], files: dict[tuple[str, int], str],
 
 
 def functions_used(*roots: Any) -> list[Any]:
-    """The plain Python functions among `roots`, and those they reach through their globals
-    and closures."""
+    """The plain Python functions among `roots` (a bound method: its function), and those
+    they reach through their globals and closures."""
     found: dict[int, Any] = {}
     todo = list(roots)
     while todo:
         f = todo.pop()
+        f = f.__func__ if inspect.ismethod(f) else f
         if not inspect.isfunction(f) or id(f) in found:
             continue
         found[id(f)] = f
