@@ -39,11 +39,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from workbench.jobs import pool_channel, rank_api
+from workbench.jobs import pool_channel
 from workbench.jobs.by_value import unpickle_call
 from workbench.jobs.rank_wrapper import save_result, user_traceback
 from workbench.training.context import this_rank
-from workbench.training.rank_protocol import RankContext
+from workbench.training.rank_protocol import RankContext, attach
 
 #: The file name tracebacks give to the code of a `%%ranks` cell.
 CELL_FILE = "<ranks cell>"
@@ -119,7 +119,7 @@ class Rank:
                            t0=header["t0"])
         try:
             with call:
-                rank_api.attach(call)
+                attach(call)
                 self.running = header["id"]
                 try:
                     value = execute(header, payload, call)
@@ -135,7 +135,7 @@ class Rank:
         except BaseException:  # noqa: BLE001 - in the call's exit record and log
             return False
         finally:
-            rank_api.attach(ctx)
+            attach(ctx)
             call.restore()
 
 

@@ -27,18 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workbench.training import rank_protocol
-from workbench.training.rank_protocol import RankContext, current, launcher_identity
-
-_last: dict[str, float | None] = {"epoch": 0, "step": -1, "time": None}
-
-
-def attach(ctx: RankContext | None) -> None:
-    """Make `report()` write into `ctx`'s run (the rank wrapper, rank_wrapper.py, and a pool's
-    call do it); None: into no run."""
-    rank_protocol.attach(ctx)
-    _last.update(epoch=0, step=-1, time=None)
-
+from workbench.training.rank_protocol import current, launcher_identity
 
 #: What this rank keeps between calls on purpose (see `kept`).
 _kept: dict[str, Any] = {}
@@ -86,19 +75,20 @@ def report(**metrics: Any) -> None:
     if ctx is None:
         return
     values = {name: _number(name, value) for name, value in metrics.items()}
+    last = ctx.reported
     now = ctx.now()
     kind = "epoch" if "epoch" in values and "step" not in values else "step"
     if kind == "step":
-        step = int(values.pop("step", _last["step"] + 1))
-        epoch = int(values.pop("epoch", _last["epoch"]))
+        step = int(values.pop("step", last["step"] + 1))
+        epoch = int(values.pop("epoch", last["epoch"]))
         line = {"epoch": epoch, "step": step, "loss": math.nan, "accuracy": math.nan,
-                "samples": 0, "step_time_s": 0.0 if _last["time"] is None else now - _last["time"],
+                "samples": 0, "step_time_s": 0.0 if last["time"] is None else now - last["time"],
                 **values}
-        _last.update(step=step, epoch=epoch, time=now)
+        last.update(step=step, epoch=epoch, time=now)
     else:
         epoch = int(values.pop("epoch"))
         line = {"epoch": epoch, "loss": math.nan, "accuracy": math.nan, **values}
-        _last.update(epoch=epoch)
+        last.update(epoch=epoch)
     ctx.metric(kind, **line)
 
 

@@ -37,12 +37,12 @@ from typing import Any, NoReturn
 
 import cloudpickle
 
-from workbench.jobs import rank_api
 from workbench.jobs.by_value import PAYLOAD, load_function, run_function
 from workbench.records.store import atomic_file
 from workbench.training.rank_protocol import (
     ENV_RUN_DIR,
     RankContext,
+    attach,
     launcher_identity,
     load_env_file,
 )
@@ -81,14 +81,14 @@ def run_rank(body: Callable[[RankContext], Any], own_code: bool = True) -> None:
     load_env_file()  # the job's secret --env values, from their 0600 file
     rank, size, local_rank = launcher_identity()
     with RankContext(Path(os.environ[ENV_RUN_DIR]), rank, size, local_rank) as ctx:
-        rank_api.attach(ctx)
+        attach(ctx)
         try:
             value = body(ctx)
         except BaseException as exc:
             exc.rank_traceback = user_traceback(exc, own_code)  # see RankContext.__exit__
             raise
         finally:
-            rank_api.attach(None)  # the context closes next: nothing may report into it after
+            attach(None)  # the context closes next: nothing may report into it after
         _leave_process_group()
         if own_code:
             save_result(ctx.run_dir, ctx.rank, value)

@@ -117,6 +117,8 @@ class RankContext:
         self.config = self._load_config()
         self._metrics_fd = -1
         self._closing_since: float | None = None  # set while __exit__ writes the exit record
+        #: The last step, epoch and time `workbench.report()` wrote here (jobs/rank_api.py).
+        self.reported: dict[str, float | None] = {"epoch": 0, "step": -1, "time": None}
 
     def _load_config(self) -> JobConfig:
         """This job's configuration, or exit at once with one line (see the module docstring)."""
