@@ -44,7 +44,8 @@ def test_every_rank_waits_for_the_straggler(tmp_path):
     # ... and the fast rank spends it waiting in the allreduce, not computing.
     fast = slow["per_rank"][0]
     assert fast["sync_s"] - base["per_rank"][0]["sync_s"] > 0.6 * DELAY
-    assert fast["compute_s"] < 0.5 * DELAY
+    # Compared with its own baseline: on a loaded machine the compute alone can take 0.05 s.
+    assert fast["compute_s"] - base["per_rank"][0]["compute_s"] < 0.5 * DELAY
     assert slow["step_time_s"] > base["step_time_s"] + 0.6 * DELAY
     # The k = 0 estimate reproduces the measured step time; dropping the straggler's
     # gradient would give back most of the delay.
