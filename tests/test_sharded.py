@@ -151,6 +151,8 @@ def test_run_charts_show_each_ranks_bytes_held_and_sent():
     assert held["category"] == ["rank 0", "rank 1", "DDP (same model)"]
     assert held["parameters"] == [4.0, 4.0, 4.0] and held["gradients"] == [2.0, 1.0, 3.0]
     assert held["optimizer state"] == [1.0, 1.0, 2.0]
+    sent = zero2.sources["sent"].data   # the ranks' bars only, one value each
+    assert sent["category"] == ["rank 0", "rank 1"] and sent["value"] == [3.0, 3.0]
 
 
 def test_the_training_panel_charts_a_sharded_job_beside_ddp():

@@ -248,11 +248,11 @@ class RunCharts:
         mb = {name: [float(self._held.get(r, {}).get(field, 0)) / 1e6 for r in range(self.np)]
               for name, field in MEMORY_STACKS.items()}
         if self.sharded:  # beside the ranks, DDP: a sharded state whole, the others rank 0's
-            cats = [*cats, DDP_BAR]
             for name, values in mb.items():
                 values.append(sum(values) if STATE_OF[name] in self.sharded else values[0])
-        self.sources["memory"].data = {"category": cats, **mb}
-        self.sources["sent"].data = {
+        self.sources["memory"].data = {"category": [*cats, DDP_BAR] if self.sharded else cats,
+                                       **mb}
+        self.sources["sent"].data = {  # the ranks only: no DDP bar beside them here
             "category": cats,
             "value": [float(self._held.get(r, {}).get("sent_bytes", 0)) / 1e6
                       for r in range(self.np)]}
