@@ -244,6 +244,25 @@ def test_the_per_user_limit_is_one_on_a_hub_and_holds_only_that_user(two_cores, 
     assert ann_again.poll()
 
 
+@needs_two_cores
+def test_a_job_that_starts_unbound_after_queueing_names_its_run_in_the_warning(
+        tmp_path, two_cores, monkeypatch):
+    """Its warning is given from the queue's thread, where no line of the caller's is."""
+    holder = ticket(1, "ann", monkeypatch)              # on a hub: ann's one job at a time
+    assert holder.poll()
+    with pytest.warns(UserWarning, match="speedups will flatten"):  # said at once
+        job = start(tmp_path, threads_per_rank=3)       # 3 cores of 2: unbound, in its turn
+    assert job.status == "queued" and len(job.warnings) == 1
+    with pytest.warns(UserWarning) as said:
+        holder.release()
+        assert job.wait(120) == "succeeded"
+    text = "this job needs 3 cores and the host has 2: it runs without cores of its own"
+    [warned] = [w for w in said if text in str(w.message)]
+    assert str(warned.message) == f"run {job.run_id}: {text}"
+    assert Path(warned.filename).name == "job.py"       # not threading.py
+    assert job.warnings[1:] == [text] and job.summary["warnings"] == job.warnings
+
+
 def test_entries_of_a_dead_owner_are_dropped(tmp_path, monkeypatch):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     owner = cores.owner_id(gone.pid)

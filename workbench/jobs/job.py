@@ -109,8 +109,11 @@ class Job(Watching, Ending):
 
     def _warn(self, text: str, stacklevel: int) -> None:
         """Keep `text` among the job's warnings (the CLI and the panel show them), and warn
-        `stacklevel` frames above the caller."""
+        `stacklevel` frames above the caller. From the queue's thread there is no caller's
+        line to point at, so the warning names the run instead."""
         self.warnings.append(text)
+        if threading.current_thread().name == f"queue-{self.run_id}":
+            text, stacklevel = f"run {self.run_id}: {text}", 0
         warnings.warn(text, stacklevel=stacklevel + 1)
 
     # ------------------------------------------------------------------ public API
