@@ -171,8 +171,10 @@ def test_three_one_rank_jobs_on_two_cores(tmp_path, monkeypatch, two_cores, when
     monkeypatch.setenv(cores.ENV_WHEN_BUSY, when_busy)
     first, second = start(tmp_path, threads_per_rank=1), start(tmp_path, threads_per_rank=1)
     with pytest.warns(UserWarning, match="shares cores") if when_busy == "unbound" else (
-            contextlib.nullcontext()):
+            contextlib.nullcontext()) as said:
         third = start(tmp_path, threads_per_rank=1)
+    if said:  # from the caller's line (here, start() above), not the workbench's
+        assert {w.filename for w in said} == {__file__}
     jobs = [first, second, third]
     assert first.status == second.status == "running"
     assert sorted(first.cores + second.cores) == two_cores        # disjoint, one core each

@@ -228,10 +228,11 @@ def test_a_pool_holds_its_cores_and_a_job_queued_behind_them_is_told(tmp_path, m
                            threads_per_rank=threads)
     pool.wait_ready(240)
     assert len(set(pool.job.cores)) == 2 * threads
-    with pytest.warns(UserWarning, match="waits for cores that your warm ranks hold"):
+    with pytest.warns(UserWarning, match="waits for cores that your warm ranks hold") as said:
         job = workbench.start(workbench.JobConfig(  # one core more than the pool leaves
             engine="serial", np=1, model="logreg", epochs=1, max_steps=2,
             threads_per_rank=host - 2 * threads + 1, runs_dir=str(tmp_path / "runs")))
+    assert {w.filename for w in said if "warm ranks" in str(w.message)} == {__file__}
     assert job.status == "queued" and not isinstance(job, PoolCall)
     pool.close()
     assert job.wait(120) == "succeeded", job.summary

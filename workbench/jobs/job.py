@@ -11,7 +11,9 @@ never stays "running" for ever. Under Slurm (slurm.py) it is "pending" while Slu
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
+import sys
 import threading
 import time
 import warnings
@@ -45,6 +47,8 @@ QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come
 #: The module every rank runs: it opens the rank's context, then runs the rank's code.
 RANK_WRAPPER = "workbench.jobs.rank_wrapper"
 _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
+#: Frames in this folder are the workbench's own: a warning points past them.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__)) + os.sep
 
 
 class Job(Watching, Ending):
@@ -80,7 +84,7 @@ class Job(Watching, Ending):
         if self._launcher.shares_this_host and cfg.oversubscribed():  # said at once
             self._warn(f"{cfg.world_size} ranks x {cfg.resolved_threads()} threads exceed the "
                        f"{cpu_budget().usable} cores this host gives us: ranks will share cores "
-                       "and speedups will flatten", stacklevel=3)
+                       "and speedups will flatten")
         if self._ticket.poll():
             try:
                 self._launch(module, args)
@@ -105,16 +109,21 @@ class Job(Watching, Ending):
         if pools and module != POOL_RANK_MODULE:
             self._warn(f"this job waits for cores that your warm ranks hold "
                        f"({', '.join(map(repr, pools))}): close the pool (pool.close()) to "
-                       "free them", stacklevel=4)
+                       "free them")
 
-    def _warn(self, text: str, stacklevel: int) -> None:
+    def _warn(self, text: str) -> None:
         """Keep `text` among the job's warnings (the CLI and the panel show them), and warn
-        `stacklevel` frames above the caller. From the queue's thread there is no caller's
-        line to point at, so the warning names the run instead."""
+        from the first line outside the workbench that led here: the caller's cell or
+        script, however deep the path (start, launch, a pool). From the queue's thread no
+        caller's line led here, so the warning names the run instead."""
         self.warnings.append(text)
         if threading.current_thread().name == f"queue-{self.run_id}":
-            text, stacklevel = f"run {self.run_id}: {text}", 0
-        warnings.warn(text, stacklevel=stacklevel + 1)
+            warnings.warn(f"run {self.run_id}: {text}", stacklevel=1)
+            return
+        level, frame = 2, sys._getframe(1)
+        while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            level, frame = level + 1, frame.f_back
+        warnings.warn(text, stacklevel=level)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -262,7 +271,7 @@ class Job(Watching, Ending):
         if secret:  # values in a 0600 file, never on a command line (environment.py)
             env[ENV_FILE] = str(write_env_file(self.run_dir, secret))
         if self._ticket.warning:
-            self._warn(self._ticket.warning, stacklevel=3)
+            self._warn(self._ticket.warning)
         self._started = time.time()
         if module != RANK_WRAPPER:  # every rank runs in the wrapper, which opens its context
             module, args = RANK_WRAPPER, ["--module", module, *args]

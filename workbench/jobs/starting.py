@@ -42,7 +42,7 @@ def start(cfg: JobConfig, pool: Pool | None = None) -> Job:
     pool = pool or pool_for(cfg)
     job = pool._train(cfg, module) if pool is not None else Job(cfg, module, [])
     if note:
-        job._warn(note, stacklevel=2)
+        job._warn(note)
     return job
 
 
@@ -67,7 +67,7 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
     cfg, note = _checked(cfg)
     job = Job(cfg, module, list(args or []), files)
     if note:
-        job._warn(note, stacklevel=2)
+        job._warn(note)
     return job
 
 
