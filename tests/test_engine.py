@@ -19,6 +19,7 @@ import workbench
 from workbench.cli import main as cli_main
 from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
+from workbench.jobs import cores as cores_module
 from workbench.jobs.processes import job_processes, rank_pids
 from workbench.lessons.runs import step_split
 from workbench.records import MetricsReader, events, load_run, of_kind
@@ -299,7 +300,8 @@ def test_naive_engine_names_the_rank_that_failed(tmp_path):
 
 
 # ----------------------------------------------------------------- the record of a run
-def test_four_jobs_at_once_find_free_ports_and_each_keeps_its_record_and_cores(tmp_path):
+def test_four_jobs_at_once_find_free_ports_and_each_keeps_its_record_and_cores(tmp_path,
+                                                                              monkeypatch):
     """Four jobs started at once, two per launcher, so that each launcher must find ports
     of its own; then each shows what its kind of run must:
 
@@ -308,7 +310,11 @@ def test_four_jobs_at_once_find_free_ports_and_each_keeps_its_record_and_cores(t
     - Horovod and DDP with `cpu_bind="none"`: every rank may run on every core;
     - DDP with one rank more than the cores: it warns, records its threads, and the extra
       rank wraps round to core 0.
+
+    The four share a queue of their own: behind another test's waiting job the crowded one
+    would queue, and warn later from the queue rather than from the caller's line.
     """
+    monkeypatch.setenv(cores_module.ENV_SHARED_DIR, str(tmp_path / "shared"))
     cores = os.cpu_count() or 1
     allowed = sorted(os.sched_getaffinity(0))
 
