@@ -238,10 +238,13 @@ def test_stop_reaches_a_rank_through_the_owners_heartbeat(tmp_path, modules):
         from workbench.training.context import this_rank
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         ctx = this_rank()
+        ctx.metric("event", message="deaf to SIGTERM")
         time.sleep(120)
     """)
     job = start_module("serial", 1, name, runs_dir=str(tmp_path / "runs"))
-    until_ranks(job)
+    until_ranks(job)  # and until the rank ignores SIGTERM: a stop before would end it so
+    until(lambda: any(r.get("message") == "deaf to SIGTERM"
+                      for r in of_kind(job.metrics(), "event")), 60, "the rank to ignore SIGTERM")
     began = time.monotonic()
     job.stop()
     assert time.monotonic() - began <= 5.0
