@@ -56,7 +56,9 @@ def dense_stack(s: Sizes) -> Stack:
 
 
 def gap(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max())
+    """The largest absolute difference (outputs still in the autograd graph are detached:
+    a number read from them needs no gradient)."""
+    return float((a.detach() - b.detach()).abs().max())
 
 
 def megatron_vs_dense(rank: int, size: int, s: Sizes) -> dict[str, Any]:
