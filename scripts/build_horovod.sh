@@ -165,6 +165,13 @@ if [ "$gpu_ops" = none ] && [[ "$torch_version" == *+cpu ]] \
     rmdir "$legacy" 2>/dev/null || true
 fi
 
+# The major version of the cmake on PATH, or "none".
+cmake_major() {
+    local v
+    v=$(cmake --version 2>/dev/null | sed -n '1s/^cmake version \([0-9]*\).*/\1/p')
+    echo "${v:-none}"
+}
+
 # Every check that can fail before compiling, so the message names the missing piece.
 preflight() {
     command -v "$CXX_BIN" >/dev/null 2>&1 \
@@ -174,12 +181,14 @@ preflight() {
     if [ -n "$major" ] && [ "$major" -lt 7 ] 2>/dev/null; then
         fail "$CXX_BIN $major is too old for C++17" "install g++ 7 or newer (apt-get install g++)"
     fi
-    if ! command -v cmake >/dev/null 2>&1; then
-        note "cmake not found: installing it from PyPI into the environment."
+    # CMake 4 refuses the CMake 2.8 minimum of the gloo and flatbuffers that Horovod bundles
+    # ("Compatibility with CMake < 3.5 has been removed"): a CMake 3 is needed.
+    if [ "$(cmake_major)" = none ] || [ "$(cmake_major)" -ge 4 ]; then
+        note "no CMake 3 on PATH ($(cmake_major)): installing one from PyPI into the environment."
         pipq install -q "cmake>=3.13,<4" || true
         export PATH="$(dirname "$PY"):$PATH"
-        command -v cmake >/dev/null 2>&1 \
-            || fail "cmake not found" "install it: apt-get install cmake (or pip install 'cmake<4')"
+        [ "$(cmake_major)" = 3 ] || fail "CMake 3 not found (Horovod $VERSION cannot be configured by CMake 4)" \
+            "install a CMake 3 (apt-get install cmake on Debian 12 or Ubuntu 24.04), or pip install 'cmake<4'"
     fi
     "$PY" - <<'EOF' || fail "Python headers (Python.h) missing" "install them: apt-get install python3-dev"
 import os, sysconfig
@@ -200,6 +209,8 @@ explain_failure() {
         fail "Python headers (Python.h) missing" "apt-get install python3-dev"
     elif grep -qE "internal compiler error: Killed|Killed signal terminated" "$LOG"; then
         fail "the compiler ran out of memory" "build with one job: MAKEFLAGS=-j1 make horovod"
+    elif grep -q "Compatibility with CMake < 3.5 has been removed" "$LOG"; then
+        fail "CMake 4 cannot configure Horovod $VERSION's bundled gloo" "pip install 'cmake<4'"
     elif grep -q "Could NOT find NCCL" "$LOG"; then
         fail "CMake did not find NCCL" "set HOROVOD_NCCL_HOME to a folder with include/nccl.h and lib/libnccl.so"
     elif grep -q "fatal error: .*: No such file or directory" "$LOG"; then
@@ -259,6 +270,13 @@ build_wheel() {
         "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
     grep -q 'CMAKE_CXX_STANDARD 17' "$src/horovod/torch/CMakeLists.txt" \
         || fail "the C++17 patch did not apply" "report this: the sdist layout changed"
+    # GCC 13 no longer brings <string> and <stdexcept> in through other headers, and two
+    # of Horovod's headers relied on that ("'logic_error' is not a member of 'std'").
+    sed -i 's/^#include <functional>$/&\n#include <stdexcept>/' "$src/horovod/common/common.h"
+    sed -i 's/^#include <mutex>$/&\n#include <string>/' "$src/horovod/common/group_table.h"
+    grep -q '#include <stdexcept>' "$src/horovod/common/common.h" \
+        && grep -q '#include <string>' "$src/horovod/common/group_table.h" \
+        || fail "the GCC 13 include patch did not apply" "report this: the sdist layout changed"
     # Optimised without debug symbols (Horovod's default is RelWithDebInfo): compiles
     # faster on 2 cores and makes a smaller wheel. HOROVOD_DEBUG=1 still gives Debug.
     sed -i "s/else 'RelWithDebInfo'/else 'Release'/" "$src/setup.py"

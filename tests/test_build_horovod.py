@@ -142,3 +142,40 @@ def test_sdist_with_a_wrong_sha256_is_refused(tmp_path: Path) -> None:
     assert "sha256" in result.stderr and "92a43f5a94c4" in result.stderr
     assert not list((tmp_path / "wheels").rglob("*.whl")), "nothing may be built"
     assert not (tmp_path / "wheels" / "sdist" / fake.name).exists(), "a bad sdist is not kept"
+
+
+FAKE_PIP = """
+import pathlib, sys
+if {gives_cmake3} and "install" in sys.argv and any(a.startswith("cmake") for a in sys.argv):
+    cmake = pathlib.Path({folder!r}) / "cmake"   # pip puts it beside the interpreter
+    cmake.write_text("#!/bin/sh\\necho 'cmake version 3.31.6'\\n")
+    cmake.chmod(0o755)
+"""
+
+
+@pytest.mark.skipif(not Path("/usr/bin/g++").exists(), reason="needs g++ to pass preflight")
+@pytest.mark.parametrize("gives_cmake3", [True, False])
+def test_cmake_4_is_passed_over_for_a_cmake_3_from_pypi(tmp_path: Path, gives_cmake3) -> None:
+    """CMake 4 refuses the CMake 2.8 minimum of the libraries Horovod 0.28.1 bundles, so a
+    CMake 4 first on PATH makes the build install a CMake 3 beside the interpreter (here a
+    fake pip's), and use it; if none comes, it stops, saying so. The build then stops at
+    the (bad) source, which shows that the checks before it passed."""
+    python, env = fake_machine(tmp_path, "2.13.0+cpu", None, None)
+    cmake4 = tmp_path / "cuda" / "bin" / "cmake"          # first on the fake PATH
+    cmake4.write_text("#!/bin/sh\necho 'cmake version 4.1.2'\n")
+    cmake4.chmod(0o755)
+    (tmp_path / "site" / "pip").mkdir()
+    (tmp_path / "site" / "pip" / "__init__.py").write_text("")
+    (tmp_path / "site" / "pip" / "__main__.py").write_text(
+        FAKE_PIP.format(gives_cmake3=gives_cmake3, folder=str(tmp_path)))
+    fake = tmp_path / "horovod-0.28.1.tar.gz"
+    fake.write_bytes(b"not the release")
+    result = build(python, {**env, "WORKBENCH_HOROVOD_SDIST": str(fake)})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "no CMake 3 on PATH (4): installing one from PyPI" in result.stdout
+    if gives_cmake3:
+        assert "sha256" in result.stderr, result.stderr   # got past the CMake check
+    else:
+        assert "CMake 3 not found (Horovod 0.28.1 cannot be configured by CMake 4)" in (
+            result.stderr)
+        assert "pip install 'cmake<4'" in result.stderr
