@@ -198,3 +198,16 @@ def test_doctor_warns_when_cuda_is_there_but_horovod_has_no_nccl(report: dict[st
     if not report["torch"]["cuda_available"]:    # no GPU, no line about GPUs
         assert verdicts.gpu_horovod_check(report["torch"], report["horovod"]) is None
         assert "Horovod on GPUs" not in [c["name"] for c in report["checks"]]
+
+
+def test_doctor_warns_of_a_torch_other_than_the_pinned_one(report: dict[str, Any]) -> None:
+    """This machine's torch is the pinned one (the set-up installs it); another version is
+    a warning that names the pin, local builds (+cpu, +cu130) being the same version."""
+    pinned = report["torch"]["pinned"]
+    assert pinned and re.search(rf'"torch=={re.escape(pinned)}"',
+                                (Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert verdicts.torch_check(report["torch"]).status == "ok"
+    assert verdicts.torch_check({**report["torch"], "version": f"{pinned}+cu130"}).status == "ok"
+    older = verdicts.torch_check({**report["torch"], "version": "2.11.0+cu130"})
+    assert older.status == "warn" and f"pinned to and tested with {pinned}" in older.detail
+    assert f"install torch=={pinned}" in older.fix

@@ -73,6 +73,7 @@ def torch_info() -> dict[str, Any]:
     return {
         "installed": True,
         "version": torch.__version__,
+        "pinned": pinned_torch(),
         "cuda_available": cuda,
         "cuda_version": torch.version.cuda,
         "threads": torch.get_num_threads(),
@@ -82,6 +83,20 @@ def torch_info() -> dict[str, Any]:
             "mpi": dist.is_available() and dist.is_mpi_available(),
         },
     }
+
+
+def pinned_torch() -> str | None:
+    """The torch version the workbench is pinned to (pyproject.toml's `torch==...`), as the
+    installed package's metadata says; None when the workbench is not installed."""
+    try:
+        requirements = metadata.requires("workbench") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for requirement in requirements:
+        pin = re.fullmatch(r"torch\s*==\s*([\w.]+)", requirement.split(";")[0].strip())
+        if pin:
+            return pin.group(1)
+    return None
 
 
 def start_horovod_probe() -> subprocess.Popen[str]:

@@ -34,6 +34,13 @@ def torch_check(t: dict[str, Any]) -> Check:
     if not t["backends"]["gloo"]:
         return Check("PyTorch", "warn", detail, "this PyTorch has no gloo back-end: "
                      "--engine torch cannot run on CPUs; install torch from pypi.org")
+    pinned = t.get("pinned")
+    if pinned and t["version"].split("+")[0] != pinned:
+        return Check("PyTorch", "warn", f"{detail}; the workbench is pinned to and tested with "
+                     f"{pinned}: with another version some engines may fail (ZeRO calls "
+                     "collectives that torch 2.13 names, e.g. all_gather_single)",
+                     f"install torch=={pinned} (on GPUs its CUDA build for your driver), then "
+                     "make setup")
     return Check("PyTorch", "ok", detail)
 
 
