@@ -41,12 +41,15 @@ def test_every_rank_waits_for_the_straggler(tmp_path):
     # Every rank's step now takes at least the straggler's delay ...
     for rank in slow["per_rank"]:
         assert rank["step_time_s"] > 0.8 * DELAY
-    # ... and the fast rank spends it waiting in the allreduce, not computing.
+    # ... and the fast rank spends it waiting in the allreduce, not computing. Compared with
+    # the delay itself, not the baseline's wait: the allreduce's own latency (Horovod's
+    # cycle, 35 ms per step seen on a loaded machine) runs while the fast rank waits, so the
+    # two do not add up. Its compute is compared with its own baseline: on a loaded machine
+    # the compute alone can take 0.05 s.
     fast = slow["per_rank"][0]
-    assert fast["sync_s"] - base["per_rank"][0]["sync_s"] > 0.6 * DELAY
-    # Compared with its own baseline: on a loaded machine the compute alone can take 0.05 s.
+    assert fast["sync_s"] > 0.6 * DELAY
     assert fast["compute_s"] - base["per_rank"][0]["compute_s"] < 0.5 * DELAY
-    assert slow["step_time_s"] > base["step_time_s"] + 0.6 * DELAY
+    assert slow["step_time_s"] > max(base["step_time_s"], 0.8 * DELAY)
     # The k = 0 estimate reproduces the measured step time; dropping the straggler's
     # gradient would give back most of the delay.
     assert slow["if_dropped"][0]["step_time_s"] == pytest.approx(slow["step_time_s"], rel=0.3)
