@@ -183,8 +183,10 @@ preflight() {
     fi
     # CMake 4 refuses the CMake 2.8 minimum of the gloo and flatbuffers that Horovod bundles
     # ("Compatibility with CMake < 3.5 has been removed"): a CMake 3 is needed.
-    if [ "$(cmake_major)" = none ] || [ "$(cmake_major)" -ge 4 ]; then
-        note "no CMake 3 on PATH ($(cmake_major)): installing one from PyPI into the environment."
+    local cmake_version
+    cmake_version=$(cmake_major)
+    if [ "$cmake_version" = none ] || [ "$cmake_version" -ge 4 ]; then
+        note "no CMake 3 on PATH ($cmake_version): installing one from PyPI into the environment."
         pipq install -q "cmake>=3.13,<4" || true
         export PATH="$(dirname "$PY"):$PATH"
         [ "$(cmake_major)" = 3 ] || fail "CMake 3 not found (Horovod $VERSION cannot be configured by CMake 4)" \
