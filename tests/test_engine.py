@@ -19,6 +19,7 @@ import workbench
 from workbench.cli import main as cli_main
 from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
+from workbench.hosts.cpu import cpu_budget
 from workbench.jobs import cores as cores_module
 from workbench.jobs.processes import job_processes, rank_pids
 from workbench.lessons.runs import step_split
@@ -383,12 +384,20 @@ def test_metrics_reader_skips_and_counts_a_line_that_is_not_json_or_not_utf8(tmp
 
 
 def test_run_json_prints_the_summary_alone_and_runs_and_show_read_it_back(tmp_path, capsys):
-    """One serial run through the CLI, checked three ways (one job, not one per command)."""
+    """One serial run through the CLI, checked three ways (one job, not one per command).
+    It asks for one thread more than the host's cores, so it also shows how the CLI warns:
+    each warning once, on one line, beside the JSON rather than in it."""
     runs = str(tmp_path / "runs")
+    threads = str(cpu_budget().usable + 1)
     code = cli_main(["run", "--engine", "serial", "--np", "1", "--epochs", "1", "--model",
-                     "mlp", "--width", "32", "--dataset", "digits", "--runs-dir", runs, "--json"])
-    out = json.loads(capsys.readouterr().out)
+                     "mlp", "--width", "32", "--dataset", "digits", "--runs-dir", runs, "--json",
+                     "--threads-per-rank", threads])
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
     assert code == 0 and out["status"] == "succeeded"
+    shown = captured.err.splitlines()
+    assert len(shown) == 2 and all(line.startswith("warning: ") for line in shown), shown
+    assert "threads exceed" in shown[0] and "without cores of its own" in shown[1], shown
     assert Path(out["run_dir"]).name == out["run_id"]
     assert cli_main(["runs", "--runs-dir", runs, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)

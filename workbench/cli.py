@@ -11,6 +11,7 @@ import argparse
 import importlib
 import json
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -100,7 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    with warnings.catch_warnings():
+        warnings.showwarning = show_warning
+        return int(args.func(args) or 0)
+
+
+def show_warning(message: Warning | str, *_: object, **__: object) -> None:
+    """Show a warning the way the CLI shows errors, on one line of stderr: a job's warning
+    names the caller's line (jobs/job.py), which in a console script means nothing."""
+    print(f"warning: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -31,9 +31,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"workbench: error: {exc}", file=sys.stderr)
         return 2
     quiet = args.json
-    if not quiet:
-        for warning in job.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
+    if not quiet:  # its warnings are already shown, once each (cli.py)
         print(f"run {job.run_id}  ({job.config.engine}, {job.world_size} rank(s))  -> "
               f"{job.run_dir}")
     try:
