@@ -257,6 +257,8 @@ def test_a_huge_closure_is_refused_at_once_and_a_large_one_warns_with_its_size(t
     def uses_medium():
         return medium.sum()
 
-    with pytest.warns(UserWarning, match=r"sends 48 MiB to the ranks \(the variable 'medium'"):
+    sends = r"sends 48 MiB to the ranks \(the variable 'medium'"
+    with pytest.warns(UserWarning, match=sends) as shown:
         assert round(check_payload(uses_medium, (), 256.0)) == 48
+    assert [w.filename for w in shown] == [__file__], "the warning points at the caller's line"
     assert check_payload(lambda x: x, (b"small",), 256.0) < 1

@@ -16,13 +16,13 @@ import inspect
 import linecache
 import sys
 import sysconfig
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
 
+from workbench.caller import warn_caller
 from workbench.config import ConfigError
 from workbench.records.private import read_own
 
@@ -71,8 +71,7 @@ def check_payload(fn: Callable[..., Any], args: tuple[Any, ...], max_mb: float) 
         raise ConfigError(f"{what}, more than max_payload_mb={max_mb:g}: load or create it "
                           "inside the function (each rank reads it itself), or pass a larger "
                           "max_payload_mb")
-    warnings.warn(f"{what}: pickling it into the run folder takes a few seconds",
-                  stacklevel=3)
+    warn_caller(f"{what}: pickling it into the run folder takes a few seconds")
     return total
 
 

@@ -11,15 +11,14 @@ never stays "running" for ever. Under Slurm (slurm.py) it is "pending" while Slu
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
-import sys
 import threading
 import time
 import warnings
 import weakref
 from typing import Any
 
+from workbench.caller import warn_caller
 from workbench.config import JobConfig
 from workbench.engines import ENGINES
 from workbench.hosts.cpu import cpu_budget
@@ -47,8 +46,6 @@ QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come
 #: The module every rank runs: it opens the rank's context, then runs the rank's code.
 RANK_WRAPPER = "workbench.jobs.rank_wrapper"
 _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
-#: Frames in this folder are the workbench's own: a warning points past them.
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__)) + os.sep
 
 
 class Job(Watching, Ending):
@@ -120,10 +117,7 @@ class Job(Watching, Ending):
         if threading.current_thread().name == f"queue-{self.run_id}":
             warnings.warn(f"run {self.run_id}: {text}", stacklevel=1)
             return
-        level, frame = 2, sys._getframe(1)
-        while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-            level, frame = level + 1, frame.f_back
-        warnings.warn(text, stacklevel=level)
+        warn_caller(text)
 
     # ------------------------------------------------------------------ public API
     @property
