@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -130,11 +131,21 @@ KERNEL_CONNECTED = ("() => { const w = window.jupyterapp && window.jupyterapp.sh
                     " w.sessionContext.session.kernel &&"
                     " w.sessionContext.session.kernel.connectionStatus === 'connected'; }")
 
+#: JavaScript: the current widget's title, and its kernel's connection and execution state.
+KERNEL_STATE = ("() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+                " const k = w && w.sessionContext && w.sessionContext.session &&"
+                " w.sessionContext.session.kernel;"
+                " return `${w ? w.title.label : 'no widget'}: `"
+                " + (k ? `${k.connectionStatus}/${k.status}` : 'no kernel'); }")
+
 
 def open_and_run(page, url: str, token: str, notebook: str, timeout_ms: int = 120_000) -> None:
     """Open ``notebook`` in JupyterLab and run all its cells (returns once they are queued)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+    said: list[str] = []  # the page's errors, for the warning below
+    page.on("console", lambda m: said.append(m.text) if m.type == "error" else None)
+    page.on("requestfailed", lambda r: said.append(f"request failed: {r.url} {r.failure}"))
     page.goto(f"{url}/lab/tree/{notebook}?token={token}")
     page.wait_for_function(
         "() => window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')",
@@ -143,7 +154,11 @@ def open_and_run(page, url: str, token: str, notebook: str, timeout_ms: int = 12
         page.wait_for_function(KERNEL_CONNECTED, timeout=timeout_ms // 2)
     except PlaywrightTimeout:
         # On a loaded machine a first load can fail a request (seen: "Error Loading Theme",
-        # a stylesheet that did not come) and the page never connects: load it once more.
+        # a stylesheet that did not come) and the page never connects: load it once more,
+        # and say so with what the page reported (the suite's warnings summary shows it).
+        warnings.warn(f"{notebook}: no kernel connection after {timeout_ms // 2000} s "
+                      f"({page.evaluate(KERNEL_STATE)}), reloading; the page said: "
+                      f"{said[-5:]}", stacklevel=2)
         page.reload()
         page.wait_for_function(KERNEL_CONNECTED, timeout=timeout_ms // 2)
     # execute() returns a promise that may never settle: start it and return at once
