@@ -156,3 +156,29 @@ def test_notebook_07_links_every_exercise_and_the_nbgrader_course_grades_every_c
     review = TEXT["07_review.ipynb"]
     assert all(f"(exercises/{n}.ipynb)" in review for n in names)
     assert set(assignments()) == set(names) - {"07_review_questions"}   # the quiz: no checker
+
+
+def test_what_an_expert_flagged_in_the_parallelism_lessons_stays_corrected():
+    # Megatron's bubble (P-1)/M at M = 4P is (P-1)/4P: it tends to 25%, it is not 25%.
+    assert [100 * (p - 1) / (4 * p) for p in (2, 4)] == [12.5, 18.75]
+    assert "25% for any" not in ALL
+    assert "12.5% for $P = 2$ and 18.75% for\n$P = 4$" in _one(r"Ultra-Scale Playbook")
+    sharded = _one(r"## 4\. bf16 autocast")
+    # ZeRO's K = 12: an fp32 master copy plus Adam's two moments (Micikevicius et al. 2018)
+    assert "fp32 master copy" in sharded and "Micikevicius et al. 2018" in sharded
+    # autocast keeps float32 parameters and gradients: only the wire is 16-bit
+    assert "16-bit compute and 16-bit gradients" not in ALL and "stay float32" in sharded
+    # fp16 needs loss scaling for its 5-bit exponent, on any device
+    assert "fp16, on GPUs" not in ALL and "5-bit exponent" in sharded
+    # FSDP2's per-parameter dim-0 sharding is not FSDP1's paper; resharding has a default
+    assert "issue 114299" in sharded and "reshard_after_forward=True" in sharded
+    assert "the root" in sharded
+    # counted after the step, not at the full-gradient peak of backward
+    assert "after every step." not in sharded and "peak" in sharded
+    assert "notebook 05 deals with models that do not fit" not in ALL
+    # an all-reduce's payload is not the bytes each rank sends
+    for text in (sharded, _one(r"## 3\. Gradient accumulation")):
+        assert "*payload*" in text
+    exercise = SOURCES[REPO / "workbench" / "exercises" / "pages" /
+                       "p06_data_or_model_parallelism.py"]
+    assert 'Return "data", "model" or "sharded"' in exercise

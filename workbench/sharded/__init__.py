@@ -11,8 +11,9 @@ arithmetic (so N ranks with batch b still follow one process with batch N·b):
 - `zero2.py`, ZeRO-2 (P_os+g): the gradients are reduce-scattered, so each rank also keeps
   only its shard's gradients.
 - `fsdp.py`, ZeRO-3 (P_os+g+p): the parameters are sharded too, gathered layer by layer
-  when needed. PyTorch's own FSDP2 (`torch.distributed.fsdp.fully_shard`; Zhao et al.,
-  "PyTorch FSDP", VLDB 2023, arXiv:2304.11277), not a copy written here.
+  when needed. PyTorch's own FSDP2 (`torch.distributed.fsdp.fully_shard`, which shards
+  each parameter on its dim 0; FSDP1 is Zhao et al., "PyTorch FSDP", VLDB 2023,
+  arXiv:2304.11277), not a copy written here.
 
 Both ZeRO stages keep the parameters in one flat buffer (`flat.py`), cut into N equal
 slices: rank r owns slice r. `memory.py` counts the bytes a rank holds, `traffic.py` the

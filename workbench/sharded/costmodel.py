@@ -158,7 +158,8 @@ def fsdp2_shard(shapes: list[tuple[int, ...]], n: int, rank: int) -> tuple[int, 
     Every shard is padded to ⌈d₀/n⌉ rows: the parameters, the gradients and the collectives
     use the padded size; the optimizer state, made from the real rows, the rank's own. Summed
     over ranks, `own` is Ψ, and the mean of either is Ψ/N when every d₀ divides by n, as the
-    paper's formula assumes (Zhao et al. 2023, §3.2, on FSDP's padding).
+    paper's formula assumes (FSDP2's sharding: the documentation of
+    `torch.distributed.fsdp.fully_shard`, and its design, pytorch/pytorch issue 114299).
     """
     padded = own = 0
     for shape in shapes:

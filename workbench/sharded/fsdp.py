@@ -1,11 +1,16 @@
 """ZeRO-3 with PyTorch's own FSDP2: the parameters are sharded too.
 
-Rajbhandari et al. 2020 (arXiv:1910.02054), stage P_os+g+p; Zhao et al., "PyTorch FSDP:
-Experiences on Scaling Fully Sharded Data Parallel" (VLDB 2023, arXiv:2304.11277).
+Rajbhandari et al. 2020 (arXiv:1910.02054), stage P_os+g+p. FSDP2 is PyTorch's second
+FSDP (the first: Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data
+Parallel", VLDB 2023, arXiv:2304.11277, which flattens each block's parameters into one
+buffer); FSDP2 shards each parameter by itself (the documentation of
+`torch.distributed.fsdp.fully_shard`; its design, pytorch/pytorch issue 114299).
 `fully_shard(block)` replaces each parameter of the block by a DTensor, of which this rank
 holds one slice of dimension 0; then, for every block, in each step:
 
     forward:   all-gather the block's parameters, compute, free the gathered copy
+               (`reshard_after_forward=True`, the default for every module but the root,
+               whose parameters stay gathered until its backward)
     backward:  all-gather them again, compute the gradients, reduce-scatter the gradients
                (each rank keeps the average of its slice), free the gathered copy
     step:      the optimizer updates this rank's slices, with state for them only

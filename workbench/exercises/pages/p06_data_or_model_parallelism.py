@@ -49,7 +49,7 @@ Write `choose(s)` returning `"data"`, `"model"` or `"sharded"` for a scenario `s
 """),
     function_task(r'''
 def choose(s):
-    """Return "data" or "model" for scenario s, following the rule above."""
+    """Return "data", "model" or "sharded" for scenario s, following the rule above."""
     memory_gb = s.params * s.state_bytes_per_param / 1e9 + s.activations_gb
     if memory_gb > s.device_memory_gb:  # a whole replica does not fit on one device
         shard_gb = s.params * s.state_bytes_per_param / 1e9 / s.workers + s.activations_gb

@@ -40,7 +40,8 @@ depends on the size of the *model*, not of the data, so it pays off when there i
 computation per parameter, as in convolutional networks on large datasets. Limit: in this
 plain form the whole model, with its gradients and optimizer state, must fit on every worker.
 Sharded data parallelism (ZeRO-3, Rajbhandari et al. 2020; FSDP, Zhao et al. 2023) keeps
-only a shard of that state on each worker; notebook 05 deals with models that do not fit.
+only a shard of that state on each worker; notebooks 08 and 09 deal with models that do not
+fit.
 """),
     md(r"""
 ## 2. Why the gradients are *averaged*

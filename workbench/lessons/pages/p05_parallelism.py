@@ -85,7 +85,8 @@ shrinks slowly: at the usual rule of thumb $M = 4P$ it is still $(P-1)/(5P-1)$: 
 $P = 2$, 14.3% for $P = 3$, 15.8% for $P = 4$, rising towards 20% for many stages. Megatron-LM
 (Narayanan et al. 2021) and the Ultra-Scale Playbook write the bubble as $(P-1)/M$ instead: the
 same idle time divided by the ideal (busy) time rather than by the whole run. Both are right;
-say which one you use (at $M = 4P$ the second gives 25% for any $P$).
+say which one you use: at $M = 4P$ the second is $(P-1)/4P$, 12.5% for $P = 2$ and 18.75% for
+$P = 4$, rising towards 25%.
 
 ## 3. Lab: a real pipeline, and its measured bubble
 

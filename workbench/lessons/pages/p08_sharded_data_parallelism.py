@@ -23,12 +23,17 @@ CELLS = [
 That is the limit the course's source gives data parallelism: every worker holds a whole
 replica. It holds more than the parameters. With $\Psi$ parameters in float32, a rank keeps
 $4\Psi$ bytes of parameters, $4\Psi$ of gradients and $K\Psi$ of optimizer state: $K = 8$
-for Adam (two moments), 4 for SGD with momentum. In mixed precision (the ZeRO paper's
-accounting) it is $2\Psi + 2\Psi + 12\Psi$: 16 bytes per parameter, so a 7.5B-parameter
+for Adam (its two moments, notebook 01), 4 for SGD with momentum. In mixed precision (the
+ZeRO paper's accounting, after Micikevicius et al. 2018) the parameters and gradients are
+fp16, $2\Psi + 2\Psi$, and $K = 12$: an fp32 master copy of the parameters (4 bytes) plus
+Adam's two moments in fp32 (4 + 4). That is 16 bytes per parameter, so a 7.5B-parameter
 model needs 120 GB on every device, however many devices there are.
 
 Each rank of DDP (`engine="torch"`), and of the sharded engines below, counts the bytes its
-tensors hold after every step and the bytes its collectives send. Here is DDP on 2 ranks,
+tensors hold after every step and the bytes its collectives send. After the step, not at
+its peak: during the backward pass DDP, and the ZeRO-1 and ZeRO-2 written here, hold every
+gradient whole until the all-reduce or the reduce-scatter (section 5 charts that peak).
+Here is DDP on 2 ranks,
 with Adam, beside the cost model's prediction. Every job of this notebook runs on the same
 two **warm ranks** (`workbench.ranks`), started once by `torchrun` with the process group
 joined: each job then takes a fraction of a second instead of seconds of start-up, and is
@@ -58,20 +63,24 @@ Rajbhandari et al. (SC 2020) notice that the replicas are redundant: each rank n
 optimizer state only for the parameters it updates. So rank $r$ owns slice $r$ of one flat
 buffer of parameters. After the backward pass the gradients are averaged as in DDP; then
 each rank steps **its slice only** (its optimizer state is $K\Psi/N$) and the ranks
-**all-gather** the updated slices. The whole step:
-"""),
-    code(r"""
-from workbench.lessons.show import module_source
+**all-gather** the updated slices. Exercise 12 has you write that step. PyTorch's own
+version shards whole tensors between the ranks rather than one flat buffer:
 
-print(module_source("workbench.sharded.zero1", "    def reduce_gradients", "    def state_dict"))
-"""),
-    md(r"""
+```python
+from torch.distributed.optim import ZeroRedundancyOptimizer
+optimizer = ZeroRedundancyOptimizer(model.parameters(), torch.optim.Adam, lr=0.01)
+```
+
 **ZeRO-2** replaces the all-reduce by a **reduce-scatter**: rank $r$ receives only the
 averaged gradients of its slice, so it keeps $2\Psi/N$ (here $4\Psi/N$) of gradients.
-**ZeRO-3** shards the parameters too: PyTorch's FSDP2 (`fully_shard` per layer; Zhao et
-al., VLDB 2023) gathers each layer's parameters just before it computes, in the forward and
-again in the backward pass, and frees them after. FSDP2 cuts each parameter on its first
-dimension, $\lceil d_0/N \rceil$ rows to a rank, and pads the last shards to that size: when
+**ZeRO-3** shards the parameters too. PyTorch's FSDP2 (`fully_shard` per layer, documented
+with `torch.distributed.fsdp.fully_shard`; its design: pytorch/pytorch issue 114299)
+all-gathers each layer's parameters just before its forward and frees them after. With
+`reshard_after_forward=True`, the default for every module but the root, it gathers them
+again before the layer's backward; the root keeps its own from forward to backward. FSDP2
+cuts each parameter on its first dimension (`torch.chunk`), $\lceil d_0/N \rceil$ rows to a
+rank, and pads the last shards to that size (FSDP1, Zhao et al., VLDB 2023, flattens a
+layer's parameters into one buffer and cuts that instead): when
 a $d_0$ does not divide by $N$ (this model's 10 output rows on 4 ranks), the last rank holds
 fewer real rows, and so less optimizer state, than $\Psi/N$
 (`workbench.sharded.costmodel.fsdp2_shard` predicts each rank's bytes). The same job on
@@ -99,25 +108,31 @@ numbers live, not the arithmetic. The memory falls stage by stage, as predicted.
 
 ## 3. What ZeRO trades: bytes on the wire
 
-The last columns are the bytes each rank sent per step. A ring all-reduce sends
-$2\Psi\frac{N-1}{N}$ values per rank. ZeRO-2's reduce-scatter and all-gather are the two
-halves of that all-reduce: the same bytes. ZeRO-3 gathers the parameters twice, $3\Psi
-\frac{N-1}{N}$: 1.5× DDP. (The ZeRO-1 written here all-reduces and then all-gathers, also
-1.5×; the paper's ZeRO-1 reduce-scatters, as ZeRO-2 does.)
+The last columns are the bytes each rank sent per step. An all-reduce of $\Psi$ values
+(its *payload*) sends $2\Psi\frac{N-1}{N}$ values per rank on a ring (notebook 04).
+ZeRO-2's reduce-scatter and all-gather are the two halves of that all-reduce: the same
+bytes. ZeRO-3 gathers the parameters twice, $3\Psi \frac{N-1}{N}$: 1.5× DDP. (The ZeRO-1
+written here all-reduces and then all-gathers, also 1.5×; the paper's ZeRO-1
+reduce-scatters, as ZeRO-2 does.)
 
-## 4. Mixed precision: 16-bit compute and 16-bit gradients
+## 4. bf16 autocast, and bf16 on the wire
 
-`precision="bf16"` runs the forward pass under bfloat16 autocast; `grad_compression="bf16"`
-sends the gradients in 2 bytes instead of 4, as DDP's `bf16_compress_hook` (Horovod:
-`grad_compression="fp16"`, its `Compression.fp16`). bf16 keeps float32's exponent range,
-so it needs no loss scaling; fp16, on GPUs, does (Micikevicius et al. 2018). The cost:
-rounding to 8 significant bits.
+This is not the ZeRO paper's mixed precision. `precision="bf16"` runs the forward pass under
+bfloat16 *autocast*: each matrix product computes in bf16 on bf16 copies of its inputs, while
+the parameters, their gradients and Adam's moments stay float32, so a rank holds as many
+bytes as before. `grad_compression="bf16"` casts the gradients to bf16 only to send them
+(DDP's `bf16_compress_hook`; Horovod: `grad_compression="fp16"`, its `Compression.fp16`):
+half the bytes on the wire. bf16 has float32's 8-bit exponent, so it needs no loss scaling;
+fp16's 5-bit exponent flushes small gradients to zero on any device, so fp16 training scales
+the loss (Micikevicius et al. 2018). The cost of bf16: rounding to 8 significant bits.
 """),
     code(r"""
 bf16 = workbench.start(workbench.JobConfig(engine="torch", precision="bf16",
                                            grad_compression="bf16", **JOB))
 assert bf16.wait(timeout=400) == "succeeded", bf16.summary
-sent = [measured.last_footprint(run)[0]["sent_bytes"] for run in (ddp, bf16)]
+held, sent = ([sum(measured.last_footprint(run)[0][f] for f in fields) for run in (ddp, bf16)]
+              for fields in (("param_bytes", "grad_bytes", "optimizer_bytes"), ("sent_bytes",)))
+print(f"held: float32 {held[0]:,} bytes, bf16 autocast {held[1]:,}")
 print(f"sent per step: float32 {sent[0]:,} bytes, bf16 {sent[1]:,} ({sent[1] / sent[0]:.2f}x)")
 print(f"final held-out loss: float32 {ddp.summary['final_loss']:.4f}, "
       f"bf16 {bf16.summary['final_loss']:.4f}")

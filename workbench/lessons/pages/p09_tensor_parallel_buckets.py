@@ -76,13 +76,10 @@ The naive engine all-reduces each gradient after `backward()`. Two engines add D
 one at a time (`workbench/data_parallel/`): `bucketed` packs the gradients into buckets of
 `bucket_mb` MiB and all-reduces each bucket after backward; `overlapped` starts each
 bucket's all-reduce from a `register_post_accumulate_grad_hook` as soon as its last
-gradient is ready, and waits before the step. The launch hook:
-"""),
-    code(r"""
-print(module_source("workbench.data_parallel.overlapped", "def launch_when_full",
-                    "class OverlappedSync"))
-"""),
-    md(r"""
+gradient is ready, and waits before the step (exercise 13 has you write that hook). DDP
+does both in C++; its knob is the bucket size, `DistributedDataParallel(model,
+bucket_cap_mb=25)`, 25 MiB by default and 1 MiB for the first bucket.
+
 The same small job on the four engines, one after another (2 ranks, 12 steps, 64 KiB
 buckets), each on the same two warm ranks (`workbench.ranks`: started once by `torchrun`,
 they run job after job without seconds of start-up). The bars split each step into
@@ -135,7 +132,8 @@ the others, Horovod's `DistributedOptimizer(..., backward_passes_per_step=k)`. S
 k micro-batches × b follow one process with batch $N\cdot k\cdot b$ (the workbench's tests
 check it on real ranks), and the gradients travel once per $k\cdot b$ samples per rank. The
 overlapped engine again, with $k = 4$ micro-batches of the same 32 samples, against its run
-of section 2:
+of section 2. The bytes counted are the all-reduces' *payload*, what the engine hands them
+(each rank then sends $2\frac{N-1}{N}$ times that on a ring, notebook 04):
 """),
     code(r"""
 from workbench.records import of_kind
@@ -147,8 +145,8 @@ per_sample = []
 for run in (job_of["overlapped"], accumulated):   # k = 1 (section 2), then k = 4
     steps = of_kind(run.metrics(), "step")
     per_sample.append(sum(s["synced_bytes"] for s in steps) / sum(s["samples"] for s in steps))
-print(f"bytes all-reduced per sample: k=1 {per_sample[0]:.0f}, k=4 {per_sample[1]:.0f}, "
-      f"ratio {per_sample[0] / per_sample[1]:.2f}")
+print(f"payload all-reduced per sample (bytes): k=1 {per_sample[0]:.0f}, "
+      f"k=4 {per_sample[1]:.0f}, ratio {per_sample[0] / per_sample[1]:.2f}")
 pool.close()   # frees its two cores for other jobs
 """),
     md(r"""
