@@ -5,10 +5,7 @@ scores, explains and resets when driven headlessly."""
 from __future__ import annotations
 
 import html
-import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import ipywidgets as widgets
@@ -16,9 +13,11 @@ import pytest
 import yaml
 
 from workbench.model_parallel.schedule import idle_fraction
-from workbench.quiz import TOPICS, BankError, Quiz, fairness, grade, load_bank, quiz_html
-from workbench.quiz.bank import BANK_PATH, learner_seed, mentions, parse_number, shuffled
-from workbench.quiz.widget import PARSE_NUMBER_JS
+from workbench.quiz import TOPICS, BankError, Quiz, fairness, grade, load_bank
+from workbench.quiz.bank import BANK_PATH, addresses, mentions, parse_number
+from workbench.quiz.order import in_learner_order, learner_seed, shuffled
+from workbench.quiz.sheet import answer_sheet, quiz_html
+from workbench.quiz.widget import STYLE
 from workbench.scaling import costmodel, metrics
 from workbench.sharded import costmodel as sharded
 from workbench.synchronization.checkpoint_interval import young_interval
@@ -76,12 +75,12 @@ EXPECTED = {
     "ring-time": costmodel.ring_allreduce_time(400e6, 5, 0.0, 1 / 1e9),
     "ring-bytes-per-worker": costmodel.ring_allreduce_time(100, 4, 0.0, 1.0),  # MB at β = 1
     "ring-messages": costmodel.ring_allreduce_time(1, 8, 1.0, 0.0),          # count of α
-    "bus-bandwidth": costmodel.busbw(1e8, 0.5, 4) / 1e9,
+    "halving-doubling-rounds": costmodel.rabenseifner_allreduce_time(1, 64, 1.0, 0.0),  # α
     "parameter-server-traffic": costmodel.parameter_server_time(100, 8, 0.0, 1.0),
     "bubble-value": idle_fraction(4, 8),
     "bubble-at-4p": idle_fraction(4, 16),
     "consistency-update": 1.0 - 0.1 * (2 + 4) / 2,
-    "training-memory": 2e9 * 16 / 1e9,
+    "training-memory": 3e9 * 16 / 1e9,
     "global-batch": 8 * 32,
     "linear-scaling-rule": 0.1 * 1024 / 256,
     "staleness-value": 13 - 10,
@@ -89,8 +88,10 @@ EXPECTED = {
     "faults-young-interval": young_interval(60, 86_400) / 60,
     "parameter-server-sharded-traffic": costmodel.parameter_server_time(100, 8, 0.0, 1.0,
                                                                         servers=4),
-    "tensor-parallel-bytes": traffic.block_bytes_per_step(512, 1024, 2) / 2**20,
-    "accumulation-traffic": 400 * 1024 / (8 * 4 * 32),   # one all-reduce per N·k·b samples
+    "tensor-parallel-bytes": traffic.block_bytes_per_step(1024, 2048, 2) / 2**20,
+    # one all-reduce of 400 MB per N·k·b samples, of which a ring sends 2(N-1)/N per rank
+    "accumulation-traffic": costmodel.ring_allreduce_time(400, 8, 0.0, 1.0)
+    * 1024 / (8 * 4 * 32),
     "zero2-memory-7b": sharded.model_states(7.5e9, 64, "zero2", 12).total / 1e9,
     "zero3-traffic-ratio": sharded.sent_per_step(1, 8, "zero3") / sharded.sent_per_step(
         1, 8, "ddp"),
@@ -178,27 +179,6 @@ def test_thousands_separators_and_decimal_commas_are_told_apart():
     assert grade(BANK["parameter-server-traffic"], "1600 ").correct
 
 
-#: Answers a student might type, read by the widget (Python) and by the HTML page (JS).
-TYPED = ["0.75", "0,75", "3/4", "75%", " 75 % ", "1,600", "12,000.5", "1e3", "-3/4", ".5",
-         "5.", "1/0", "abc", "", "1.5/3", "inf", "0,750", "3/4%", "1,60"]
-
-
-def test_html_script_reads_numbers_as_the_widget_does():
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("needs Node.js to run the HTML quiz's script: apt-get install -y nodejs")
-    script = (f"const f = {PARSE_NUMBER_JS};\n"
-              f"const xs = {json.dumps(TYPED)};\n"
-              "console.log(JSON.stringify(xs.map(x => { const v = f(x); "
-              "return Number.isNaN(v) ? null : v; })));")
-    out = subprocess.run([node, "-e", script], capture_output=True, text=True, timeout=30,
-                         check=True).stdout
-    in_page = json.loads(out)
-    in_widget = [parse_number(x) for x in TYPED]
-    assert in_page == pytest.approx(in_widget), list(zip(TYPED, in_page, in_widget, strict=True))
-    assert in_page[TYPED.index("75%")] == 0.75 and in_page[TYPED.index("1,600")] == 1600
-
-
 def test_keywords_match_at_the_start_of_words_only():
     assert not mentions("a clear benefit", "fit") and mentions("it fits in memory", "fit")
     assert mentions("they synchronize", "synchroni") and not mentions("asynchronous", "synchroni")
@@ -207,16 +187,35 @@ def test_keywords_match_at_the_start_of_words_only():
     assert "Memory" in hints and "Parallel computation" not in hints
 
 
-def test_explain_scores_ticked_rubric_points_and_names_missing_ones():
+def test_explain_counts_a_ticked_point_only_where_the_answer_makes_it():
     q = BANK["review-parallelism"]
     text = "Data parallelism keeps a replica on every device, so the model must fit in memory."
-    g = grade(q, text, covered=[0, 1])
+    every = range(len(q.rubric))
+    g = grade(q, text, covered=every)                   # every box ticked
     assert g.score == pytest.approx(2 / len(q.rubric)) and not g.correct
     assert "Model answer: Data parallelism trains the same model" in g.feedback
+    assert "[ticked, not counted] Model parallelism: limits" in g.feedback
     assert "Model parallelism: limits" in g.hints and "Data parallelism: limits" not in g.hints
-    full = grade(q, q.model_answer, covered=range(len(q.rubric)))
+    assert grade(q, text, covered=[0]).score == pytest.approx(1 / len(q.rubric))
+    full = grade(q, q.model_answer, covered=every)
     assert full.correct and full.score == 1 and not full.hints
-    assert "Write your answer in the box first" in grade(q, "").feedback
+
+
+@pytest.mark.parametrize("qid", REVIEW_IDS)
+def test_an_empty_or_copied_written_answer_scores_nothing_whatever_is_ticked(qid):
+    q = BANK[qid]
+    every = range(len(q.rubric))
+    for text in ("", "   ", q.prompt, q.prompt.upper()):
+        g = grade(q, text, covered=every)
+        assert g.score == 0 and not g.correct, (qid, text)
+    assert "Your answer is empty: it scores nothing" in grade(q, "", every).feedback
+
+
+def test_a_key_term_the_question_already_uses_is_no_evidence():
+    q = BANK["review-efficiency"]               # its question says "efficiency"
+    measured = next(p for p in q.rubric if p.point == "Measured, and not free")
+    assert not addresses(measured, "It improves efficiency.", q.prompt)
+    assert addresses(measured, "Communication keeps it below linear.", q.prompt)
 
 
 def test_the_model_answers_make_their_own_rubric_points():
@@ -225,69 +224,143 @@ def test_the_model_answers_make_their_own_rubric_points():
         assert grade(q, q.model_answer).hints == (), qid
 
 
-# --- the widget -------------------------------------------------------------------------------
+# --- the widget: the first answer counts --------------------------------------------------------
 
-def test_quiz_widget_scores_explains_and_lets_the_student_retry():
-    ids = ["speedup-from-times", "speedup-definition", "frameworks", "review-efficiency"]
+def test_the_first_committed_answer_is_the_score_and_practice_changes_nothing():
+    ids = ["speedup-from-times", "speedup-definition", "strong-vs-weak-scaling"]
     quiz = Quiz(ids=ids, shuffle=False)
-    assert quiz.summary() == "Score: 0 / 4 (0 of 4 questions checked)"
+    assert quiz.summary().startswith("Score: 0 / 3 (0 of 3 questions answered")
     assert isinstance(quiz.cards["speedup-from-times"].prompt, widgets.HTMLMath)
 
     quiz.answer("speedup-from-times", "3")
-    assert quiz.check("speedup-from-times").correct
+    assert quiz.check("speedup-from-times").correct and quiz.score == 1
     quiz.answer("speedup-definition", "c")
     assert not quiz.check("speedup-definition").correct
     assert "efficiency, not the speedup" in quiz.feedback("speedup-definition")
-    quiz.answer("frameworks", ["a", "b", "c", "d"])
-    quiz.check("frameworks")
-    quiz.answer("review-efficiency", "Devices work in parallel.", covered=[0, 3])
-    quiz.check("review-efficiency")
-    assert quiz.score == pytest.approx(2.4)
-    assert "Score: 2.4 / 4 (4 of 4 questions checked)" in quiz.score_label.value
-
-    # the feedback shown in the page is typeset maths inside HTML
     shown = quiz.cards["speedup-definition"].output.value
-    assert "$T_1 / T_p$" in shown and "#c62828" in shown
+    assert "$T_1 / T_p$" in shown and "#c62828" in shown        # typeset maths, in red
 
-    # ticking another rubric point re-scores the explanation at once
-    quiz.cards["review-efficiency"].rubric[1].value = True
-    assert quiz.score == pytest.approx(2.6)
-
+    # the two-click trick: the key is on display, Try again, then the key
     quiz.retry("speedup-definition")
-    assert quiz.feedback("speedup-definition") == ""
-    assert quiz.cards["speedup-definition"].input.value is None
+    card = quiz.cards["speedup-definition"]
+    assert quiz.feedback("speedup-definition") == "" and card.input.value is None
+    assert "Scored: your first answer, (c): <b>0 of 1</b>" in card.record.value
     quiz.answer("speedup-definition", "b")
-    assert quiz.check("speedup-definition").correct
-    assert quiz.score == pytest.approx(3.6)
+    g = quiz.check("speedup-definition")
+    assert g.correct and "Practice, not scored." in card.output.value
+    assert quiz.score == 1 and not quiz.first_grade("speedup-definition").correct
+    assert "(c): <b>0 of 1</b>" in card.record.value
+    quiz.retry()                                              # Try again everywhere
+    assert quiz.score == 1 and quiz.checked == 2
+    quiz.answer("strong-vs-weak-scaling", ["a", "c"])
+    quiz.check("strong-vs-weak-scaling")
+    assert quiz.score == 2
+    assert "Score: 2 / 3 (3 of 3 questions answered" in quiz.score_label.value
 
-    quiz.retry()
+
+def test_the_key_is_shown_only_after_an_answer_is_committed():
+    quiz = Quiz(ids=["speedup-definition", "efficiency-from-times", "review-efficiency"],
+                shuffle=False)
+    assert all(c.output.value == "" for c in quiz.cards.values())
+    for qid, blank in (("speedup-definition", None), ("efficiency-from-times", "three"),
+                       ("review-efficiency", "  ")):
+        quiz.answer(qid, blank, covered=range(5))
+        g = quiz.check(qid)
+        q, card = BANK[qid], quiz.cards[qid]
+        assert g.score == 0 and quiz.first_grade(qid) is None, qid    # nothing committed
+        shown = html.unescape(card.output.value)
+        assert q.explanation[:30] not in shown and "Model answer" not in shown, qid
+        assert card.retry_button.disabled and shown, qid           # it says why, not the key
     assert quiz.score == 0 and quiz.checked == 0
+    quiz.answer("efficiency-from-times", "0.75")
+    quiz.check("efficiency-from-times")
+    assert "three GPUs' worth of work" in html.unescape(
+        quiz.cards["efficiency-from-times"].output.value)
+    assert quiz.cards["efficiency-from-times"].input.disabled     # committed: locked
 
 
-def test_quiz_by_topic_reveal_and_bad_ids():
+def test_a_written_answer_scores_the_points_it_makes_however_many_are_ticked():
+    quiz = Quiz(ids=["review-efficiency"])
+    card = quiz.cards["review-efficiency"]
+    quiz.answer("review-efficiency", "Devices work in parallel, so it saves time.")
+    quiz.check("review-efficiency")
+    assert quiz.score == 0 and card.rubric_box.layout.display == "flex"
+    for box in card.rubric:                  # tick every point, after seeing the rubric
+        box.value = True
+    assert quiz.score == pytest.approx(1 / len(card.rubric))
+    assert "1 of 5 count" in card.output.value and "Scored: your first answer" in card.record.value
+    quiz.retry("review-efficiency")          # practice with the model answer changes nothing
+    quiz.answer("review-efficiency", BANK["review-efficiency"].model_answer)
+    assert quiz.check("review-efficiency").score == 1 and "Practice" in card.output.value
+    assert quiz.score == pytest.approx(1 / len(card.rubric))
+
+
+def test_reveal_shows_every_key_and_scores_nothing_unanswered():
     quiz = Quiz(topic="pipeline")
-    assert len(quiz.cards) == len(load_bank(topic="pipeline"))
-    assert quiz.reveal() == len(quiz.cards)
+    first = quiz.questions[0]
+    quiz.answer(first.id, first.answer if first.kind != "numeric" else first.answer)
+    quiz.check(first.id)
+    quiz.reveal()
+    assert quiz.score == 1 and quiz.checked == len(quiz.cards)
     assert all(quiz.feedback(q.id).startswith("Correct.") for q in quiz.questions)
     with pytest.raises(KeyError, match="no question with id 'nope'"):
         Quiz(ids=["nope"])
     with pytest.raises(KeyError, match="this quiz has no question 'x'"):
         quiz.check("x")
+    with pytest.raises(ValueError, match="no question of lesson 'nope'; lessons with"):
+        Quiz(lesson="nope")
 
 
-def test_whole_bank_revealed_scores_full_marks():
-    quiz = Quiz()
-    assert quiz.reveal() == len(BANK)
+def test_every_key_in_the_learners_order_scores_full_marks():
+    quiz = Quiz(seed="grace")
+    for q in quiz.questions:
+        quiz.answer(q.id, q.model_answer if q.kind == "explain" else q.answer,
+                    covered=range(len(q.rubric)))
+        quiz.check(q.id)
+    assert quiz.score == len(BANK)
 
 
-def test_kernel_free_html_has_a_reveal_and_an_answer_per_question():
-    page = quiz_html(topic="metrics", shuffle=False)
-    questions = load_bank(topic="metrics")
-    assert page.count("<details>") == len(questions)
-    assert "data-kind='single' data-answer='b'" in page       # speedup-definition
-    assert "data-kind='numeric' data-answer='3.0' data-tolerance='0.01'" in page
-    assert "Model answer:" in page and "onclick=" in page
-    assert "<script" not in page      # inline handlers only, nothing to evaluate on load
+def test_the_picked_letter_is_styled_to_stand_out():
+    quiz = Quiz(ids=["speedup-definition"])
+    assert "wbq-choice" in quiz.cards["speedup-definition"].input._dom_classes
+    assert STYLE in quiz.children[0].value and "font-weight:bold" in STYLE
+    assert ".wbq-choice .widget-toggle-button.mod-active" in STYLE
+
+
+def test_prompts_show_emphasis_not_asterisks():
+    quiz = Quiz(ids=["scalability-definition"])
+    shown = quiz.cards["scalability-definition"].prompt.value
+    assert "<em>scalability</em>" in shown and "*scalability*" not in shown
+
+
+# --- the page without a kernel, and the teacher's answer sheet ----------------------------------
+
+def test_the_kernel_free_page_carries_no_key():
+    for seed in SEEDS[:3]:
+        page = quiz_html(seed=seed)
+        assert "data-answer" not in page and "<script" not in page and "<details" not in page
+        for q in BANK.values():
+            for hidden in (q.explanation, q.model_answer, *q.why.values()):
+                assert not hidden or hidden[:40] not in html.unescape(page), q.id
+        # every option is written alike: nothing but its letter and text tells them apart
+        labels = re.findall(r"<label[^>]*>(.*?)</label>", page)
+        forms = {re.sub(r"\(([a-z])\) .*", "", label) for label in labels}
+        assert len(labels) >= len(CHOICE_QUESTIONS) * 4 and len(
+            {re.sub(r"name='[^']*'", "", f) for f in forms}) == 2   # radio or checkbox
+    assert "Show my answers" in page
+
+
+def test_the_answer_sheet_gives_every_key_by_its_text():
+    sheet = html.unescape(answer_sheet())
+    for q in BANK.values():
+        assert q.id in sheet
+        if q.kind == "single":
+            assert q.choice(q.answer).replace("`", "") in sheet.replace("<code>", "").replace(
+                "</code>", ""), q.id
+        if q.kind == "numeric":
+            assert f"Answer: {q.answer:g}" in sheet
+        if q.kind == "explain":
+            assert q.model_answer[:40] in sheet
 
 
 # --- fair to every learner: no key learned by position -------------------------------------------
@@ -301,9 +374,10 @@ def first_option_score(questions) -> float:
     return sum(q.answer in ("a", ["a"]) for q in questions) / len(questions)
 
 
-def html_keys(page: str) -> list[str]:
-    """The answer of every choice question in a kernel-free page, in its shown letters."""
-    return re.findall(r"data-kind='(?:single|multiple)' data-answer='([a-z,]+)'", page)
+def shown_choices(page: str) -> list[str]:
+    """The text of every option of a kernel-free page, in the order shown."""
+    return [html.unescape(re.sub(r"<[^>]+>", "", text))
+            for text in re.findall(r"> \([a-z]\) (.*?)</label>", page)]
 
 
 def test_no_key_letter_holds_more_than_40_percent_of_single_choice_questions():
@@ -316,12 +390,13 @@ def test_no_key_letter_holds_more_than_40_percent_of_single_choice_questions():
 def test_always_picking_the_first_option_scores_under_40_percent_in_every_order():
     assert first_option_score(CHOICE_QUESTIONS) < 0.40          # the bank's own order
     for seed in SEEDS:
-        widget = Quiz(seed=seed)                                    # the widget's order
-        assert first_option_score([q for q in widget.questions
-                                   if q.kind in ("single", "multiple")]) < 0.40, seed
-        keys = html_keys(quiz_html(seed=seed))                      # the HTML page's order
-        assert len(keys) == len(CHOICE_QUESTIONS)
-        assert sum(k == "a" for k in keys) / len(keys) < 0.40, seed
+        shown = [q for q in in_learner_order(list(BANK.values()), seed)
+                 if q.kind in ("single", "multiple")]
+        assert first_option_score(shown) < 0.40, seed
+        plain = [re.sub(r"[`*$]", "", c) for q in shown for c in q.choices]
+        assert [re.sub(r"[`*$]", "", c) for c in shown_choices(quiz_html(seed=seed))] == plain
+    # the widget shows the same order (one whole quiz: building one costs about a second)
+    assert Quiz(seed=SEEDS[0]).questions == in_learner_order(list(BANK.values()), SEEDS[0])
 
 
 def test_each_learner_sees_one_order_in_widget_and_html_and_is_graded_in_it():
@@ -338,18 +413,16 @@ def test_each_learner_sees_one_order_in_widget_and_html_and_is_graded_in_it():
 
     quiz = Quiz(ids=["sync-sgd"], seed="ada")
     assert quiz.cards["sync-sgd"].q.choices == mine.choices
-    page = quiz_html(questions=[q], seed="ada")
-    shown = re.findall(r"value='([a-z])'> \(\1\) ([^<]+)</label>", page)
-    assert [text for _, text in shown] == [html.escape(c) for c in mine.choices]
-    assert f"data-answer='{mine.answer}'" in page
+    assert shown_choices(quiz_html(questions=[q], seed="ada")) == list(mine.choices)
 
-    quiz.answer("sync-sgd", mine.answer)
-    assert quiz.check("sync-sgd").correct
     wrong = next(x for x in mine.letters if x != mine.answer)
     quiz.answer("sync-sgd", wrong)
     g = quiz.check("sync-sgd")
     assert not g.correct and f"the answer is ({mine.answer})" in g.feedback
     assert f"About ({wrong}): {mine.why[wrong]}" in g.feedback
+    quiz.retry("sync-sgd")
+    quiz.answer("sync-sgd", mine.answer)
+    assert quiz.check("sync-sgd").correct and quiz.score == 0
 
 
 def test_the_learner_is_who_jupyterhub_says_with_an_id_kept_in_their_home(monkeypatch,
@@ -385,36 +458,65 @@ def test_learners_who_share_a_login_name_see_different_orders(monkeypatch, tmp_p
 
 # --- fairness: no knowledge-free strategy passes --------------------------------------------
 
-def test_no_knowledge_free_strategy_passes_the_quiz():
-    """Over the whole bank, items appended later included (their scores are printed)."""
+def test_no_knowledge_free_strategy_beats_chance_by_more_than_10_points():
+    """Over the whole bank, items appended later included (the table is printed)."""
     questions = list(BANK.values())
     print("\n" + fairness.report(questions))
-    for name, share in fairness.single_scores(questions).items():
-        assert share <= 0.40, (name, share)
-    multi = fairness.multiple_scores(questions)
-    counts = fairness.false_counts(questions)
-    # "all but one at random" is right 1/n of the time where exactly one option is false
-    chance = sum(1 / len(q.choices) for q in questions
-                 if q.kind == "multiple" and len(q.choices) - len(q.answer) == 1) / len(counts)
-    assert multi["tick all but the shortest"] <= max(chance, 1 / len(counts)), multi
-    assert max(multi.values()) <= 0.25, multi
-    assert len(set(counts)) >= 2 and counts.count(1) <= 0.6 * len(counts), counts
+    assert fairness.unfair(questions) == []
+    kinds = {row.kind for row in fairness.table(questions)}
+    assert kinds == {"single", "multiple", "numeric", "explain"}
     right, wrong = fairness.absolute_rates(questions)
     assert abs(right - wrong) <= 0.10, (right, wrong)
 
 
-def test_the_fairness_strategies_see_what_they_claim():
+def single(prompt: str, choices: tuple[str, ...], answer: str = "a"):
     from workbench.quiz.bank import Question
-    q = Question(id="x", topic="metrics", kind="single", prompt="Why do replicas synchronize?",
-                 answer="b", explanation="", choices=(
-                     "They never do.", "So that the replicas synchronize their weights.",
-                     "$a = b + c$", "Always, for every reason."))
-    assert fairness.single_scores([q]) == {
-        "longest option": 1.0, "shortest option": 0.0, "most mathematics": 0.0,
-        "most words shared with the question": 1.0, "avoid absolute words": 0.5}
+    return Question(id=prompt, topic="metrics", kind="single", prompt=prompt, answer=answer,
+                    explanation="", choices=choices)
+
+
+def test_the_fairness_strategies_see_what_they_claim():
+    q = single("Why do replicas synchronize?", (
+        "They never do.", "So that the replicas synchronize their weights, usually.",
+        "$a = b + c$", "Always, for every reason."), answer="b")
+    scores = {name: credit(q) for name, credit in fairness.SINGLE.items()}
+    assert scores == {
+        "the 1st longest option": 1.0, "the 2nd longest option": 0.0,
+        "the 3rd longest option": 0.0, "the 4th longest option": 0.0,
+        "the fewest absolute words": 0.5, "the most hedged": 1.0,
+        "the most words shared with the question": 1.0,
+        "the most words shared with the other options": 0.25, "the most mathematics": 0.0}
     assert fairness.absolute("It cannot fit.") and not fairness.absolute("It fits.")
+    assert fairness.chance(q) == 0.25
 
 
-def test_a_shuffled_quiz_revealed_still_scores_full_marks():
-    quiz = Quiz(topic="frameworks", seed="grace")
-    assert quiz.reveal() == len(quiz.cards)
+def test_a_bank_that_gives_its_keys_away_fails_the_fairness_test():
+    """The mutants a careless writer makes: each must show up as unfair."""
+    longest = [single(f"q{i}", ("a long, careful and fully qualified right answer",
+                                "short", "brief one", "tiny")) for i in range(10)]
+    assert [r.strategy for r in fairness.unfair(longest)] == ["the 1st longest option"]
+    hedged = [single(f"h{i}", ("It usually helps.", "It helps.", "It hurts.", "It waits."))
+              for i in range(10)]
+    assert "the most hedged" in {r.strategy for r in fairness.unfair(hedged)}
+    from workbench.quiz.bank import Question
+    in_prompt = [Question(id="n", topic="metrics", kind="numeric", answer=40.0,
+                          prompt="An epoch takes 40 s on four GPUs. How long?",
+                          explanation="")]
+    assert [r.strategy for r in fairness.unfair(in_prompt)] == [
+        "answer a number printed in the prompt"]
+    plain = [Question(id=f"m{i}", topic="metrics", kind="multiple", prompt="Which?",
+                      answer=["a", "b"], explanation="", choices=(
+                          "It helps here.", "It helps there.", "It never helps.",
+                          "It always helps.")) for i in range(5)]
+    assert "tick all without an absolute word" in {
+        r.strategy for r in fairness.unfair(plain)}
+
+
+def test_the_sheets_are_printed_from_the_command_line(capsys):
+    from workbench.quiz.sheet import main
+    main(["--answers", "--topic", "pipeline"])
+    out = capsys.readouterr().out
+    assert out.startswith("<!doctype html>") and "bubble-1f1b" in out and "Answer:" in out
+    with pytest.raises(SystemExit):
+        main(["--topic", "nope"])
+    assert "invalid choice: 'nope'" in capsys.readouterr().err

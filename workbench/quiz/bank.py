@@ -10,28 +10,21 @@ Kinds of question:
 * ``multiple`` several choices (answer: a list of letters, ``["a", "c"]``);
 * ``numeric``  a number, right within ``tolerance`` (absolute);
 * ``explain``  a short written explanation, compared with a ``model_answer`` and a
-  ``rubric``: a list of points, each with what earns it. The student ticks the points their
-  answer makes; words typical of each point are used to suggest points that seem missing.
+  ``rubric``: a list of points, each with what earns it and its key terms. The student ticks
+  the points their answer makes, and a ticked point counts only when the answer uses one of
+  its key terms that the question itself does not (:func:`addresses`): an empty answer, or
+  the question copied back, earns nothing whatever is ticked.
 
-Choices are shown in an order of their own for each learner (:func:`shuffled`), so a key
-cannot be learned by position ("it is always (a)") or passed on as a string of letters
-(neighbours can still pass on the text of an answer). The order is seeded by the learner
-(:func:`learner_seed`: their user name and a random id kept in their home) and the
-question's id: the same learner sees the same order every time, in the widget and in the
-kernel-free HTML page alike, and two learners who share a login name, as everyone is
-`jovyan` on Binder, still see different orders.
+Each question names the ``lesson`` that teaches it (a notebook's file name without its
+number), so that lesson's quiz holds it.
+
+The order in which each learner sees the choices is :mod:`workbench.quiz.order`'s.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import getpass
 import math
-import os
-import random
 import re
-import secrets
-import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -92,6 +85,7 @@ class Question:
     tolerance: float = 0.0
     model_answer: str = ""
     rubric: tuple[RubricPoint, ...] = ()
+    lesson: str = ""
 
     @property
     def letters(self) -> tuple[str, ...]:
@@ -162,6 +156,7 @@ def _parse(item: Any, index: int) -> Question:
         rubric=tuple(RubricPoint(str(r["point"]), str(r["earns"]),
                                  tuple(str(k).lower() for k in r.get("keywords", ())))
                      for r in item.get("rubric", ())),
+        lesson=str(item.get("lesson", "")),
     )
     _validate(q, where)
     return q
@@ -184,71 +179,8 @@ def _validate(q: Question, where: str) -> None:
             raise BankError(f"{where}: a numeric answer must be a number and tolerance >= 0")
     elif not q.model_answer or not q.rubric:
         raise BankError(f"{where}: an explain question needs a model_answer and a rubric")
-
-
-# --- the order of the choices, per learner -------------------------------------------------------
-
-def learner_seed() -> str:
-    """Who takes the quiz: JupyterHub's user name (else the login name, else 'learner'), and
-    the learner's random id from :func:`learner_id`, as ``name:id``."""
-    try:
-        name = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
-    except (KeyError, OSError):  # no login name, e.g. in some containers
-        name = "learner"
-    found = learner_id()
-    return f"{name}:{found}" if found else name
-
-
-def learner_id_path() -> Path:
-    """Where the learner's id is kept: ``$XDG_CONFIG_HOME/workbench/learner-id`` (by
-    default under ``~/.config``), in the learner's own home."""
-    config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
-    return Path(config) / "workbench" / "learner-id"
-
-
-def learner_id(path: Path | None = None) -> str:
-    """A random id (32 hex digits) made on first use and kept in `path`, readable by its
-    owner only; '' when the home cannot be written (the order then follows the name)."""
-    path = learner_id_path() if path is None else path
-    for attempt in range(3):
-        try:
-            found = path.read_text(encoding="ascii").strip()
-        except (OSError, UnicodeDecodeError):
-            found = ""
-        if re.fullmatch(r"[0-9a-f]{32}", found):
-            return found
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another kernel is writing it, or it is damaged: replace it
-            if attempt:
-                path.unlink(missing_ok=True)
-            time.sleep(0.05)
-            continue
-        except OSError:          # a read-only home
-            return ""
-        new = secrets.token_hex(16)
-        with os.fdopen(fd, "w", encoding="ascii") as out:
-            out.write(new + "\n")
-        return new
-    return ""
-
-
-def shuffled(q: Question, seed: str | int) -> Question:
-    """The question with its choices in this learner's order, letters re-assigned.
-
-    The answer and the `why` notes follow their choices. The order depends only on `seed`
-    and the question's id (``random.Random`` hashes a string seed the same way on every
-    run), so the widget and the HTML page show one learner the same letters.
-    """
-    if q.kind not in ("single", "multiple"):
-        return q
-    order = list(range(len(q.choices)))
-    random.Random(f"{seed}:{q.id}").shuffle(order)
-    letter = {q.letters[old]: chr(97 + new) for new, old in enumerate(order)}
-    answer = letter[q.answer] if q.kind == "single" else sorted(letter[a] for a in q.answer)
-    return dataclasses.replace(q, choices=tuple(q.choices[old] for old in order),
-                               answer=answer, why={letter[k]: v for k, v in q.why.items()})
+    elif any(not p.keywords for p in q.rubric):
+        raise BankError(f"{where}: every rubric point needs keywords (its key terms)")
 
 
 # --- grading --------------------------------------------------------------------------------
@@ -298,7 +230,7 @@ def grade(q: Question, response: Any, covered: Any = ()) -> Grade:
     `response` is a letter (single), a collection of letters (multiple), a number or text
     such as '3/4' (numeric), or the student's text (explain). For explain questions,
     `covered` lists the indices of the rubric points the student says the answer makes;
-    the score is the share of points covered.
+    the score is the share of those the answer :func:`addresses`.
     """
     if q.kind == "single":
         return _grade_single(q, response)
@@ -348,20 +280,34 @@ def _grade_numeric(q: Question, response: Any) -> Grade:
 
 def _grade_explain(q: Question, text: str, covered: Any) -> Grade:
     ticked = sorted({int(i) for i in covered or ()} & set(range(len(q.rubric))))
-    score = len(ticked) / len(q.rubric)
-    words = _normalise(text)
-    hints = tuple(p.point for i, p in enumerate(q.rubric)
-                  if i not in ticked and words and not any(mentions(words, k)
-                                                           for k in p.keywords))
-    lines = [f"Compare your answer with the model answer and tick each rubric point it makes "
-             f"({len(ticked)} of {len(q.rubric)} ticked).", "Model answer: " + q.model_answer]
-    lines += [f"{'[x]' if i in ticked else '[ ]'} {p.point}: {p.earns}"
-              for i, p in enumerate(q.rubric)]
-    if not words:
-        lines.insert(0, "Write your answer in the box first, then compare.")
+    made = [addresses(p, text, q.prompt) for p in q.rubric]
+    counted = [i for i in ticked if made[i]]
+    score = len(counted) / len(q.rubric)
+    hints = tuple(p.point for p, ok in zip(q.rubric, made, strict=True) if not ok)
+    lines = [f"Compare your answer with the model answer and tick each rubric point it makes: "
+             f"{len(counted)} of {len(q.rubric)} count.", "Model answer: " + q.model_answer]
+    for i, p in enumerate(q.rubric):
+        mark = "[x]" if i in counted else "[ticked, not counted]" if i in ticked else "[ ]"
+        lines.append(f"{mark} {p.point}: {p.earns} (key terms: {', '.join(p.keywords)})")
+    if not _normalise(text):
+        lines.insert(0, "Your answer is empty: it scores nothing. Write it in the box first.")
     elif hints:
-        lines.append("Your text does not seem to mention: " + "; ".join(hints) + ".")
+        lines.append("A ticked point counts only when your answer uses one of its key terms "
+                     "(words the question does not already use). Yours does not for: "
+                     + "; ".join(hints) + ".")
     return Grade(score == 1.0, score, "\n\n".join(lines), hints)
+
+
+def addresses(point: RubricPoint, text: str, prompt: str = "") -> bool:
+    """True when `text` uses one of the point's key terms that `prompt` does not use.
+
+    The least evidence a machine can check that an answer makes the point: a ticked box
+    whose point the answer never names scores nothing, and words copied from the question
+    are no evidence. Whether the answer makes the point well is the student's judgement
+    against the model answer, which the tick records.
+    """
+    words = _normalise(text)
+    return any(mentions(words, k) and not mentions(prompt, k) for k in point.keywords)
 
 
 def mentions(text: str, keyword: str) -> bool:

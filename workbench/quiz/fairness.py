@@ -1,29 +1,47 @@
 """How far a test-wise student gets on the question bank without knowing anything.
 
 A quiz is fair when its key cannot be read off the options' form. Each *strategy* below picks
-answers from the text alone; :func:`report` scores each on the whole bank (also on items
-added later), so a test can hold every strategy under a bar::
+answers from the text alone; :func:`table` scores every one of them on the whole bank (items
+added later included) beside the score of a blind guess, and a test holds each strategy at
+most :data:`MARGIN` above that chance::
 
-    python -m workbench.quiz.fairness        # prints each strategy's score
+    python -m workbench.quiz.fairness        # every strategy's score beside chance
 
-Single choice: the longest option, the shortest, the one with the most mathematics, the one
-that shares the most words with the question, and "avoid absolute words" (always, never,
-only, cannot, ...). Ties share the credit: a strategy that cannot tell 2 options apart, one
-of them right, scores 1/2 on that question. Multiple choice: tick all, tick all but the
-shortest, tick all but the longest; the share of each question's options that are false
-varies, so no single pattern fits.
+Single choice (chance: 1/k for k options): the option of each length rank (1st, 2nd, 3rd,
+4th longest), the one with the fewest absolute words ("always", "only", ...), the most hedged
+("usually", "about", ...), the one sharing the most words with the question or with the other
+options, the one with the most mathematics. Ties share the credit: a strategy that cannot tell
+2 options apart, one of them right, scores 1/2 on that question.
+
+Multiple choice is marked all or nothing (the exact set of true options), and the widget
+refuses an empty answer, so a blind guess is one of the 2**k - 1 non-empty sets: chance is
+1/(2**k - 1). Strategies: tick all, all but the shortest, all but the longest, all without
+an absolute word.
+
+Numeric (chance 0: the answer is a number to type): answer a number printed in the prompt.
+
+Written answers (chance 0): an empty answer with every rubric box ticked, and the question
+copied back with every box ticked (see :func:`workbench.quiz.bank.grade`: a ticked point
+counts only when the answer uses one of its key terms that the question does not).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from workbench.quiz.bank import Question, load_bank
+from workbench.quiz.bank import Question, grade, load_bank, parse_number
 
+#: How far above chance a knowledge-free strategy may score (a share: 0.10 = 10 points).
+MARGIN = 0.10
 #: Words that make a statement absolute; test-wise students learn to avoid them.
 ABSOLUTE = ("always", "never", "only", "cannot", "can't", "none", "all", "every", "must",
-            "impossible", "nothing", "no")
+            "impossible", "nothing", "no", "any", "entirely", "completely", "exactly")
+#: Words that soften a statement; test-wise students learn that the key often has them.
+HEDGES = ("usually", "often", "may", "might", "can", "could", "about", "roughly", "mostly",
+          "typically", "generally", "some", "partly", "largely", "likely", "tends", "most",
+          "depends", "approximately", "nearly", "almost", "around", "unless")
 _WORD = re.compile(r"[a-z][a-z'\-]+")
 _STOP = {"the", "and", "that", "this", "with", "from", "what", "which", "does", "their",
          "each", "for", "are", "its", "than", "they", "them", "into", "when", "why", "how",
@@ -36,6 +54,11 @@ def words(text: str) -> list[str]:
     return _WORD.findall(re.sub(r"\$[^$]*\$", " ", text.lower()))
 
 
+def content_words(text: str) -> set[str]:
+    """The distinct words of `text` that carry meaning (no stop words, over 3 letters)."""
+    return {w for w in words(text) if w not in _STOP and len(w) > 3}
+
+
 def mathematics(text: str) -> int:
     """Characters of mathematics: inside $...$, plus digits and operators outside it."""
     inside = sum(len(m) for m in re.findall(r"\$([^$]*)\$", text))
@@ -43,60 +66,161 @@ def mathematics(text: str) -> int:
     return inside + len(re.findall(r"[\d=+×·/^−<>≤≥%]", outside))
 
 
+def count(text: str, vocabulary: Sequence[str]) -> int:
+    """How many words of `text` are in `vocabulary`."""
+    return sum(w in vocabulary for w in words(text))
+
+
 def absolute(text: str) -> bool:
     """True when the option uses an absolute word."""
-    found = set(words(text))
-    return any(w in found for w in ABSOLUTE)
+    return count(text, ABSOLUTE) > 0
 
 
-def shared_words(option: str, prompt: str) -> int:
-    """Distinct content words the option repeats from the question."""
-    mine = {w for w in words(option) if w not in _STOP and len(w) > 3}
-    return len(mine & {w for w in words(prompt) if w not in _STOP and len(w) > 3})
+def shared_words(option: str, other: str) -> int:
+    """Distinct content words the option shares with another text (the question, an option)."""
+    return len(content_words(option) & content_words(other))
 
 
-def _credit(scores: Sequence[float], right: int, best: Callable[[Sequence[float]], float]) -> float:
+def _credit(scores: Sequence[float], right: int, best: Callable) -> float:
     """1/t when the right option is among the t options with the best score, else 0."""
     top = best(scores)
     tied = [i for i, s in enumerate(scores) if s == top]
     return 1 / len(tied) if right in tied else 0.0
 
 
-#: Single-choice strategies: name -> (per-option score, pick max or min).
-SINGLE: dict[str, tuple[Callable[[Question, str], float], Callable]] = {
-    "longest option": (lambda q, c: len(c), max),
-    "shortest option": (lambda q, c: len(c), min),
-    "most mathematics": (lambda q, c: mathematics(c), max),
-    "most words shared with the question": (lambda q, c: shared_words(c, q.prompt), max),
-    "avoid absolute words": (lambda q, c: float(absolute(c)), min),
+def _length_rank(rank: int) -> Callable[[Question], float]:
+    """The strategy "pick the option of this length rank" (1 = longest); the shortest where
+    an item has fewer options; options of equal length share the credit."""
+    def credit(q: Question) -> float:
+        lengths = [len(c) for c in q.choices]
+        target = sorted(lengths, reverse=True)[min(rank, len(lengths)) - 1]
+        return _credit([-abs(n - target) for n in lengths], _key(q), max)
+    return credit
+
+
+def _by(score: Callable[[Question, str], float], best: Callable) -> Callable[[Question], float]:
+    return lambda q: _credit([score(q, c) for c in q.choices], _key(q), best)
+
+
+def _key(q: Question) -> int:
+    return q.letters.index(q.answer)
+
+
+def _with_others(q: Question, option: str) -> float:
+    return sum(shared_words(option, other) for other in q.choices if other != option)
+
+
+#: Single-choice strategies: name -> credit on one question, in [0, 1].
+SINGLE: dict[str, Callable[[Question], float]] = {
+    **{f"the {n} longest option": _length_rank(i)
+       for i, n in enumerate(("1st", "2nd", "3rd", "4th"), 1)},
+    "the fewest absolute words": _by(lambda q, c: count(c, ABSOLUTE), min),
+    "the most hedged": _by(lambda q, c: count(c, HEDGES), max),
+    "the most words shared with the question": _by(lambda q, c: shared_words(c, q.prompt), max),
+    "the most words shared with the other options": _by(_with_others, max),
+    "the most mathematics": _by(lambda q, c: mathematics(c), max),
 }
 
 
-def single_scores(questions: Sequence[Question]) -> dict[str, float]:
-    """{strategy: share of single-choice questions it answers right} (ties share credit)."""
-    singles = [q for q in questions if q.kind == "single"]
-    out = {}
-    for name, (score, best) in SINGLE.items():
-        total = sum(_credit([score(q, c) for c in q.choices], q.letters.index(q.answer), best)
-                    for q in singles)
-        out[name] = total / len(singles) if singles else 0.0
-    return out
+def _all_but(pick: Callable) -> Callable[[Question], set[str]]:
+    def ticks(q: Question) -> set[str]:
+        lengths = [len(c) for c in q.choices]
+        return set(q.letters) - {q.letters[lengths.index(pick(lengths))]}
+    return ticks
 
 
-def _ticks(q: Question, drop: Callable | None) -> set[str]:
-    if drop is None:
-        return set(q.letters)
-    lengths = [len(c) for c in q.choices]
-    return set(q.letters) - {q.letters[lengths.index(drop(lengths))]}
+def _without_absolute(q: Question) -> set[str]:
+    plain = {x for x, c in zip(q.letters, q.choices, strict=True) if not absolute(c)}
+    return plain or set(q.letters)   # nothing to tick is refused: then the student ticks all
 
 
-def multiple_scores(questions: Sequence[Question]) -> dict[str, float]:
-    """{strategy: share of multiple-choice questions it gets exactly right}."""
-    multi = [q for q in questions if q.kind == "multiple"]
-    strategies = {"tick all": None, "tick all but the shortest": min,
-                  "tick all but the longest": max}
-    return {name: (sum(_ticks(q, drop) == set(q.answer) for q in multi) / len(multi)
-                   if multi else 0.0) for name, drop in strategies.items()}
+#: Multiple-choice strategies: name -> the letters it ticks.
+MULTIPLE: dict[str, Callable[[Question], set[str]]] = {
+    "tick all": lambda q: set(q.letters),
+    "tick all but the shortest": _all_but(min),
+    "tick all but the longest": _all_but(max),
+    "tick all without an absolute word": _without_absolute,
+}
+
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?%?|\.\d+%?")
+
+
+def prompt_numbers(q: Question) -> set[float]:
+    """Every number printed in the prompt (10^9 gives 10 and 9; 95% gives 95 and 0.95)."""
+    found = set()
+    for text in _NUMBER.findall(q.prompt):
+        value = parse_number(text.rstrip(","))
+        if value is not None:
+            found |= {value, value * 100} if text.endswith("%") else {value}
+    return found
+
+
+def _numeric_in_prompt(q: Question) -> float:
+    return float(any(abs(v - float(q.answer)) <= q.tolerance + 1e-12
+                     for v in prompt_numbers(q)))
+
+
+NUMERIC: dict[str, Callable[[Question], float]] = {
+    "answer a number printed in the prompt": _numeric_in_prompt,
+}
+
+EXPLAIN: dict[str, Callable[[Question], float]] = {
+    "an empty answer, every box ticked": lambda q: grade(
+        q, "", range(len(q.rubric))).score,
+    "the question copied back, every box ticked": lambda q: grade(
+        q, q.prompt, range(len(q.rubric))).score,
+}
+
+
+def chance(q: Question) -> float:
+    """The expected score of a blind guess at `q`."""
+    if q.kind == "single":
+        return 1 / len(q.choices)
+    if q.kind == "multiple":
+        return 1 / (2 ** len(q.choices) - 1)
+    return 0.0
+
+
+@dataclass(frozen=True)
+class Row:
+    """One strategy's share of right answers on the items of one kind, beside chance."""
+
+    kind: str
+    strategy: str
+    items: int
+    score: float
+    chance: float
+
+    @property
+    def fair(self) -> bool:
+        return self.score <= self.chance + MARGIN + 1e-9
+
+
+def _score(q: Question, strategy: Callable) -> float:
+    if q.kind == "multiple":
+        return float(strategy(q) == set(q.answer))
+    return strategy(q)
+
+
+def table(questions: Sequence[Question] | None = None) -> list[Row]:
+    """Every strategy's score on the bank's items of its kind, beside chance."""
+    questions = load_bank() if questions is None else questions
+    rows = []
+    for kind, strategies in (("single", SINGLE), ("multiple", MULTIPLE),
+                             ("numeric", NUMERIC), ("explain", EXPLAIN)):
+        items = [q for q in questions if q.kind == kind]
+        if not items:
+            continue
+        base = sum(chance(q) for q in items) / len(items)
+        rows += [Row(kind, name, len(items),
+                     sum(_score(q, strategy) for q in items) / len(items), base)
+                 for name, strategy in strategies.items()]
+    return rows
+
+
+def unfair(questions: Sequence[Question] | None = None) -> list[Row]:
+    """The strategies that score more than :data:`MARGIN` above chance."""
+    return [row for row in table(questions) if not row.fair]
 
 
 def absolute_rates(questions: Sequence[Question]) -> tuple[float, float]:
@@ -115,21 +239,14 @@ def absolute_rates(questions: Sequence[Question]) -> tuple[float, float]:
     return right / max(1, n_right), wrong / max(1, n_wrong)
 
 
-def false_counts(questions: Sequence[Question]) -> list[int]:
-    """How many false options each multiple-choice question has."""
-    return [len(q.choices) - len(q.answer) for q in questions if q.kind == "multiple"]
-
-
 def report(questions: Sequence[Question] | None = None) -> str:
-    """Every strategy's score on the bank, as lines of text."""
+    """The table as text: each strategy's score, chance, and whether it is within the bar."""
     questions = load_bank() if questions is None else questions
-    lines = [f"single choice ({sum(q.kind == 'single' for q in questions)} questions):"]
-    lines += [f"  {name:<38}{share:6.1%}" for name, share in single_scores(questions).items()]
-    lines.append(f"multiple choice ({sum(q.kind == 'multiple' for q in questions)} questions, "
-                 f"false options per question {sorted(false_counts(questions))}):")
-    lines += [f"  {name:<38}{share:6.1%}" for name, share in multiple_scores(questions).items()]
+    lines = [f"{'kind':<9}{'strategy':<46}{'items':>6}{'score':>8}{'chance':>8}"]
+    lines += [f"{r.kind:<9}{r.strategy:<46}{r.items:>6}{r.score:>8.1%}{r.chance:>8.1%}"
+              + ("" if r.fair else f"   over chance + {MARGIN:.0%}") for r in table(questions)]
     right, wrong = absolute_rates(questions)
-    lines.append(f"absolute words: {right:.1%} of right options, {wrong:.1%} of wrong ones")
+    lines.append(f"absolute words in {right:.1%} of right options, {wrong:.1%} of wrong ones")
     return "\n".join(lines)
 
 

@@ -1,20 +1,23 @@
-"""The quiz widget: answer review questions in a notebook, see the score and every explanation.
+"""The quiz widget: answer review questions in a notebook; the first answer is the one scored.
 
     from workbench.quiz import Quiz
-    Quiz(topic="pipeline")
+    Quiz(lesson="collectives")            # the questions a lesson teaches
+    Quiz(topic="pipeline")                # or one topic of the whole bank
 
-Each question has its own *Check* and *Try again* buttons; a check marks the answer,
-explains it (right or wrong) and updates the score at the bottom. Choosing an answer needs
-no Python: only *Check* runs code, so clicking around stays instant. Prompts and feedback
-are ``HTMLMath`` widgets, so $...$ mathematics is typeset by JupyterLab's MathJax.
+Each question has its own *Check* and *Try again* buttons. The first *Check* commits the
+answer: it is marked, the score at the bottom counts it, and only then do the key and its
+explanation appear. *Try again* clears the answer for practice; later checks are marked and
+explained but change nothing, and the first grade stays on display. Choosing an answer needs
+no Python: only *Check* runs code. Prompts and feedback are ``HTMLMath`` widgets, so $...$
+mathematics is typeset by JupyterLab's MathJax.
 
-:func:`quiz_html` gives the same questions as one self-contained HTML page (a few inline
-lines of JavaScript and ``<details>`` reveals): it works with no kernel at all, for example
-in a notebook rendered as a static page.
+A written answer is scored by the rubric points the student ticks, each counted only when
+the committed text uses one of that point's key terms that the question does not
+(:func:`workbench.quiz.bank.addresses`).
 
-Choices appear in each learner's own order (seeded by the learner's name, see
-:func:`workbench.quiz.bank.shuffled`), the same in the widget and in the HTML page; pass
-``seed=`` to choose the order, or ``shuffle=False`` for the bank's order.
+Choices appear in each learner's own order (:mod:`workbench.quiz.order`); pass ``seed=`` to
+choose the order, or ``shuffle=False`` for the bank's. Without a kernel, use
+:func:`workbench.quiz.sheet.quiz_html`.
 
 Headless use, for tests and for teachers checking a bank::
 
@@ -32,38 +35,36 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from workbench.quiz.bank import (
-    DECIMAL_RE,
-    FRACTION_RE,
-    THOUSANDS_RE,
-    TOPICS,
-    Grade,
-    Question,
-    grade,
-    learner_seed,
-    load_bank,
-    shuffled,
-)
+from workbench.quiz.bank import TOPICS, Grade, Question, grade, load_bank, parse_number
+from workbench.quiz.order import in_learner_order
+from workbench.quiz.sheet import inline, paragraphs
 
 _GOOD, _BAD, _NEUTRAL = "#2e7d32", "#c62828", "#1565c0"
-
-
-def _to_html(text: str) -> str:
-    """Escape text for HTML, keep $...$ for MathJax, and turn blank lines into paragraphs."""
-    paragraphs = [html.escape(p).replace("\n", " ") for p in text.split("\n\n")]
-    return "".join(f"<p style='margin:4px 0'>{p}</p>" for p in paragraphs)
+#: The picked letter must stand out from the others at a glance.
+STYLE = ("<style>.wbq-choice .widget-toggle-button.mod-active,"
+         ".wbq-choice .jupyter-button.mod-active{background:" + _NEUTRAL + ";color:#fff;"
+         "font-weight:bold;box-shadow:0 0 0 2px " + _NEUTRAL + "}</style>")
+RULES = ("Your <b>first</b> answer to each question is the one scored: <b>Check</b> commits "
+         "it and shows the answer with its explanation. <b>Try again</b> lets you practise; "
+         "it does not change the score. For a written answer, tick the rubric points it "
+         "makes: a ticked point counts only when your answer uses one of its key terms "
+         "(words the question does not already use).")
 
 
 class _Card:
-    """One question: prompt, input, Check and Try-again buttons, and the feedback area."""
+    """One question: prompt, input, Check and Try-again buttons, the first grade and feedback."""
 
     def __init__(self, number: int, q: Question, on_graded) -> None:
         self.q, self._on_graded = q, on_graded
-        self.grade: Grade | None = None
+        self.first: Grade | None = None     # the committed answer's grade: the score
+        self.first_response: Any = None
+        self.grade: Grade | None = None     # the latest check, first or practice
+        self.practice = False               # whether self.grade is a practice check
+        self.shown_first = False            # the key was shown before any answer
         topic = html.escape(TOPICS.get(q.topic, q.topic))
         self.prompt = widgets.HTMLMath(
             f"<b>Question {number}.</b> <span style='color:#666'>({topic})</span>"
-            + _to_html(q.prompt))
+            + paragraphs(q.prompt))
         self.input, input_row = self._make_input()
         self.rubric = [widgets.Checkbox(value=False, description=p.point, indent=False)
                        for p in q.rubric]
@@ -71,15 +72,16 @@ class _Card:
             box.observe(self._rubric_changed, names="value")
         self.rubric_box = widgets.VBox(self.rubric, layout=widgets.Layout(display="none"))
         self.check_button = widgets.Button(description="Check", button_style="primary",
-                                           tooltip="Mark this answer and explain it")
-        self.retry_button = widgets.Button(description="Try again",
-                                           tooltip="Clear this answer and its feedback")
+                                           tooltip="Commit this answer, mark and explain it")
+        self.retry_button = widgets.Button(description="Try again", disabled=True,
+                                           tooltip="Practise again: the first grade stays")
         self.check_button.on_click(lambda _: self.check())
         self.retry_button.on_click(lambda _: self.retry())
+        self.record = widgets.HTML("")
         self.output = widgets.HTMLMath("")
         self.box = widgets.VBox(
             [self.prompt, input_row, widgets.HBox([self.check_button, self.retry_button]),
-             self.output, self.rubric_box],
+             self.record, self.output, self.rubric_box],
             layout=widgets.Layout(border="1px solid #ddd", padding="6px", margin="0 0 8px 0"))
 
     def _make_input(self) -> tuple[Any, widgets.Widget]:
@@ -93,11 +95,12 @@ class _Card:
                                      layout=widgets.Layout(width="95%", height="110px"))
             return field, field
         listing = widgets.HTMLMath("".join(
-            f"<div style='margin:2px 0'><b>({letter})</b> {html.escape(text)}</div>"
+            f"<div style='margin:2px 0'><b>({letter})</b> {inline(text)}</div>"
             for letter, text in zip(q.letters, q.choices, strict=True)))
         if q.kind == "single":
             field = widgets.ToggleButtons(options=list(q.letters), value=None,
                                           description="Answer:", style={"button_width": "48px"})
+            field.add_class("wbq-choice")
         else:
             field = widgets.HBox([widgets.Checkbox(value=False, description=f"({letter})",
                                                    indent=False,
@@ -116,8 +119,9 @@ class _Card:
     def covered(self) -> list[int]:
         return [i for i, box in enumerate(self.rubric) if box.value]
 
-    def set_response(self, response: Any, covered: Iterable[int] = ()) -> None:
-        """Fill the input as a student would (letters, a number or text)."""
+    def set_response(self, response: Any, covered: Iterable[int] | None = None) -> None:
+        """Fill the input as a student would (letters, a number or text); `covered` ticks
+        rubric points (None leaves the ticks as they are)."""
         if self.q.kind == "multiple":
             picked = set(response or ())
             for letter, box in zip(self.q.letters, self.input.children, strict=True):
@@ -126,40 +130,96 @@ class _Card:
             self.input.value = "" if response is None else str(response)
         else:
             self.input.value = response
-        for i, box in enumerate(self.rubric):
-            box.value = i in set(covered)
+        if covered is not None:
+            for i, box in enumerate(self.rubric):
+                box.value = i in set(covered)
+
+    def _inputs(self) -> list[widgets.Widget]:
+        return list(self.input.children) if self.q.kind == "multiple" else [self.input]
+
+    def unanswered(self) -> str:
+        """Why the input is no answer yet ('' when it is one): such a check commits nothing."""
+        value = self.response()
+        if self.q.kind == "numeric" and parse_number(value) is None:
+            return f"Enter a number, such as 0.75 or 3/4 (got {value!r})."
+        if self.q.kind == "explain" and not str(value or "").strip():
+            return "Write your answer in the box first."
+        if not value:
+            return "Pick one answer first." if self.q.kind == "single" else \
+                "Tick at least one answer first."
+        return ""
 
     def check(self) -> Grade:
+        """The first check of an answer commits and records it; later ones are practice."""
+        why = self.unanswered()
+        if why:
+            self.grade, self.practice = Grade(False, 0.0, why), self.first is not None
+            return self._show()
+        self.practice = self.first is not None
         self.grade = grade(self.q, self.response(), self.covered())
-        if self.q.kind == "explain":
-            self.rubric_box.layout.display = "flex"
-            colour = _GOOD if self.grade.correct else _NEUTRAL
-        else:
-            colour = _GOOD if self.grade.correct else _BAD
-        self.output.value = (f"<div style='border-left:4px solid {colour};padding-left:8px'>"
-                             f"{_to_html(self.grade.feedback)}</div>")
+        if not self.practice:
+            self.first, self.first_response = self.grade, self.response()
+            if self.q.kind == "explain":
+                self.rubric_box.layout.display = "flex"
+        for field in self._inputs():
+            field.disabled = True
+        self.retry_button.disabled = False
+        self._show()
         self._on_graded()
         return self.grade
 
+    def _show(self) -> Grade:
+        g = self.grade
+        assert g is not None
+        colour = (_GOOD if g.correct else _NEUTRAL if self.q.kind == "explain" else _BAD)
+        head = "<b>Practice, not scored.</b> " if self.practice else ""
+        self.output.value = (f"<div style='border-left:4px solid {colour};padding-left:8px'>"
+                             f"{head}{paragraphs(g.feedback)}</div>")
+        self._show_record()
+        return g
+
+    def _show_record(self) -> None:
+        if self.first is None:
+            self.record.value = ""
+            return
+        answer = self.first_response
+        shown = ("your written answer" if self.q.kind == "explain" else
+                 "(" + ", ".join(answer) + ")" if self.q.kind == "multiple" else
+                 f"({answer})" if self.q.kind == "single" else repr(answer))
+        self.record.value = ("<span style='color:#333'>Scored: your first answer, "
+                             f"{html.escape(shown)}: <b>{self.first.score:.2g} of 1</b>.</span>")
+
     def retry(self) -> None:
+        """Clear the answer for practice; the first grade stays recorded and shown."""
         self.set_response([] if self.q.kind == "multiple" else None if self.q.kind == "single"
                           else "")
-        self.grade = None
+        for field in self._inputs():
+            field.disabled = False
+        self.grade, self.practice = None, True
         self.output.value = ""
-        self.rubric_box.layout.display = "none"
-        self._on_graded()
+        self._show_record()
 
     def _rubric_changed(self, _change: dict) -> None:
-        if self.grade is not None:  # re-score the explanation as the student ticks points
-            self.check()
+        """Ticks re-score the committed text, and a practice text if one is checked."""
+        if self.first is None or self.shown_first:
+            return
+        self.first = grade(self.q, self.first_response, self.covered())
+        if self.grade is not None:
+            self.grade = (grade(self.q, self.response(), self.covered()) if self.practice
+                          else self.first)
+            self._show()
+        self._on_graded()
 
 
 class Quiz(widgets.VBox):
-    """A set of review questions with Check / Try again buttons and a running score.
+    """Review questions with Check / Try again buttons; the score counts first answers.
 
     Args:
-        topic: only the questions of this topic (see ``workbench.quiz.TOPICS``); all if None.
+        topic: only the questions of this topic (see ``workbench.quiz.TOPICS``).
+        lesson: only the questions this lesson teaches (a notebook's name without its
+            number, e.g. "collectives").
         ids: only these question ids, in this order.
+        exclude: leave out these question ids.
         questions: questions to use instead of the bank (for example a teacher's own).
         seed: whose order of choices to show; the learner's name when None.
         shuffle: False shows the choices in the bank's order.
@@ -167,9 +227,16 @@ class Quiz(widgets.VBox):
 
     def __init__(self, topic: str | None = None, ids: Sequence[str] | None = None,
                  questions: Sequence[Question] | None = None, seed: str | int | None = None,
-                 shuffle: bool = True) -> None:
-        pool = _in_learner_order(list(questions) if questions is not None
-                                 else load_bank(topic), seed, shuffle)
+                 shuffle: bool = True, lesson: str | None = None,
+                 exclude: Sequence[str] = ()) -> None:
+        pool = list(questions) if questions is not None else load_bank(topic)
+        if lesson is not None:
+            pool = [q for q in pool if q.lesson == lesson]
+            if not pool:
+                known = sorted({q.lesson for q in load_bank()} - {""})
+                raise ValueError(f"no question of lesson {lesson!r}; lessons with questions: "
+                                 f"{', '.join(known)}")
+        pool = [q for q in in_learner_order(pool, seed, shuffle) if q.id not in set(exclude)]
         if ids is not None:
             by_id = {q.id: q for q in pool}
             unknown = [i for i in ids if i not in by_id]
@@ -182,67 +249,72 @@ class Quiz(widgets.VBox):
         self.questions = pool
         self.cards = {q.id: _Card(n, q, self._update_score) for n, q in enumerate(pool, 1)}
         self.score_label = widgets.HTML()
-        retry_all = widgets.Button(description="Start again", tooltip="Clear every answer")
-        retry_all.on_click(lambda _: self.retry())
-        title = TOPICS.get(topic, "Review questions") if topic else "Review questions"
-        header = widgets.HTML(f"<h3 style='margin:4px 0'>{html.escape(title)}</h3>")
-        footer = widgets.HBox([self.score_label, retry_all])
-        super().__init__([header, *(c.box for c in self.cards.values()), footer])
+        title = (TOPICS.get(topic, "Review questions") if topic else
+                 "Questions on this notebook" if lesson else "Review questions")
+        header = widgets.HTML(f"{STYLE}<h3 style='margin:4px 0'>{html.escape(title)}</h3>"
+                              f"<p style='margin:0 0 6px 0'>{RULES}</p>")
+        super().__init__([header, *(c.box for c in self.cards.values()), self.score_label])
         self._update_score()
 
     # --- programmatic use (tests, teachers) ------------------------------------------------
 
-    def answer(self, qid: str, response: Any, covered: Iterable[int] = ()) -> None:
-        """Set the answer of question `qid` as if the student had typed or clicked it."""
-        self._card(qid).set_response(response, covered)
+    def answer(self, qid: str, response: Any, covered: Iterable[int] | None = None) -> None:
+        """Set the answer of question `qid` as if the student had typed, clicked or ticked."""
+        card = self._card(qid)
+        for field in card._inputs():
+            field.disabled = False
+        card.set_response(response, covered)
 
     def check(self, qid: str) -> Grade:
-        """Press the question's Check button; return its grade."""
+        """Press the question's Check button; return the grade of that check."""
         card = self._card(qid)
         card.check_button.click()
         assert card.grade is not None
         return card.grade
 
-    def check_all(self) -> float:
-        """Check every question; return the score."""
-        for card in self.cards.values():
-            card.check()
-        return self.score
+    def reveal(self) -> None:
+        """Show every right answer with its explanation (for teachers and answer keys).
 
-    def reveal(self) -> float:
-        """Fill in every right answer (the model answer for explanations) and check them all.
-
-        For teachers and for answer keys: every explanation is then on display.
+        A question not yet answered is recorded as answered after seeing the key: 0.
         """
-        for q in self.questions:
-            response = q.model_answer if q.kind == "explain" else q.answer
-            self.answer(q.id, response, covered=range(len(q.rubric)))
-        return self.check_all()
+        for card in self.cards.values():
+            q = card.q
+            if card.first is None:
+                card.first = Grade(False, 0.0, "The answer was shown before one was given.")
+                card.first_response, card.shown_first = "shown before answering", True
+            card.set_response(q.model_answer if q.kind == "explain" else q.answer)
+            card.grade, card.practice = grade(q, card.response(), range(len(q.rubric))), True
+            card.retry_button.disabled = False
+            card._show()
+        self._update_score()
 
     def retry(self, qid: str | None = None) -> None:
-        """Clear one question (or all) so the student can try again."""
-        cards = [self._card(qid)] if qid else list(self.cards.values())
-        for card in cards:
+        """Clear one question (or all) to practise; first grades stay."""
+        for card in [self._card(qid)] if qid else list(self.cards.values()):
             card.retry()
 
     def feedback(self, qid: str) -> str:
-        """The plain-text feedback shown under question `qid` ('' before it is checked)."""
+        """The plain-text feedback of the latest check of `qid` ('' before one)."""
         card = self._card(qid)
         return card.grade.feedback if card.grade else ""
 
+    def first_grade(self, qid: str) -> Grade | None:
+        """The grade of the first committed answer to `qid` (None before it)."""
+        return self._card(qid).first
+
     @property
     def score(self) -> float:
-        """Points earned so far: 1 per right answer, a share of the rubric for explanations."""
-        return sum(c.grade.score for c in self.cards.values() if c.grade)
+        """Points from first answers: 1 per right one, the counted share of a rubric."""
+        return sum(c.first.score for c in self.cards.values() if c.first)
 
     @property
     def checked(self) -> int:
-        """How many questions have been checked."""
-        return sum(c.grade is not None for c in self.cards.values())
+        """How many questions have a committed first answer."""
+        return sum(c.first is not None for c in self.cards.values())
 
     def summary(self) -> str:
         return (f"Score: {self.score:g} / {len(self.cards)} "
-                f"({self.checked} of {len(self.cards)} questions checked)")
+                f"({self.checked} of {len(self.cards)} questions answered; first answers count)")
 
     def _card(self, qid: str) -> _Card:
         try:
@@ -252,84 +324,4 @@ class Quiz(widgets.VBox):
                            f"{', '.join(self.cards)}") from None
 
     def _update_score(self) -> None:
-        self.score_label.value = f"<b>{html.escape(self.summary())}</b>&nbsp;&nbsp;"
-
-
-def _in_learner_order(pool: list[Question], seed: str | int | None,
-                      shuffle: bool) -> list[Question]:
-    """The questions with their choices in the learner's order (or as in the bank)."""
-    if not shuffle:
-        return pool
-    seed = learner_seed() if seed is None else seed
-    return [shuffled(q, seed) for q in pool]
-
-
-# --- the kernel-free HTML version ---------------------------------------------------------------
-
-#: parse_number of bank.py in JavaScript, built from the same patterns: NaN where it says None.
-PARSE_NUMBER_JS = (
-    "function(t){var s=String(t).replace(/\\s+/g,'');var pc=/%$/.test(s);"
-    "if(pc){s=s.slice(0,-1);}"
-    "if(/" + THOUSANDS_RE + "/.test(s)){s=s.replace(/,/g,'');}else{s=s.replace(',','.');}"
-    "var v=NaN;if(/" + FRACTION_RE.replace("/", "\\/") + "/.test(s)){var q=s.split('/');"
-    "v=parseInt(q[0],10)/parseInt(q[1],10);}else if(/" + DECIMAL_RE + "/.test(s)){"
-    "v=parseFloat(s);}if(!isFinite(v)){return NaN;}return pc?v/100:v;}"
-)
-
-_CHECK_JS = (
-    "var d=this.closest('.wbq');var r=d.querySelector('.wbq-result');var ok;"
-    "if(d.dataset.kind==='numeric'){var v=(" + PARSE_NUMBER_JS + ")("
-    "d.querySelector('input').value);"
-    "ok=Math.abs(v-parseFloat(d.dataset.answer))<=parseFloat(d.dataset.tolerance)+1e-12;}"
-    "else{var want=d.dataset.answer.split(',');"
-    "var got=Array.from(d.querySelectorAll('input:checked')).map(function(e){return e.value;});"
-    "ok=want.length==got.length&&want.every(function(x){return got.indexOf(x)>=0;});}"
-    "r.textContent=ok?'Correct.':'Not quite. Read the explanation, then try again.';"
-    "r.style.color=ok?'" + _GOOD + "':'" + _BAD + "';d.querySelector('details').open=true;"
-)
-
-
-def quiz_html(topic: str | None = None, questions: Sequence[Question] | None = None,
-              seed: str | int | None = None, shuffle: bool = True) -> str:
-    """The questions as self-contained HTML: instant checks in the page, no kernel needed.
-
-    Show it with ``IPython.display.HTML(quiz_html())``. Choice and numeric answers are
-    checked by a few lines of inline JavaScript (numbers are read as the widget reads them:
-    75% is 0.75, 1,600 is 1600); every question has a ``<details>`` block with the answer
-    and its explanation, which works even where scripts are blocked. The choices are in the
-    learner's order, as in :class:`Quiz` with the same `seed`.
-    """
-    pool = _in_learner_order(list(questions) if questions is not None else load_bank(topic),
-                             seed, shuffle)
-    return "<div class='wbq-quiz'>" + "".join(
-        _question_html(n, q) for n, q in enumerate(pool, 1)) + "</div>"
-
-
-def _question_html(number: int, q: Question) -> str:
-    e = html.escape
-    body = f"<p><b>Question {number}.</b> {e(q.prompt)}</p>"
-    if q.kind in ("single", "multiple"):
-        kind = "radio" if q.kind == "single" else "checkbox"
-        body += "".join(
-            f"<label style='display:block'><input type='{kind}' name='wbq-{e(q.id)}' "
-            f"value='{letter}'> ({letter}) {e(text)}</label>"
-            for letter, text in zip(q.letters, q.choices, strict=True))
-        answer = q.answer if q.kind == "single" else ",".join(q.answer)
-        reveal = "Answer: " + ", ".join(f"({a}) {e(q.choice(a))}" for a in answer.split(","))
-        reveal += "".join(f"<br>({k}) is wrong: {e(v)}" for k, v in sorted(q.why.items()))
-        data = f"data-kind='{q.kind}' data-answer='{answer}'"
-    elif q.kind == "numeric":
-        body += "<input type='text' placeholder='a number' size='12'>"
-        reveal = f"Answer: {q.answer:g}"
-        data = f"data-kind='numeric' data-answer='{q.answer}' data-tolerance='{q.tolerance}'"
-    else:
-        body += "<textarea rows='4' style='width:95%'></textarea>"
-        points = "".join(f"<li><b>{e(p.point)}</b>: {e(p.earns)}</li>" for p in q.rubric)
-        reveal = f"Model answer: {e(q.model_answer)}<br>Rubric:<ul>{points}</ul>"
-        data = "data-kind='explain'"
-    if q.kind != "explain":
-        body += (f"<button onclick=\"{_CHECK_JS}\">Check</button> "
-                 "<span class='wbq-result' style='font-weight:bold'></span>")
-    return (f"<div class='wbq' {data} style='border:1px solid #ddd;padding:6px;"
-            f"margin:0 0 8px 0'>{body}<details><summary>Show the answer</summary>"
-            f"<p>{reveal}</p><p>{e(q.explanation)}</p></details></div>")
+        self.score_label.value = f"<b>{html.escape(self.summary())}</b>"

@@ -15,10 +15,12 @@ models of allreduce, parameter servers and pipelines.
 **Time:** about 30 minutes (you can do one topic at a time).
 """),
     md(r"""
-Choose an answer and press **Check**: the question is marked and explained, right or
-wrong, and **Try again** clears it. For the three written questions, compare your text with
-the model answer and tick the rubric points you made. To practise one topic, use for example
-`Quiz(topic="pipeline")`; the topics are listed below.
+Choose an answer and press **Check**: your first answer to each question is the one
+scored, and only then are the answer and its explanation shown. **Try again** lets you
+practise; it does not change the score. For the three written questions, compare your text
+with the model answer and tick the rubric points you made: a point counts when your answer
+uses one of its key terms. To practise one topic, use for example `Quiz(topic="pipeline")`;
+the topics are listed below.
 """),
     code(r"""
 from workbench.quiz import TOPICS, Quiz
@@ -28,8 +30,10 @@ quiz = Quiz()
 """),
     Task(exercise="quiz", solution="quiz.reveal()\nquiz"),
     md(r"""
-The same questions also work without a running kernel (for example in a page rendered from
-this notebook): checks run in the browser and answers hide under *Show the answer*.
+Without a running kernel (for example in a page rendered from this notebook) the same
+questions come as a sheet to answer: no answer is in the page, since anything in a page can
+be read from its source. **Show my answers** lists yours, to hand in; your teacher marks them
+with the answer sheet (`python -m workbench.quiz.sheet --answers > answers.html`).
 """),
     code(r"""
 from IPython.display import HTML
