@@ -147,13 +147,13 @@ def test_balanced_shards_are_not_equal_steps(counter):
     assert "Equal step counts need **equal** shards" in ALL  # ... yet unequal steps
 
 
-def test_notebook_07_links_every_exercise_and_the_nbgrader_course_grades_every_checked_one():
+def test_the_review_links_every_exercise_and_the_nbgrader_course_grades_every_checked_one():
     from workbench.classroom.nbgrader import assignments
-    from workbench.lessons.pages.p07_review import EXERCISES
+    from workbench.lessons.pages.p09_review import EXERCISES
 
     names = sorted(p.stem for p in (REPO / "notebooks" / "exercises").glob("*.ipynb"))
     assert [n for n, _ in EXERCISES] == names
-    review = TEXT["07_review.ipynb"]
+    review = TEXT["09_review.ipynb"]
     assert all(f"(exercises/{n}.ipynb)" in review for n in names)
     assert set(assignments()) == set(names) - {"07_review_questions"}   # the quiz: no checker
 

@@ -48,10 +48,14 @@ def test_notebook_saved_clean_and_complete(path):
     nbformat.validate(nb)
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
     assert all(not c.outputs and c.execution_count is None for c in code_cells)
-    first, last = nb.cells[0].source, nb.cells[-1].source
+    first = nb.cells[0].source
+    last = [c.source for c in nb.cells if c.cell_type == "markdown"][-1]
     assert "**Goals.**" in first and re.search(r"\*\*Time:\*\* about \d+ minutes", first)
     for heading in ("## Summary", "## Exercises", "## Check yourself"):
-        assert heading in last, f"{path.name}: the last cell lacks {heading!r}"
+        assert heading in last, f"{path.name}: the last text cell lacks {heading!r}"
+    after = nb.cells[[c.source for c in nb.cells].index(last) + 1:]
+    assert all(re.fullmatch(r"from workbench.quiz import Quiz\n\nQuiz\(lesson=\"\w+\"\)",
+                            c.source) for c in after), f"{path.name}: only the quiz may follow"
     assert "exercises/" in last, "the exercises must link to notebooks/exercises"
     long = [c.source.splitlines()[0] for c in code_cells if len(c.source.splitlines()) > 20]
     assert not long, f"cells over 20 lines (logic lives in workbench/): {long}"

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import ipywidgets as widgets
+import nbformat
 import pytest
 import yaml
 
@@ -24,6 +25,7 @@ from workbench.synchronization.checkpoint_interval import young_interval
 from workbench.tensor_parallel import traffic
 
 BANK = {q.id: q for q in load_bank()}
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -510,6 +512,100 @@ def test_a_bank_that_gives_its_keys_away_fails_the_fairness_test():
                           "It always helps.")) for i in range(5)]
     assert "tick all without an absolute word" in {
         r.strategy for r in fairness.unfair(plain)}
+
+
+# --- each question in the lesson that teaches it, the review last ------------------------------
+
+LESSONS = [p for p in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
+LESSON_TEXT = {p.stem[3:]: "\n".join(c.source for c in nbformat.read(p, as_version=4).cells)
+               for p in LESSONS}
+#: The course's words for its concepts: a question that uses one relies on a lesson for it.
+GLOSSARY = ("bubble", "micro-batch", "stale", "straggler", "bucket", "reduce-scatter",
+            "all-gather", "loss scal", "weak scaling", "strong scaling", "serial fraction",
+            "parameter server", "checkpoint", "elastic", "negotiat", "fusion", "overlap",
+            "accumulat", "shard", "latency", "bandwidth", "tensor parallel", "pipeline",
+            "learning rate", "warm-up", "global batch", "linear scaling", "batch normalization",
+            "backup worker", "sparse", "exponent", "mantissa", "optimizer state", "barrier",
+            "allreduce", "all-reduce", "speedup", "efficiency", "scalability", "recursive halving",
+            "replica", "activation", "critical path")
+
+
+def _norm(text: str, case: bool = False) -> str:
+    """Spaces and hyphens alike; lower case unless `case` (ZeRO is not "zero")."""
+    return re.sub(r"[\s\-–]+", " ", text if case else text.lower())
+
+
+def terms(q) -> set[str]:
+    """What a question relies on being taught: code, names written with capitals or digits
+    (ZeRO-3, bf16, GPipe, DDP, Megatron mid-sentence) and the course's concept words."""
+    keys = [] if q.kind not in ("single", "multiple") else (
+        [q.answer] if q.kind == "single" else q.answer)
+    text = re.sub(r"\$[^$]*\$", " ", " ".join([q.prompt, *(q.choice(k) for k in keys)]))
+    found = set(re.findall(r"`([^`]+)`", text))
+    words = re.findall(r"[\w][\w\-–.]*\w|\w", re.sub(r"`[^`]+`", " ", text))
+    starts = {m.group(1) for m in re.finditer(r"(?:^|[.?!:\"]\s+)([\w\-–]+)", text)}
+    for w in words:
+        if re.match(r"\d[\d.,]*[-–]", w):          # 512-worker, 64-GPU: a number and a unit
+            continue
+        if (re.search(r"\d", w) and re.search(r"[A-Za-z]", w)) or re.search(r".[A-Z]", w) or (
+                w[0].isupper() and w not in starts):
+            found.add(w.rstrip("."))
+    found |= {g for g in GLOSSARY if re.search(r"\b" + re.escape(_norm(g)), _norm(text))}
+    return found - {"MB", "GB", "MiB", "GB/s", "Gbit/s"}
+
+
+#: What the lessons up to each one say (the welcome's course table outlines, it teaches not).
+KNOWN = {name: " ".join(list(LESSON_TEXT.values())[1:i + 1])
+         for i, name in enumerate(LESSON_TEXT)}
+
+
+def untaught(q, lesson: str) -> list[str]:
+    """The terms of `q` that no lesson up to `lesson` (included) uses; a term written with
+    capitals must appear as written."""
+    known = {case: _norm(KNOWN[lesson], case) for case in (False, True)}
+    return sorted(term for term in terms(q) if not re.search(
+        r"(?<!\w)" + re.escape(_norm(term, term != term.lower())),
+        known[term != term.lower()]))
+
+
+def test_the_review_comes_after_every_lesson_it_reviews():
+    names = list(LESSON_TEXT)
+    assert names[-1] == "review" and names[0] == "welcome"
+    for q in BANK.values():
+        assert q.lesson in names, (q.id, q.lesson)
+        assert names.index(q.lesson) < names.index("review") or q.id in REVIEW_IDS, q.id
+
+
+def test_every_question_is_asked_by_the_lesson_that_teaches_it():
+    for name, text in LESSON_TEXT.items():
+        mine = {q.id for q in BANK.values() if q.lesson == name}
+        cell = f'Quiz(lesson="{name}")'
+        if name == "review":
+            assert 'WRITTEN = ["review-efficiency", "review-synchronization", ' \
+                   '"review-parallelism"]' in text and "Quiz(ids=WRITTEN)" in text
+            assert "Quiz(topic=TOPIC, exclude=WRITTEN)" in text      # every other question
+            topic = Quiz(topic="metrics", exclude=REVIEW_IDS)         # asked once, not twice
+            assert not set(topic.cards) & set(REVIEW_IDS) and len(topic.cards) == len(
+                [q for q in BANK.values() if q.topic == "metrics"]) - 1
+            assert mine == set(REVIEW_IDS)
+        else:
+            assert (cell in text) == bool(mine), (name, len(mine))
+            assert len(Quiz(lesson=name).cards) == len(mine) if mine else True
+    cells = [c for p in LESSONS for c in nbformat.read(p, as_version=4).cells
+             if 'Quiz(lesson="' in c.source]
+    assert all(c.cell_type == "code" for c in cells)        # a real cell, not a fenced block
+
+
+@pytest.mark.parametrize("qid", sorted(q for q in BANK if q not in REVIEW_IDS))
+def test_no_question_asks_what_no_earlier_lesson_taught(qid):
+    q = BANK[qid]
+    assert untaught(q, q.lesson) == [], f"{qid} ({q.lesson}) uses untaught terms"
+
+
+def test_a_question_placed_before_its_lesson_is_caught():
+    assert untaught(BANK["bf16-loss-scaling"], "synchronization") == ["bf16", "exponent", "fp16"]
+    assert "ZeRO" in untaught(BANK["zero1-what-is-sharded"], "sgd_from_scratch")
+    assert "1F1B" in untaught(BANK["bubble-1f1b"], "data_parallelism_horovod")
 
 
 def test_the_sheets_are_printed_from_the_command_line(capsys):

@@ -11,6 +11,6 @@
 
 `buckets.py` holds what both share: how gradients are packed into buckets.
 
-Lessons it serves: notebooks/09_tensor_parallelism_buckets_accumulation.ipynb (buckets and
+Lessons it serves: notebooks/08_tensor_parallelism_buckets_accumulation.ipynb (buckets and
 overlap) and notebooks/exercises/13_overlap_the_all_reduce.ipynb.
 """

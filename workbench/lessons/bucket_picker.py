@@ -1,4 +1,4 @@
-"""Notebook 09's bucket-size widget: pick a size, run the bucketed and overlapped engines.
+"""Notebook 08's bucket-size widget: pick a size, run the bucketed and overlapped engines.
 
     from workbench.lessons.bucket_picker import BucketPicker
     BucketPicker(SAME)          # SAME: the comparison's JobConfig fields, bucket_mb included

@@ -6,7 +6,7 @@
 
 The widget and the sheets are imported on first use, so reading the bank needs neither.
 
-Lessons it serves: the last cell of each lesson, notebooks/07_review.ipynb and
+Lessons it serves: the last cell of each lesson, notebooks/09_review.ipynb and
 notebooks/exercises/07_review_questions.ipynb.
 """
 

@@ -19,6 +19,6 @@ Both ZeRO stages keep the parameters in one flat buffer (`flat.py`), cut into N 
 slices: rank r owns slice r. `memory.py` counts the bytes a rank holds, `traffic.py` the
 bytes it sends, and `costmodel.py` predicts both and plans what fits.
 
-Lessons it serves: notebooks/08_sharded_data_parallelism.ipynb and
+Lessons it serves: notebooks/07_sharded_data_parallelism.ipynb and
 notebooks/exercises/12_zero1_optimizer_step.ipynb.
 """

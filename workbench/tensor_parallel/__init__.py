@@ -10,5 +10,5 @@
 - `check.py`: the run on N real ranks that compares both with the unsharded layer, and a
   2-D layout (data parallel × tensor parallel on a device mesh) with the serial run.
 
-Lessons it serves: notebooks/09_tensor_parallelism_buckets_accumulation.ipynb.
+Lessons it serves: notebooks/08_tensor_parallelism_buckets_accumulation.ipynb.
 """

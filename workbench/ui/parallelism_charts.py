@@ -1,6 +1,6 @@
 """The charts of the parallelism lessons: what a pipeline's stages do over time and where
 its bubble is, the memory of data against model parallelism (notebook 05), and what each
-rank of a sharded run holds (notebook 08). What they draw is computed in the concept's own
+rank of a sharded run holds (notebook 07). What they draw is computed in the concept's own
 package (model_parallel/, sharded/); this module only makes the Bokeh figures.
 """
 

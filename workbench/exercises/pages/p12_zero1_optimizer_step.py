@@ -18,7 +18,7 @@ CELLS = [
     md(r"""
 ## Background
 
-Notebook 08: ZeRO-1 (Rajbhandari et al. 2020) keeps the model's parameters in one flat
+Notebook 07: ZeRO-1 (Rajbhandari et al. 2020) keeps the model's parameters in one flat
 buffer of `numel` elements, cut into `world` equal slices; rank `r` owns elements
 `[r * size, (r + 1) * size)`, `size = numel // world` (the buffer is padded so it divides).
 Each rank keeps optimizer state for its slice only. The checker builds the buffer (the

@@ -58,7 +58,7 @@ part of their communication behind the backward pass and send fewer, larger mess
 three compute the same update (the invariant of section 6 holds for each; the workbench's
 tests check it), so the difference is speed alone. On a shared machine the numbers move
 from run to run: rerun the cell, or try `width=1024`, to see which differences stay.
-Notebook 09 builds DDP's buckets and its overlap by hand, one step at a time; notebook 08
+Notebook 08 builds DDP's buckets and its overlap by hand, one step at a time; notebook 07
 shards what each rank holds (ZeRO, FSDP).
 
 **Gradient accumulation.** When the batch you want does not fit in a rank's memory, the rank
@@ -68,7 +68,7 @@ one process with batch $N \cdot k \cdot b$. Only the last micro-batch's gradient
 averaging: DDP's `with model.no_sync():` skips the all-reduce of the others, and Horovod's
 `DistributedOptimizer(..., backward_passes_per_step=k)` does the same, so the bytes sent per
 sample fall by $k$. The engines do this with `accumulate=k` (`--accumulate k`), DDP and
-Horovod each their own way; notebook 09 (section 3) measures the bytes per sample fall by
+Horovod each their own way; notebook 08 (section 3) measures the bytes per sample fall by
 $k$ on real ranks.
 """),
 ]

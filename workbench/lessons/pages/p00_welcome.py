@@ -38,7 +38,9 @@ them live. Nothing is simulated unless a notebook says so.
 | 04 | collectives: parameter servers, the ring allreduce, halving and doubling |
 | 05 | model and pipeline parallelism, and when each kind of parallelism wins |
 | 06 | speedup, efficiency and scalability: measured, explained and extrapolated |
-| 07 | review questions on the whole course |
+| 07 | sharded data parallelism: ZeRO and FSDP, memory and traffic per rank |
+| 08 | tensor parallelism, DDP's buckets and overlap, gradient accumulation |
+| 09 | review of the whole course, with its question bank |
 
 Each notebook ends with a summary, exercises from [`exercises/`](exercises/) (worked
 solutions in [`solutions/`](solutions/)) and questions to check yourself.

@@ -229,4 +229,9 @@ about the time of one small step.
    reached after a warm-up.
 </details>
 """),
+    code(r"""
+from workbench.quiz import Quiz
+
+Quiz(lesson="sgd_from_scratch")
+"""),
 ]

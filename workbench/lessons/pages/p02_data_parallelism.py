@@ -40,7 +40,7 @@ depends on the size of the *model*, not of the data, so it pays off when there i
 computation per parameter, as in convolutional networks on large datasets. Limit: in this
 plain form the whole model, with its gradients and optimizer state, must fit on every worker.
 Sharded data parallelism (ZeRO-3, Rajbhandari et al. 2020; FSDP, Zhao et al. 2023) keeps
-only a shard of that state on each worker; notebooks 08 and 09 deal with models that do not
+only a shard of that state on each worker; notebooks 07 and 08 deal with models that do not
 fit.
 """),
     md(r"""
@@ -303,5 +303,10 @@ effects shrink as models grow (notebook 06 measures them).
 4. The allreduce of each gradient with the rest of the backward pass: communication hidden
    behind computation does not add to the step time.
 </details>
+"""),
+    code(r"""
+from workbench.quiz import Quiz
+
+Quiz(lesson="data_parallelism_horovod")
 """),
 ]

@@ -372,4 +372,9 @@ cores, the lock serialises every update and Hogwild! pulls ahead.
    Adam's moments) and what the data order depends on (the epoch, the seed).
 </details>
 """),
+    code(r"""
+from workbench.quiz import Quiz
+
+Quiz(lesson="synchronization")
+"""),
 ]

@@ -318,4 +318,9 @@ machine timings are noisy: run the cell again to see how much.
    rounds against the ring's $2(p-1)$.
 </details>
 """),
+    code(r"""
+from workbench.quiz import Quiz
+
+Quiz(lesson="collectives")
+"""),
 ]

@@ -249,9 +249,9 @@ curves(f"Bytes per worker and step, width {WIDTH}, P = {P}", "batch size (log)",
   bubble.
 - Memory decides first; then compare the gradient bytes of an allreduce with the activation
   bytes at the cuts.
-- Next: sharded data parallelism, measured rank by rank, in notebook 08; tensor
+- Next: sharded data parallelism, measured rank by rank, in notebook 07; tensor
   parallelism (Megatron's split of a layer, beside the pipeline's split into stages) in
-  notebook 09.
+  notebook 08.
 
 ## Exercises
 
@@ -286,5 +286,10 @@ curves(f"Bytes per worker and step, width {WIDTH}, P = {P}", "batch size (log)",
 4. Data parallelism: no, it sends the gradients, whose size depends on the parameters only.
    Model parallelism: yes, the activations at the cuts double.
 </details>
+"""),
+    code(r"""
+from workbench.quiz import Quiz
+
+Quiz(lesson="types_of_parallelism")
 """),
 ]

@@ -390,4 +390,9 @@ shorten training at all.
    warm-up) halves the steps, up to the critical batch size.
 </details>
 """),
+    code(r"""
+from workbench.quiz import Quiz
+
+Quiz(lesson="speedup_efficiency_scalability")
+"""),
 ]

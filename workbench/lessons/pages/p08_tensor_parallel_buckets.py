@@ -1,12 +1,12 @@
-"""Notebook 09: tensor parallelism; DDP's buckets and overlap by hand; gradient accumulation."""
+"""Notebook 08: tensor parallelism; DDP's buckets and overlap by hand; gradient accumulation."""
 
 from workbench.notebooks import code, md
 
-NAME = "09_tensor_parallelism_buckets_accumulation.ipynb"
+NAME = "08_tensor_parallelism_buckets_accumulation.ipynb"
 
 CELLS = [
     md(r"""
-# 09 · Tensor parallelism, buckets and overlap, gradient accumulation
+# 08 · Tensor parallelism, buckets and overlap, gradient accumulation
 
 **Goals.** After this notebook you can
 - split an MLP block over ranks as Megatron-LM does, and say where its two all-reduces go,
@@ -184,5 +184,10 @@ pool.close()   # frees its two cores for other jobs
    backward, each one $512 \times 1024$ activation.
 3. Once per optimizer step, after the 4th backward pass; the other three run in `no_sync()`.
 </details>
+"""),
+    code(r"""
+from workbench.quiz import Quiz
+
+Quiz(lesson="tensor_parallelism_buckets_accumulation")
 """),
 ]

@@ -1,12 +1,12 @@
-"""Notebook 08: sharded data parallelism (ZeRO-1, 2, 3), its memory and traffic measured."""
+"""Notebook 07: sharded data parallelism (ZeRO-1, 2, 3), its memory and traffic measured."""
 
 from workbench.notebooks import code, md
 
-NAME = "08_sharded_data_parallelism.ipynb"
+NAME = "07_sharded_data_parallelism.ipynb"
 
 CELLS = [
     md(r"""
-# 08 · Sharded data parallelism: when the model does not fit
+# 07 · Sharded data parallelism: when the model does not fit
 
 **Goals.** After this notebook you can
 - count the bytes a data-parallel rank holds in parameters, gradients and optimizer state,
@@ -177,10 +177,11 @@ pool.close()   # frees its two cores for other jobs
 
 ## Check yourself
 
-```python
+The questions below are this notebook's, from the course's question bank.
+"""),
+    code(r"""
 from workbench.quiz import Quiz
-Quiz(ids=["zero1-what-is-sharded", "zero2-memory-7b", "zero3-traffic-ratio",
-          "fsdp-statements", "bf16-compressed-gradients"])
-```
+
+Quiz(lesson="sharded_data_parallelism")
 """),
 ]

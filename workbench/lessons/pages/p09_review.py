@@ -1,8 +1,10 @@
-"""Notebook 07: review of the course, with the question bank as an interactive quiz."""
+"""Notebook 09: review of the course, with the question bank as an interactive quiz.
+
+It comes last: its quiz holds the questions of every lesson before it."""
 
 from workbench.notebooks import code, md
 
-NAME = "07_review.ipynb"
+NAME = "09_review.ipynb"
 
 #: Every exercise notebook, in order, with the words its link shows. A new exercise adds
 #: one line here (tests/test_lesson_facts.py checks that none is missing).
@@ -26,7 +28,7 @@ EXERCISE_LIST = "\n".join(f"   - [{n[:2]} · {words}](exercises/{n}.ipynb)"
 
 CELLS = [
     md(r"""
-# 07 · Review
+# 09 · Review
 
 **Goals.** After this notebook you can
 - explain in a few sentences how distributed training saves time, what it costs, and how
@@ -55,6 +57,11 @@ CELLS = [
    (notebook 02).
 5. **Measure it.** Speedup $T_1/T_p$, efficiency $S/p$, scalability: efficiency as $p$ grows.
    Amdahl, Gustafson and Karp–Flatt explain the curves; cost models predict them (notebook 06).
+6. **When the model does not fit.** ZeRO-1, 2 and 3 (FSDP) shard the optimizer state, then
+   the gradients, then the parameters over the data-parallel ranks, for the same arithmetic
+   (notebook 07); Megatron splits each layer's matrices over the GPUs of a server, with two
+   all-reduces of the activations per block; buckets, overlap and gradient accumulation cut
+   what data parallelism's communication costs (notebook 08).
 
 | formula | meaning |
 | --- | --- |
@@ -66,25 +73,31 @@ CELLS = [
 | $1/(s_A + (1-s_A)/p)$ | Amdahl; $s_A$ the serial share of the one-worker time |
 | $s_G + (1-s_G)\,p$ | Gustafson; $s_G$ the serial share of the $p$-worker time |
 | $(1/S - 1/p)/(1 - 1/p)$ | Karp–Flatt serial fraction (strong scaling) |
+| $(2 + 2 + K)\Psi/N$ | ZeRO-3's model states per rank, mixed precision, $N$ ranks |
 """),
     md(r"""
 ## 1. Three questions to answer in writing
 
-Write your answer in the box, then press **Check**: the model answer appears with its
-rubric. Tick the points your answer made to score it honestly, and compare your wording with
-the model answer. **Try again** clears the question.
+Write your answer in the box, then press **Check**: that commits it, and the model answer
+appears with its rubric. Tick the points your answer made: a ticked point counts when your
+answer uses one of its key terms (the feedback lists them), so an empty answer scores
+nothing. Compare your wording with the model answer; **Try again** lets you write it again
+for practice, and the first answer stays the one scored.
 """),
     code(r"""
 from workbench.quiz import TOPICS, Quiz
 
-Quiz(ids=["review-efficiency", "review-synchronization", "review-parallelism"])
+WRITTEN = ["review-efficiency", "review-synchronization", "review-parallelism"]
+Quiz(ids=WRITTEN)
 """),
     md(r"""
 ## 2. Practise by topic
 
 The question bank covers every notebook: definitions, calculations (type a number) and
-choices (one or several answers). Each **Check** explains the answer, right or wrong. Pick a
-topic, or leave `TOPIC = None` for every question.
+choices (one or several answers). Each lesson's last cell held its own questions; here they
+come by topic, across lessons, and a question you answered there counts afresh here. The
+first **Check** of each question is scored and explained, right or wrong. Pick a topic, or
+leave `TOPIC = None` for every question (the three written ones above are left out).
 """),
     code(r"""
 for key, title in TOPICS.items():
@@ -93,7 +106,7 @@ for key, title in TOPICS.items():
     code(r"""
 TOPIC = "metrics"   # one of the keys above, or None for the whole bank
 
-quiz = Quiz(topic=TOPIC)
+quiz = Quiz(topic=TOPIC, exclude=WRITTEN)
 quiz
 """),
     md(r"""
@@ -115,8 +128,8 @@ print(quiz.summary())
 
 ## Exercises
 
-1. [Review questions](exercises/07_review_questions.ipynb): the same bank, also in a version
-   that works without a kernel.
+1. [Review questions](exercises/07_review_questions.ipynb): the same bank, also as a sheet
+   that works without a kernel, to answer and hand in.
 2. Every exercise of the course, with worked solutions in [`solutions/`](solutions/):
 """ + EXERCISE_LIST + r"""
 
@@ -129,6 +142,7 @@ print(quiz.summary())
 3. Given a model's parameter count, its compute time per step and the link bandwidth, could
    you estimate its efficiency on 64 workers?
 
-If not, notebooks 02, 03, 04 and 06 are the places to look again.
+If not, notebooks 02, 03, 04 and 06 are the places to look again; for models that do not
+fit on one device, notebooks 05, 07 and 08.
 """),
 ]
