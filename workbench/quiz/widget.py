@@ -252,7 +252,7 @@ class Quiz(widgets.VBox):
         title = (TOPICS.get(topic, "Review questions") if topic else
                  "Questions on this notebook" if lesson else "Review questions")
         header = widgets.HTML(f"{STYLE}<h3 style='margin:4px 0'>{html.escape(title)}</h3>"
-                              f"<p style='margin:0 0 6px 0'>{RULES}</p>")
+                              f"<div style='margin:0 0 6px 0;line-height:1.4'>{RULES}</div>")
         super().__init__([header, *(c.box for c in self.cards.values()), self.score_label])
         self._update_score()
 
