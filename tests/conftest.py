@@ -18,6 +18,11 @@ choice and the kernel's bind) is run again (tests/_kernel_start.py).
 A suite started in the background by a shell without job control (`make test &` in a
 script) inherits SIGINT ignored, and so would every process it starts, which then cannot be
 stopped with Ctrl-C: the tests of Ctrl-C set it back first.
+
+No test writes into the runner's home: a learner's quiz answers and id (workbench/quiz/
+record.py) go to a folder of this process's own, which the notebooks' kernels inherit (the
+solution of exercise 07 reveals every key, and so records a 0 for every question), and to
+a folder of each test's own, so that no test sees answers another one gave.
 """
 
 import atexit
@@ -41,10 +46,18 @@ if "WORKBENCH_SHARED_DIR" not in os.environ:  # (pytest-xdist's workers inherit 
     os.environ["WORKBENCH_SHARED_DIR"] = tempfile.mkdtemp(prefix="workbench-tests-")
     atexit.register(shutil.rmtree, os.environ["WORKBENCH_SHARED_DIR"], ignore_errors=True)
 os.environ.setdefault("WORKBENCH_JOBS_PER_USER", "0")
+os.environ["WORKBENCH_LEARNER_DIR"] = tempfile.mkdtemp(prefix="workbench-learner-")
+atexit.register(shutil.rmtree, os.environ["WORKBENCH_LEARNER_DIR"], ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     register(config, Path(__file__).parent)  # a whole-suite run over budget fails
+
+
+@pytest.fixture(autouse=True)
+def _learner_of_its_own(monkeypatch, tmp_path_factory):
+    """Each test's learner starts with no quiz answers (see the module docstring)."""
+    monkeypatch.setenv("WORKBENCH_LEARNER_DIR", str(tmp_path_factory.mktemp("learner")))
 
 
 @pytest.fixture(autouse=True)

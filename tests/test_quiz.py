@@ -27,11 +27,6 @@ from workbench.tensor_parallel import traffic
 BANK = {q.id: q for q in load_bank()}
 REPO = Path(__file__).resolve().parents[1]
 
-
-@pytest.fixture(autouse=True)
-def _learner_home(monkeypatch, tmp_path):
-    """Each test's learner keeps their id in a home of their own, not the runner's."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 REVIEW_IDS = ("review-efficiency", "review-synchronization", "review-parallelism")
 
 
@@ -430,6 +425,7 @@ def test_each_learner_sees_one_order_in_widget_and_html_and_is_graded_in_it():
 def test_the_learner_is_who_jupyterhub_says_with_an_id_kept_in_their_home(monkeypatch,
                                                                            tmp_path):
     monkeypatch.setenv("JUPYTERHUB_USER", "ada")
+    monkeypatch.delenv("WORKBENCH_LEARNER_DIR")             # the default: in the home
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "ada-home"))
     seed = learner_seed()
     name, found = seed.split(":")
@@ -445,6 +441,7 @@ def test_the_learner_is_who_jupyterhub_says_with_an_id_kept_in_their_home(monkey
 def test_learners_who_share_a_login_name_see_different_orders(monkeypatch, tmp_path):
     monkeypatch.delenv("JUPYTERHUB_USER", raising=False)
     monkeypatch.setattr("getpass.getuser", lambda: "jovyan")   # Binder: everyone is jovyan
+    monkeypatch.delenv("WORKBENCH_LEARNER_DIR")
     seeds = []
     for home in ("one", "two"):
         monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / home))

@@ -34,11 +34,19 @@ def learner_seed() -> str:
     return f"{name}:{found}" if found else name
 
 
-def learner_id_path() -> Path:
-    """Where the learner's id is kept: ``$XDG_CONFIG_HOME/workbench/learner-id`` (by
-    default under ``~/.config``), in the learner's own home."""
+def learner_dir() -> Path:
+    """The learner's own folder, holding their id and their quiz answers
+    (:mod:`workbench.quiz.record`): ``$WORKBENCH_LEARNER_DIR`` if set, else
+    ``$XDG_CONFIG_HOME/workbench`` (by default ``~/.config/workbench``), in their home."""
+    if os.environ.get("WORKBENCH_LEARNER_DIR"):
+        return Path(os.environ["WORKBENCH_LEARNER_DIR"])
     config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
-    return Path(config) / "workbench" / "learner-id"
+    return Path(config) / "workbench"
+
+
+def learner_id_path() -> Path:
+    """Where the learner's id is kept: ``learner-id`` in :func:`learner_dir`."""
+    return learner_dir() / "learner-id"
 
 
 def learner_id(path: Path | None = None) -> str:
@@ -84,6 +92,14 @@ def shuffled(q: Question, seed: str | int) -> Question:
     answer = letter[q.answer] if q.kind == "single" else sorted(letter[a] for a in q.answer)
     return dataclasses.replace(q, choices=tuple(q.choices[old] for old in order),
                                answer=answer, why={letter[k]: v for k, v in q.why.items()})
+
+
+def relabel(letters: str | list[str], source: Question, target: Question) -> str | list[str]:
+    """The letters in `target` of the choices that `letters` picks in `source`: the same
+    question in another learner's order (or the bank's)."""
+    def one(letter: str) -> str:
+        return target.letters[target.choices.index(source.choice(letter))]
+    return one(letters) if isinstance(letters, str) else sorted(one(x) for x in letters)
 
 
 def in_learner_order(pool: list[Question], seed: str | int | None = None,

@@ -7,9 +7,11 @@
 Each question has its own *Check* and *Try again* buttons. The first *Check* commits the
 answer: it is marked, the score at the bottom counts it, and only then do the key and its
 explanation appear. *Try again* clears the answer for practice; later checks are marked and
-explained but change nothing, and the first grade stays on display. Choosing an answer needs
-no Python: only *Check* runs code. Prompts and feedback are ``HTMLMath`` widgets, so $...$
-mathematics is typeset by JupyterLab's MathJax.
+explained but change nothing, and the first grade stays on display. First answers are kept
+in the learner's home (:mod:`workbench.quiz.record`): a re-run cell, a restarted kernel or
+another quiz holding the same question shows the first grade and counts it. Choosing an
+answer needs no Python: only *Check* runs code. Prompts and feedback are ``HTMLMath``
+widgets, so $...$ mathematics is typeset by JupyterLab's MathJax.
 
 A written answer is scored by the rubric points the student ticks, each counted only when
 the committed text uses one of that point's key terms that the question does not
@@ -35,6 +37,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from workbench.quiz import record
 from workbench.quiz.bank import TOPICS, Grade, Question, grade, load_bank, parse_number
 from workbench.quiz.order import in_learner_order
 from workbench.quiz.sheet import inline, paragraphs
@@ -52,15 +55,21 @@ RULES = ("Your <b>first</b> answer to each question is the one scored: <b>Check<
 
 
 class _Card:
-    """One question: prompt, input, Check and Try-again buttons, the first grade and feedback."""
+    """One question: prompt, input, Check and Try-again buttons, the first grade and feedback.
 
-    def __init__(self, number: int, q: Question, on_graded) -> None:
-        self.q, self._on_graded = q, on_graded
+    `q` is the question in the learner's order, `bank_q` the same in the bank's, as the
+    record keeps it; `on_graded(problem)` is told after each use of the record, with why it
+    failed ('' when it did not)."""
+
+    def __init__(self, number: int, q: Question, bank_q: Question, on_graded) -> None:
+        self.q, self.bank_q, self._on_graded = q, bank_q, on_graded
+        self.key = record.key(bank_q)
         self.first: Grade | None = None     # the committed answer's grade: the score
         self.first_response: Any = None
         self.grade: Grade | None = None     # the latest check, first or practice
         self.practice = False               # whether self.grade is a practice check
         self.shown_first = False            # the key was shown before any answer
+        self._restoring = False             # ticks being set from the record
         topic = html.escape(TOPICS.get(q.topic, q.topic))
         self.prompt = widgets.HTMLMath(
             f"<b>Question {number}.</b> <span style='color:#666'>({topic})</span>"
@@ -149,23 +158,48 @@ class _Card:
                 "Tick at least one answer first."
         return ""
 
+    def restore(self, kept: dict | None) -> None:
+        """Show `kept`, the record's first answer to this question (None: there is none)."""
+        if kept is None:
+            self.first, self.first_response, self.shown_first = None, None, False
+            return self._show_record()
+        found = record.first(kept, self.bank_q, self.q)
+        self.first, self.first_response, self.shown_first = (found.grade, found.response,
+                                                             found.revealed)
+        if self.q.kind == "explain" and not found.revealed:
+            self._restoring = True
+            try:
+                for i, box in enumerate(self.rubric):
+                    box.value = i in found.covered
+            finally:
+                self._restoring = False
+            self.rubric_box.layout.display = "flex"
+        self._show_record()
+
     def check(self) -> Grade:
-        """The first check of an answer commits and records it; later ones are practice."""
+        """The first check of an answer commits it to the record; later ones are practice,
+        as is every check of a question the record already holds an answer to."""
         why = self.unanswered()
         if why:
             self.grade, self.practice = Grade(False, 0.0, why), self.first is not None
             return self._show()
         self.practice = self.first is not None
-        self.grade = grade(self.q, self.response(), self.covered())
         if not self.practice:
-            self.first, self.first_response = self.grade, self.response()
-            if self.q.kind == "explain":
-                self.rubric_box.layout.display = "flex"
+            mine = record.entry(self.bank_q, self.q, self.response(), self.covered())
+            try:
+                kept = record.keep_first({self.key: mine})[self.key]
+            except record.RecordError as exc:      # no answer kept, so no key shown
+                self.grade = Grade(False, 0.0, f"Not marked. {exc}")
+                self._on_graded(str(exc))
+                return self._show()
+            self.restore(kept)
+            self.practice = kept != mine           # answered before, in another quiz
+        self.grade = grade(self.q, self.response(), self.covered())
         for field in self._inputs():
             field.disabled = True
         self.retry_button.disabled = False
         self._show()
-        self._on_graded()
+        self._on_graded("")
         return self.grade
 
     def _show(self) -> Grade:
@@ -182,12 +216,15 @@ class _Card:
         if self.first is None:
             self.record.value = ""
             return
-        answer = self.first_response
-        shown = ("your written answer" if self.q.kind == "explain" else
-                 "(" + ", ".join(answer) + ")" if self.q.kind == "multiple" else
-                 f"({answer})" if self.q.kind == "single" else repr(answer))
-        self.record.value = ("<span style='color:#333'>Scored: your first answer, "
-                             f"{html.escape(shown)}: <b>{self.first.score:.2g} of 1</b>.</span>")
+        answer, kind = self.first_response, self.q.kind
+        shown = ("the answer shown before yours" if self.shown_first else
+                 "an answer that cannot be read" if answer is None else
+                 "your first answer, your written answer" if kind == "explain" else
+                 "your first answer, (" + ", ".join(answer) + ")" if kind == "multiple" else
+                 f"your first answer, ({answer})" if kind == "single" else
+                 f"your first answer, {answer!r}")
+        self.record.value = (f"<span style='color:#333'>Scored: {html.escape(shown)}: "
+                             f"<b>{self.first.score:.2g} of 1</b>.</span>")
 
     def retry(self) -> None:
         """Clear the answer for practice; the first grade stays recorded and shown."""
@@ -200,15 +237,25 @@ class _Card:
         self._show_record()
 
     def _rubric_changed(self, _change: dict) -> None:
-        """Ticks re-score the committed text, and a practice text if one is checked."""
-        if self.first is None or self.shown_first:
+        """Ticks re-score the committed text, kept in the record, and a practice text if
+        one is checked."""
+        if self.first is None or self.shown_first or self._restoring:
             return
-        self.first = grade(self.q, self.first_response, self.covered())
+        covered = self.covered()
+
+        def tick(answers: dict[str, dict]) -> None:
+            if self.key in answers and not answers[self.key].get("revealed"):
+                answers[self.key]["covered"] = covered
+        try:
+            self.restore(record.change(tick).get(self.key))
+        except record.RecordError as exc:
+            self.output.value = f"<div style='color:{_BAD}'>{html.escape(str(exc))}</div>"
+            return self._on_graded(str(exc))
         if self.grade is not None:
-            self.grade = (grade(self.q, self.response(), self.covered()) if self.practice
+            self.grade = (grade(self.q, self.response(), covered) if self.practice
                           else self.first)
             self._show()
-        self._on_graded()
+        self._on_graded("")
 
 
 class Quiz(widgets.VBox):
@@ -236,6 +283,7 @@ class Quiz(widgets.VBox):
                 known = sorted({q.lesson for q in load_bank()} - {""})
                 raise ValueError(f"no question of lesson {lesson!r}; lessons with questions: "
                                  f"{', '.join(known)}")
+        bank = {q.id: q for q in pool}
         pool = [q for q in in_learner_order(pool, seed, shuffle) if q.id not in set(exclude)]
         if ids is not None:
             by_id = {q.id: q for q in pool}
@@ -247,14 +295,22 @@ class Quiz(widgets.VBox):
         if not pool:
             raise ValueError("the quiz has no questions: check the topic or ids")
         self.questions = pool
-        self.cards = {q.id: _Card(n, q, self._update_score) for n, q in enumerate(pool, 1)}
+        self.cards = {q.id: _Card(n, q, bank[q.id], self._update_score)
+                      for n, q in enumerate(pool, 1)}
+        self.problem = ""   # why the record cannot be used ('' when it can)
+        try:
+            kept = record.read()
+        except record.RecordError as exc:
+            kept, self.problem = {}, str(exc)
+        for card in self.cards.values():
+            card.restore(kept.get(card.key))
         self.score_label = widgets.HTML()
         title = (TOPICS.get(topic, "Review questions") if topic else
                  "Questions on this notebook" if lesson else "Review questions")
         header = widgets.HTML(f"{STYLE}<h3 style='margin:4px 0'>{html.escape(title)}</h3>"
                               f"<div style='margin:0 0 6px 0;line-height:1.4'>{RULES}</div>")
         super().__init__([header, *(c.box for c in self.cards.values()), self.score_label])
-        self._update_score()
+        self._update_score(self.problem)
 
     # --- programmatic use (tests, teachers) ------------------------------------------------
 
@@ -275,13 +331,15 @@ class Quiz(widgets.VBox):
     def reveal(self) -> None:
         """Show every right answer with its explanation (for teachers and answer keys).
 
-        A question not yet answered is recorded as answered after seeing the key: 0.
+        A question not yet answered is recorded as answered after seeing the key: 0. When
+        the record cannot keep that, no key is shown (:class:`record.RecordError`).
         """
+        kept = record.keep_first({c.key: record.revealed() for c in self.cards.values()
+                                  if c.first is None})
         for card in self.cards.values():
             q = card.q
             if card.first is None:
-                card.first = Grade(False, 0.0, "The answer was shown before one was given.")
-                card.first_response, card.shown_first = "shown before answering", True
+                card.restore(kept.get(card.key))
             card.set_response(q.model_answer if q.kind == "explain" else q.answer)
             card.grade, card.practice = grade(q, card.response(), range(len(q.rubric))), True
             card.retry_button.disabled = False
@@ -323,5 +381,9 @@ class Quiz(widgets.VBox):
             raise KeyError(f"this quiz has no question {qid!r}; it has: "
                            f"{', '.join(self.cards)}") from None
 
-    def _update_score(self) -> None:
-        self.score_label.value = f"<b>{html.escape(self.summary())}</b>"
+    def _update_score(self, problem: str | None = None) -> None:
+        """Show the score, and why the record cannot be used when a use of it failed."""
+        self.problem = self.problem if problem is None else problem
+        self.score_label.value = f"<b>{html.escape(self.summary())}</b>" + (
+            f"<div style='color:{_BAD}'>{html.escape(self.problem)}</div>" if self.problem
+            else "")

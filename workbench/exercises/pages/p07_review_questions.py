@@ -17,10 +17,11 @@ models of allreduce, parameter servers and pipelines.
     md(r"""
 Choose an answer and press **Check**: your first answer to each question is the one
 scored, and only then are the answer and its explanation shown. **Try again** lets you
-practise; it does not change the score. For the three written questions, compare your text
-with the model answer and tick the rubric points you made: a point counts when your answer
-uses one of its key terms. To practise one topic, use for example `Quiz(topic="pipeline")`;
-the topics are listed below.
+practise; it does not change the score. Your first answers are kept in your home, the same
+in every lesson's quiz and the review: running a cell again does not reset them. For the
+three written questions, compare your text with the model answer and tick the rubric points
+you made: a point counts when your answer uses one of its key terms. To practise one
+topic, use for example `Quiz(topic="pipeline")`; the topics are listed below.
 """),
     code(r"""
 from workbench.quiz import TOPICS, Quiz

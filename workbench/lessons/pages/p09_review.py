@@ -95,8 +95,10 @@ Quiz(ids=WRITTEN)
 
 The question bank covers every notebook: definitions, calculations (type a number) and
 choices (one or several answers). Each lesson's last cell held its own questions; here they
-come by topic, across lessons, and a question you answered there counts afresh here. The
-first **Check** of each question is scored and explained, right or wrong. Pick a topic, or
+come by topic, across lessons. The first **Check** of each question is scored and
+explained, right or wrong, wherever you give it: a question you answered in a lesson shows
+that first grade here, and your first answers are kept in your home, so running a cell again
+or restarting the kernel changes none of them. Pick a topic, or
 leave `TOPIC = None` for every question (the three written ones above are left out).
 """),
     code(r"""
