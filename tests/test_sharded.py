@@ -22,6 +22,8 @@ from workbench.sharded.costmodel import (
     smallest_fit,
     table_1,
     transformer_activations,
+    transformer_flops,
+    transformer_parameters,
 )
 from workbench.sharded.memory import held_bytes
 
@@ -81,6 +83,15 @@ def test_planner_counts_activations_and_finds_the_fewest_devices():
     assert smallest_fit(psi, 32, "ddp") is None            # 120 GB on every device
     with pytest.raises(ValueError, match="device_gb"):
         plan(psi, 64, 0, "zero2")
+
+
+def test_a_transformer_layer_counted():
+    # GPT-3 6.7B (Brown et al. 2020, Table 2.1): 32 layers, h = 4096, GPT-2's 50,257 tokens
+    assert transformer_parameters(32, 4096, vocab=50257) == pytest.approx(6.7e9, rel=0.01)
+    assert transformer_parameters(1, 64) == 4 * 64 * 64 + 2 * 64 * 4 * 64   # attention + MLP
+    # forward FLOPs: 2 per parameter and token, plus attention's s/(6h) on top
+    psi, s, b, h = transformer_parameters(32, 4096), 2048, 1, 4096
+    assert transformer_flops(32, h, s, b) == pytest.approx(2 * psi * b * s * (1 + s / (6 * h)))
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,7 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector
 
 from workbench.jobs.workers import run_workers
+from workbench.model_parallel.layouts import pipeline_bytes
 from workbench.model_parallel.memory import ActivationMeter, memory_breakdown
 from workbench.model_parallel.pipeline import (
     PipelineConfig,
@@ -146,6 +147,6 @@ def compare(workers: int = 2, *, width: int = 512, layers: int = 4, batch_size: 
             "memory_per_worker": busiest["memory"],
             "memory_per_stage": [r["memory"] for r in mp],
             "comm_bytes_per_step": max(r["bytes_sent"] for r in mp) / steps,
-            "predicted_comm_bytes_per_step": (1 if workers == 2 else 2) * batch_size * width * 4,
+            "predicted_comm_bytes_per_step": pipeline_bytes(workers, batch_size, width),
             "step_time_s": _median_after_first(mp_times), "losses": mp[-1]["losses"]},
     }

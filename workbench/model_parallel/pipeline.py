@@ -11,15 +11,15 @@ while stage 1 does — each process is idle most of the time. Micro-batches let 
 work on different micro-batches at once. What is left idle is the **bubble**: for P stages
 and M micro-batches of equal cost it is the fraction (P−1)/(M+P−1) of each stage's time
 (GPipe: Huang et al., "GPipe: Efficient Training of Giant Neural Networks using Pipeline
-Parallelism", NeurIPS 2019). It is small once M ≥ 4P.
+Parallelism", NeurIPS 2019): still (P−1)/(5P−1) at M = 4P, 11% for P = 2 and towards 20%.
 
 Two schedules, with the same bubble:
 
 * ``gpipe``: all M forwards, then all M backwards. Each stage keeps the activations of all M
   micro-batches until their backward.
 * ``1f1b``: after a short warm-up of P−k−1 forwards, stage k alternates one forward and one
-  backward (PipeDream-Flush, Narayanan et al., "PipeDream: Generalized Pipeline Parallelism
-  for DNN Training", SOSP 2019). At most P−k micro-batches are in flight, not M, so far less
+  backward (PipeDream-Flush: Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN
+  Training", ICML 2021). At most P−k micro-batches are in flight, not M, so far less
   activation memory — the lab measures both.
 
 Gradients of all micro-batches are accumulated before one optimizer step per stage, so the
@@ -53,7 +53,7 @@ from torch import nn
 
 from workbench.jobs.workers import run_workers
 from workbench.model_parallel.memory import ActivationMeter, memory_breakdown
-from workbench.model_parallel.schedule import theoretical_bubble
+from workbench.model_parallel.schedule import schedule_ops, theoretical_bubble
 
 SCHEDULES = ("gpipe", "1f1b")
 OPTIMIZERS = ("sgd", "adam")
@@ -124,20 +124,6 @@ def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
 def stage_slice(layers: int, stages: int, stage: int) -> slice:
     """Which blocks stage ``stage`` holds: a contiguous, as-equal-as-possible share."""
     return slice(stage * layers // stages, (stage + 1) * layers // stages)
-
-
-def schedule_ops(schedule: str, stage: int, stages: int,
-                 microbatches: int) -> list[tuple[str, int]]:
-    """The order of ("fwd", m) / ("bwd", m) operations one stage performs in a step."""
-    if schedule == "gpipe":
-        return ([("fwd", m) for m in range(microbatches)]
-                + [("bwd", m) for m in range(microbatches)])
-    warmup = min(stages - stage - 1, microbatches)
-    ops = [("fwd", m) for m in range(warmup)]
-    for m in range(warmup, microbatches):          # steady state: one forward, one backward
-        ops += [("fwd", m), ("bwd", m - warmup)]
-    ops += [("bwd", m) for m in range(microbatches - warmup, microbatches)]   # cool-down
-    return ops
 
 
 def batches(n_samples: int, cfg: PipelineConfig) -> Iterator[torch.Tensor]:

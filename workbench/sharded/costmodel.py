@@ -83,6 +83,23 @@ def model_states(psi: float, n: int, strategy: str, k: float,
                   k * psi * share["optimizer"])
 
 
+def backward_peak(psi: float, n: int, strategy: str, k: float, value_bytes: int = 2,
+                  gathered: float = 0.0) -> Memory:
+    """Bytes per rank at the peak of the backward pass, as the engines here run it, where
+    `model_states` counts them after the step. DDP, ZeRO-1 and ZeRO-2 hold every gradient
+    whole until backward() has returned and the all-reduce or reduce-scatter runs (zero2.py;
+    copying them into one flat buffer holds them twice for a moment, not counted here).
+    ZeRO-3 (FSDP2) reduce-scatters each block's gradients as soon as backward has made them,
+    so it holds its shards plus one block gathered whole, its parameters and their
+    gradients: `gathered`, that block's parameter count (DeepSpeed's ZeRO-2 bounds the
+    peak the same way, reduce-scattering bucket by bucket)."""
+    after = model_states(psi, n, strategy, k, value_bytes)
+    if strategy == "zero3":
+        return Memory(after.params + value_bytes * gathered,
+                      after.grads + value_bytes * gathered, after.optimizer)
+    return Memory(after.params, value_bytes * psi, after.optimizer)
+
+
 def sent_per_step(psi: float, n: int, strategy: str, value_bytes: int = 4,
                   grad_bytes: int | None = None) -> float:
     """Bytes one rank sends per training step: parameters of `value_bytes` each, gradients
@@ -90,6 +107,22 @@ def sent_per_step(psi: float, n: int, strategy: str, value_bytes: int = 4,
     grads, params = SENT_PER_STEP[strategy]
     grad_bytes = value_bytes if grad_bytes is None else grad_bytes
     return (grads * grad_bytes + params * value_bytes) * psi * (n - 1) / n
+
+
+def transformer_parameters(layers: int, hidden: int, vocab: int = 0) -> int:
+    """Parameters of a transformer of `layers` layers of width h: 12·h² a layer, 4·h² in
+    attention (the Q, K, V and output projections, h × h each) and 8·h² in the MLP (h × 4h,
+    then 4h × h), plus a vocab × h embedding; biases and norms (about 13·h a layer) left
+    out (Narayanan et al., SC 2021, arXiv:2104.04473, §3)."""
+    return 12 * layers * hidden * hidden + vocab * hidden
+
+
+def transformer_flops(layers: int, hidden: int, seq: int, micro_batch: int) -> float:
+    """Floating-point operations of one forward pass, counting 2·m·k·n for each (m × k) ·
+    (k × n) matrix product: 24·b·s·h² a layer in the four projections and the MLP, and
+    4·b·s²·h in attention's two products over the sequence (Narayanan et al. 2021, §3; the
+    logits left out). The backward pass costs about twice as much."""
+    return layers * (24 * micro_batch * seq * hidden ** 2 + 4 * micro_batch * seq ** 2 * hidden)
 
 
 def transformer_activations(layers: int, hidden: int, seq: int, micro_batch: int,

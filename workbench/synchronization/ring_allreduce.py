@@ -106,11 +106,15 @@ def dist_ring_allreduce(tensor: torch.Tensor) -> torch.Tensor:
                           recv=lambda t, src: dist.recv(t, src))
 
 
-def thread_ring_allreduce(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def thread_ring_allreduce(tensors: Sequence[torch.Tensor],
+                          watch: Callable[[int, torch.Tensor, torch.Tensor], Any] | None = None,
+                          ) -> list[torch.Tensor]:
     """Ring-allreduce a list of tensors, one per simulated worker, using threads and queues.
 
     Returns new tensors (the inputs are left unchanged). The algorithm is the very same
     :func:`ring_allreduce`; only the transport differs: one queue per (src, dst) link.
+    ``watch(rank, chunk, whole)``, if given, is called by worker ``rank`` as it sends
+    ``chunk`` (a view into its vector ``whole``), before anything of that step arrives.
     """
     size = len(tensors)
     work = [t.detach().clone() for t in tensors]
@@ -119,6 +123,8 @@ def thread_ring_allreduce(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]
 
     def worker(rank: int) -> None:
         def send(t: torch.Tensor, dst: int) -> None:
+            if watch is not None:
+                watch(rank, t, work[rank])
             links[(rank, dst)].put(t.clone())  # a copy: the sender may change t afterwards
 
         def recv(t: torch.Tensor, src: int) -> None:
@@ -139,6 +145,50 @@ def thread_ring_allreduce(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]
     return work
 
 
+def chunk_lengths(numel: int, size: int) -> list[int]:
+    """Elements in each of the ring's `size` chunks of a vector of `numel`, as
+    ``tensor_split`` cuts it: the first ``numel % size`` chunks one element longer."""
+    return [numel // size + (c < numel % size) for c in range(size)]
+
+
+def ring_trace(size: int, numel: int, element_size: int = 4) -> list[dict[str, Any]]:
+    """The ring all-reduce of `size` workers, step by step, as :func:`ring_allreduce` runs.
+
+    It runs the function itself, on threads, over vectors of one element per chunk: worker
+    r's holds 2**r, so the number in each chunk says whose contributions it has summed.
+    Frame 0 is the start, frame k the state after step k (steps 1 … p−1 reduce-scatter,
+    p … 2(p−1) all-gather). Each frame: ``phase``, ``step``, ``sends`` (one
+    ``(src, dst, chunk, bytes)`` per worker, for a vector of `numel` values of
+    `element_size` bytes) and ``holds[r][c]``, the workers whose chunk c worker r has summed.
+    """
+    if not 2 <= size <= 30:
+        raise ValueError(f"a traced ring needs 2 to 30 workers, got {size}")
+    lengths = chunk_lengths(numel, size)
+    sent: list[list[int]] = [[] for _ in range(size)]      # chunk sent, per worker and step
+    before: list[list[list[frozenset[int]]]] = [[] for _ in range(size)]
+
+    def watch(rank: int, chunk: torch.Tensor, whole: torch.Tensor) -> None:
+        sent[rank].append(chunk.storage_offset() - whole.storage_offset())
+        before[rank].append(_summed(whole))
+
+    start = [torch.full((size,), float(2 ** r), dtype=torch.float64) for r in range(size)]
+    after = [_summed(t) for t in thread_ring_allreduce(start, watch)]
+    frames = []
+    for k in range(2 * size - 1):
+        sends = [] if k == 0 else [
+            (r, (r + 1) % size, sent[r][k - 1], lengths[sent[r][k - 1]] * element_size)
+            for r in range(size)]
+        phase = "start" if k == 0 else "reduce-scatter" if k < size else "all-gather"
+        holds = [before[r][k] if k < len(before[r]) else after[r] for r in range(size)]
+        frames.append({"phase": phase, "step": k, "sends": sends, "holds": holds})
+    return frames
+
+
+def _summed(whole: torch.Tensor) -> list[frozenset[int]]:
+    """Per chunk of a traced vector (one element each), the workers summed into it."""
+    return [frozenset(r for r in range(len(whole)) if int(v) >> r & 1) for v in whole.tolist()]
+
+
 def bytes_sent_per_worker(numel: int, size: int, element_size: int = 4) -> int:
     """Bytes one worker sends in a ring allreduce of ``numel`` elements: 2·(p−1) chunks.
 
@@ -146,7 +196,7 @@ def bytes_sent_per_worker(numel: int, size: int, element_size: int = 4) -> int:
     """
     if size == 1:
         return 0
-    lengths = [len(c) for c in torch.empty(numel).tensor_split(size)]
+    lengths = chunk_lengths(numel, size)
     sent = 0
     for step in range(size - 1):
         sent += lengths[(0 - step) % size] + lengths[(1 - step) % size]

@@ -5,8 +5,15 @@
 ``RunPanel`` watches a job started from code (``workbench.launch(fn)``, ``start(cfg)``).
 The panels are imported on first use, so ``from workbench.ui import charts`` stays light.
 
-Lessons it serves: notebooks/02_data_parallelism_horovod.ipynb (the training panel) and
-notebooks/06_speedup_efficiency_scalability.ipynb (the scaling panel).
+The lessons' pictures (`*_picture.py`) draw a concept's model with sliders: the ring
+all-reduce, what each device holds, pipeline schedules, ZeRO's memory, Megatron's MLP,
+Horovod's negotiation.
+
+Lessons it serves: notebooks/02_data_parallelism_horovod.ipynb (the training panel),
+notebooks/06_speedup_efficiency_scalability.ipynb (the scaling panel), and the pictures of
+notebooks/04_collectives.ipynb, notebooks/05_types_of_parallelism.ipynb,
+notebooks/08_sharded_data_parallelism.ipynb and
+notebooks/09_tensor_parallelism_buckets_accumulation.ipynb.
 """
 
 from __future__ import annotations

@@ -181,3 +181,23 @@ def write_report(path: str | Path, rows: Sequence[Mapping], meta: Mapping) -> Pa
     """Write :func:`report_html` to ``path`` and return the path."""
     report_html(rows, meta, path)
     return Path(path)
+
+
+def step_time_figure(presets: Sequence[str], workers: int):
+    """One step of each simulator preset at `workers` workers, as a Gantt chart: the
+    compute, and the allreduce, which starts inside the backward pass by the part the
+    preset hides behind it and ends the step (`scaling/simulate.py`'s `predict`)."""
+    from workbench.scaling.simulate import PRESETS
+
+    tasks, lanes = [], []
+    for name in presets:
+        s = PRESETS[name].predict(workers)
+        start = s.compute_time_s - (s.comm_time_s - s.exposed_comm_s)
+        lanes += [f"{name}: compute", f"{name} ({s.efficiency:.0%}): allreduce"]
+        tasks += [{"lane": lanes[-2], "start": 0.0, "end": s.compute_time_s, "kind": "compute"},
+                  {"lane": lanes[-1], "start": start, "end": start + s.comm_time_s,
+                   "kind": "allreduce", "label": f"allreduce, {s.exposed_comm_s:.3f} s of it "
+                                                 "after the compute"}]
+    fig, _ = charts.gantt(tasks, f"One step at {workers} workers (efficiency)", lanes=lanes,
+                          x_label="seconds")
+    return fig
