@@ -10,9 +10,9 @@ ENGINES_COMPARED = [
 ## 7. What buckets and overlap buy: naive, DDP and Horovod
 
 All three engines compute the same average; they differ in *when* and *how* it travels.
-The naive engine (`engine="naive"`) is the ring allreduce of notebook 04 put to work: once
-`backward()` has returned, it sums each gradient around the ring and divides by the number
-of ranks, one tensor after another. No buckets, no overlap:
+The naive engine (`engine="naive"`) waits until `backward()` has returned, then averages
+each gradient with an allreduce written in Python (notebook 04 builds it), one tensor after
+another. No buckets, no overlap:
 """),
     code(r"""
 print(module_source("workbench.training.naive_rank", "class NaiveSync", "def broadcast"))
@@ -52,24 +52,15 @@ table(rows, [("engine", "engine", "s"), ("step_ms", "step (ms)", ".2f"),
 """),
     md(r"""
 Expect the naive engine's step to be the longest, most of it blocked on gradients: it
-starts communicating only after the backward pass, runs one ring per tensor, each paying
-its 2(p−1) message latencies, and drives every message from Python. DDP and Horovod hide
-part of their communication behind the backward pass and send fewer, larger messages. All
+starts communicating only after the backward pass, runs one allreduce per tensor, each
+paying the latency of its messages, and drives every message from Python. DDP and Horovod
+hide part of their communication behind the backward pass and send fewer, larger messages
+(buckets, Tensor Fusion: section 5). All
 three compute the same update (the invariant of section 6 holds for each; the workbench's
 tests check it), so the difference is speed alone. On a shared machine the numbers move
 from run to run: rerun the cell, or try `width=1024`, to see which differences stay.
 Notebook 08 builds DDP's buckets and its overlap by hand, one step at a time; notebook 07
 shards what each rank holds (ZeRO, FSDP).
-
-**Gradient accumulation.** When the batch you want does not fit in a rank's memory, the rank
-runs $k$ micro-batches of $b$, adds up their gradients (each loss divided by $k$) and steps
-once: the update of one batch of $k \cdot b$, so $N$ ranks × $k$ micro-batches × $b$ follow
-one process with batch $N \cdot k \cdot b$. Only the last micro-batch's gradients need
-averaging: DDP's `with model.no_sync():` skips the all-reduce of the others, and Horovod's
-`DistributedOptimizer(..., backward_passes_per_step=k)` does the same, so the bytes sent per
-sample fall by $k$. The engines do this with `accumulate=k` (`--accumulate k`), DDP and
-Horovod each their own way; notebook 08 (section 3) measures the bytes per sample fall by
-$k$ on real ranks.
 """),
 ]
 

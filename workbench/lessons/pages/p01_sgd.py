@@ -13,7 +13,8 @@ CELLS = [
 - explain why mini-batches give a *noisy* but *unbiased* estimate of the gradient, and how
   the noise shrinks with the batch size,
 - recognise a learning rate that is too small or too large from a loss curve,
-- state the linear learning-rate scaling rule and why distributed training needs it.
+- state the linear learning-rate scaling rule and why distributed training needs it,
+- say what state SGD with momentum and Adam keep for every parameter.
 
 **Time:** about 30 minutes.
 """),
@@ -190,6 +191,37 @@ With the learning rate scaled by 8, the large batch ends close to the small batc
 after the same epoch, in 8 times fewer steps. On 8 workers, each of those steps would take
 about the time of one small step.
 
+## 4. Momentum and Adam: what an optimizer keeps
+
+Plain SGD keeps nothing between steps but the weights. Two common optimizers keep more, for
+every parameter:
+
+- **SGD with momentum** keeps a velocity, a running sum of past gradients,
+  $v \leftarrow \mu v + g$, and steps $w \leftarrow w - \eta v$ (PyTorch's form): one more
+  number per parameter.
+- **Adam** (Kingma & Ba, ICLR 2015) keeps running averages of the gradient and of its
+  square, its first and second *moments*, $m \leftarrow \beta_1 m + (1-\beta_1) g$ and
+  $v \leftarrow \beta_2 v + (1-\beta_2) g^2$, and steps
+  $w \leftarrow w - \eta\, \hat m / (\sqrt{\hat v} + \epsilon)$, where $\hat m$ and $\hat v$
+  correct for their start at zero. Dividing by $\sqrt{\hat v}$ makes each step about $\eta$
+  long whatever the gradient's scale. Two more numbers per parameter.
+
+That state is part of training: a checkpoint must keep it (notebook 03), and in large models
+it takes more memory than the weights (notebook 08). PyTorch's Adam after one step:
+"""),
+    code(r"""
+model = sgd.logreg(seed=0)
+adam = torch.optim.Adam(model.parameters(), lr=0.01)
+torch.nn.functional.cross_entropy(model(data.x), data.y).backward()
+adam.step()
+for name, p in model.named_parameters():
+    kept = {key: tuple(v.shape) for key, v in adam.state[p].items()}
+    print(f"{name} {tuple(p.shape)}: Adam keeps {kept}")
+"""),
+    md(r"""
+`exp_avg` is $m$, `exp_avg_sq` is $v$, each the shape of its parameter; `step` counts the
+steps, for the correction.
+
 ## Summary
 
 - Gradient descent: $w \leftarrow w - \eta \nabla L(w)$. SGD replaces $\nabla L$ by the
@@ -199,6 +231,7 @@ about the time of one small step.
 - Too small a learning rate crawls; too large a learning rate oscillates or diverges.
 - Linear scaling rule (Goyal et al. 2017): $k$ times the batch, $k$ times the learning
   rate, with a warm-up.
+- SGD with momentum keeps one more number per parameter, Adam two (its moments $m$, $v$).
 
 ## Exercises
 

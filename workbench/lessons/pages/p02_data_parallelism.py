@@ -150,35 +150,28 @@ print(module_source("workbench.training.horovod_rank", "class HorovodSync", "def
     md(r"""
 Horovod's documentation (`docs/pytorch.rst` and the README) lists six steps:
 
-1. **`hvd.init()`**: the process joins the job and learns its `rank` (0 … N−1), the `size`
-   (N) and its `local_rank` (its number on this machine).
-2. **Pin a device**: one GPU per local rank, so that two ranks never share a GPU. On CPUs
-   the workbench pins the number of threads instead (`threads_per_rank`), so that ranks do
-   not fight over the cores.
-3. **Scale the learning rate** by the number of workers, usually with a warm-up: the global
-   batch grows with $N$ (the linear scaling rule of notebook 01). The workbench leaves this
-   to you: its `lr` is used as given.
-4. **Wrap the optimizer** in `hvd.DistributedOptimizer`. It hooks every parameter: as soon
-   as `backward()` has produced a gradient, the gradient is queued for an allreduce that
-   runs in Horovod's background thread, *overlapping* with the rest of the backward pass.
-   That thread works in cycles (every 1 ms by default, `HOROVOD_CYCLE_TIME`): in each
-   cycle the ranks *negotiate*, telling a coordinator which tensors they have ready, and
-   only tensors ready on every rank are reduced, packed together into one buffer (*Tensor
-   Fusion*, up to `HOROVOD_FUSION_THRESHOLD` bytes: 128 MiB by default in Horovod 0.28.1,
-   `horovod/common/operations.cc`) to save messages. `step()` waits for all averages, then
-   updates. Notebook 06 shows these negotiations on a timeline.
-5. **Broadcast the initial state** from rank 0 (`hvd.broadcast_parameters`, and
-   `hvd.broadcast_optimizer_state`): all replicas start identical even if their random
-   initialisations, or a checkpoint, differ.
-6. **Checkpoint on rank 0 only**, so that ranks do not overwrite each other's files.
+1. **`hvd.init()`**: join the job; learn `rank`, `size` and `local_rank`.
+2. **Pin a device**: one GPU per local rank (on CPUs, `threads_per_rank` threads).
+3. **Scale the learning rate** by the number of workers, with a warm-up (notebook 01; the
+   workbench leaves `lr` as given).
+4. **Wrap the optimizer** in `hvd.DistributedOptimizer`: each gradient, once `backward()`
+   makes it, is queued for an allreduce that a background thread *negotiates* (below).
+5. **Broadcast the initial state** from rank 0.
+6. **Checkpoint on rank 0 only**.
 
-**Sharding the data is your job**, not Horovod's: a `DistributedSampler` or your own code
-(section 3) gives each rank its slice of every global batch.
+**Sharding the data is your job** (section 3). Step 4, for two ranks:
+"""),
+    code(r"""
+from workbench.ui.negotiation_picture import NegotiationPicture
 
-The ranks are separate processes started by Horovod's launcher, `horovodrun`. The
-workbench starts them for you, but each engine's rank module runs under the plain launcher
-too, from a terminal in the project's folder, with the flags of `workbench run`, and keeps
-the same record in `./runs` (`workbench show RUN` opens it). These are the commands:
+NegotiationPicture()   # play the cycles; then slow rank 1 down, or shrink the fusion buffer
+"""),
+    md(r"""
+Every cycle (`HOROVOD_CYCLE_TIME`, 1 ms) the ranks tell rank 0 which gradients are ready;
+those ready on every rank go, packed into buffers of up to `HOROVOD_FUSION_THRESHOLD` bytes
+(*Tensor Fusion*: 128 MiB by default in Horovod 0.28.1).
+Notebook 06 shows these negotiations on a timeline. From a terminal, each engine's ranks
+also run under their own launcher, with `workbench run`'s flags:
 """),
     code(r"""
 from workbench.engines import ENGINES

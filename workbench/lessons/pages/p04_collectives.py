@@ -20,8 +20,6 @@ CELLS = [
 **Time:** about 40 minutes.
 """),
     code(r"""
-import inspect
-
 import torch
 
 from workbench.lessons.show import curves, table
@@ -74,54 +72,41 @@ curves(f"Time to exchange {GRADIENT_MB} MB of gradients", "workers p (log)", "se
        log_x=True, log_y=True, markers=True)
 """),
     md(r"""
-- **One server** grows linearly with $p$: useless beyond a few workers.
-- **$k$ dedicated servers** divide its load by $k$, until $p/k$ falls to 1 and each worker's
-  own link binds.
-- **A server beside each worker** moves exactly the ring's bytes: no better, no worse.
-- **Dedicated, pipelined servers** (at least as many as workers): each worker's link sends
-  $n$ and receives $n$ at the same time, half of what the ring sends, so this design *beats*
-  the ring when bandwidth is what limits the job and spare machines (CPU servers, cheap next
-  to GPUs) can host the servers: the case BytePS makes (Jiang et al., OSDI 2020).
+One server grows linearly with $p$; $k$ dedicated servers divide its load by $k$; a server
+beside each worker moves the ring's bytes; dedicated, pipelined servers, at least one per
+worker, send $n$ and receive $n$ per worker at once, half the ring's bytes, where spare
+machines exist (BytePS: Jiang et al., OSDI 2020). Latency, $2k\alpha$ per worker, is left
+out here (section 3).
 
-(The latency is not in this chart: each worker sends one message per server per phase,
-$2k\alpha$, which at small messages and many servers is the cost to watch; section 3.)
+## 2. The ring allreduce, step by step
 
-## 2. The ring allreduce, from scratch
+How can $p$ workers each end with the sum of their $n$-byte vectors without a server? The
+**ring allreduce** (Patarasuk & Yuan 2009; Horovod, NCCL) cuts each vector into $p$ chunks;
+worker $r$ sends only to $r+1$. Press play:
+"""),
+    code(r"""
+from workbench.ui.ring_picture import RingPicture
 
-How can $p$ workers each end up with the sum of $p$ vectors of $n$ bytes without a central
-server? The **ring allreduce** (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms
-for clusters of workstations", J. Parallel Distrib. Comput. 69(2), 2009; used by Horovod and
-NCCL) arranges the workers in a ring: worker $r$ only sends to $r+1$ and receives from
-$r-1$. Each vector is cut into $p$ chunks.
-
-1. **Reduce-scatter**, $p-1$ steps: every worker sends one chunk to its right neighbour,
-   which *adds* it to its own copy. Afterwards worker $r$ holds the complete sum of chunk
-   $(r+1) \bmod p$.
-2. **Allgather**, $p-1$ steps: the complete chunks travel once more around the ring, each
-   worker *replacing* its copy, until everyone has every summed chunk.
-
-Each worker sends $2(p-1)$ chunks of $n/p$ bytes, $2\frac{p-1}{p}n$ in all. That alone is not
-what makes the ring special (a parameter-server worker also sends about $2n$: it pushes $n$
-and pulls $n$). The ring is **bandwidth-optimal** because of a lower bound: in *any*
-allreduce among $p$ nodes that do all the sending, the busiest node must send (and one must
-receive) at least $2\frac{p-1}{p}n$ bytes, so the time is at least $2\frac{p-1}{p}n\beta$
-(Patarasuk & Yuan 2009). The ring meets that bound, and it does so with every node sending
-exactly that much and every link equally loaded, so no link is a bottleneck. Rabenseifner's
-algorithm (reduce-scatter by recursive halving, then allgather by recursive doubling) meets the
-same bound with $2\log_2 p$ messages instead of $2(p-1)$. In the $\alpha$–$\beta$ model
-($\alpha$ seconds per message, $\beta$ seconds per byte):
+RingPicture(workers=4, megabytes=100)   # try 2 to 8 workers
+"""),
+    md(r"""
+Each worker sends $2(p-1)$ chunks of $n/p$ bytes, $2\frac{p-1}{p}n$ in all. In any
+allreduce among the $p$ workers the busiest sends at least that much (a lower bound), and
+the ring loads every worker and link equally: it is **bandwidth-optimal** (Patarasuk &
+Yuan 2009). Rabenseifner's
+algorithm meets the bound in $2\log_2 p$ messages. With $\alpha$ seconds per message and
+$\beta$ per byte,
 
 $$T_{\text{ring}} = 2(p-1)\,\alpha + 2\,\frac{p-1}{p}\, n\, \beta .$$
 
-Its weakness is the latency term, which grows with $p$. Here is the algorithm; `send` and
-`recv` are passed in, so the same code runs between threads or between processes:
+So an all-reduce has a **payload**, the $n$ bytes each worker hands it (Horovod's and DDP's
+counters), and **bytes sent per worker**, $2\frac{p-1}{p}n$ on a ring. Exercise 04 has you
+write the reduce-scatter step (`ring_allreduce.py` holds the whole function). Between
+threads:
 """),
     code(r"""
 from workbench.synchronization import ring_allreduce as ring
 
-print(inspect.getsource(ring.ring_allreduce))
-"""),
-    code(r"""
 vectors = [torch.arange(8.0) * (r + 1) for r in range(4)]   # 4 workers, 8 numbers each
 summed = ring.thread_ring_allreduce(vectors)                 # 4 threads passing messages
 print("expected :", sum(vectors).tolist())

@@ -1,6 +1,6 @@
 """Notebook 05: types of parallelism: model and pipeline parallelism vs data parallelism."""
 
-from workbench.notebooks import code, md, md_table
+from workbench.notebooks import code, md
 
 NAME = "05_types_of_parallelism.ipynb"
 
@@ -18,75 +18,68 @@ CELLS = [
 **Time:** about 45 minutes.
 """),
     md(r"""
-## 1. Two ways to split the training of one model
+## 1. Four ways to split the training of one model
 
-""" + md_table(
-        ("", "**data parallelism**", "**model parallelism** (network parallelism)"),
-        ("what is split", "the *data*: each worker gets different samples",
-         "the *model*: here, each worker holds some of its layers (pipeline parallelism)"),
-        ("each worker holds", "the whole model", "its part of the model"),
-        ("each worker sees", "its shard of each batch", "every sample, for its part of the model"),
-        ("exchanged per step", "the gradients of *all* parameters (an allreduce)",
-         "the *activations* at each cut, forward, and their gradients, backward"),
-        ("limit", "the whole model must fit on every worker (unless sharded: ZeRO-3, FSDP)",
-         "how much of the model can run at the same time; harder to implement"),
-    ) + r"""
-
-Model parallelism comes in two kinds, and the table describes the first:
-
-- **pipeline** (inter-layer) parallelism: each worker holds whole layers, and activations
-  cross from one worker to the next at each cut, once per micro-batch;
-- **tensor** (intra-layer) parallelism: each layer's weight matrices are split over the
-  workers, which then combine partial results inside *every* layer (an allreduce or an
-  allgather of activations, several per layer and step), as Megatron-LM does. That traffic
-  is heavy and frequent, so tensor parallelism stays inside a server with a fast bus.
-
-Data parallelism scales with the amount of data and is simple (notebook 02). In its plain
-form (Horovod, DDP) every worker holds a whole replica: weights, gradients and optimizer
-state. *Sharded* data parallelism lifts that limit: ZeRO stage 3 (Rajbhandari et al. 2020)
-and PyTorch's FSDP (Zhao et al. 2023) keep only $1/N$ of the training state on each of $N$
-workers and gather each layer's weights just before using it, so a data-parallel job can
-train a model that fits on no single device, at the price of about 1.5 times plain data
-parallelism's traffic. Model parallelism is the other way to train such models: with $P$
-workers, each holds about $1/P$ of the parameters. It sends only what crosses the cuts, which can be
-much less than the gradients of a big model, and it works best between devices joined by a
-fast bus, such as the GPUs of one server. How well it scales depends on how much of the
-model can work in parallel, which brings us to pipelines.
-
-## 2. From naive model parallelism to a pipeline
-
-Cut a 4-layer network in two: stage 0 holds layers 1–2, stage 1 layers 3–4. A batch must go
-through stage 0 before stage 1 can start, and the backward pass runs the other way: only one
-stage works at a time. **Pipelining** (GPipe: Huang et al., "GPipe: Efficient Training of
-Giant Neural Networks using Pipeline Parallelism", NeurIPS 2019) cuts each batch into $M$
-*micro-batches*: while stage 1 works on micro-batch 0, stage 0 already computes micro-batch
-1. Gradients of all micro-batches are accumulated, then every stage takes one optimizer
-step, so the update is exactly that of the whole batch.
-
-Below, a GPipe forward pass with 4 stages and 6 micro-batches: each row is a stage, each
-column a time slot, each number the micro-batch in work, `.` an idle slot.
+Each panel splits an MLP of four layers over $N$ devices: a column per device, a box per
+layer, filled where the device keeps that layer's weights; the bottom row is the part of
+each batch it computes on.
 """),
     code(r"""
 from workbench.lessons.show import curves, figure_widget, table
-from workbench.model_parallel.schedule import show_schedule
 from workbench.ui import charts
+from workbench.ui.layout_picture import LayoutPicture
 
 charts.load_bokehjs()
-print(show_schedule(stages=4, micro_batches=6))
+LayoutPicture(devices=4)   # move the slider: 2 to 4 devices
 """),
     md(r"""
-The forward pass takes $M + P - 1$ slots, and each stage is busy in $M$ of them. The idle
-share, the **bubble**, is
+- **Data parallelism** (notebook 02): whole model, $1/N$ of the batch, gradients
+  all-reduced. The model must fit on every device.
+- **Sharded data parallelism** (ZeRO stage 3, Rajbhandari et al. 2020; FSDP,
+  Zhao et al. 2023): $1/N$ of every layer, each gathered whole just before its pass, for
+  about 1.5 times the bytes; no device holds the whole model (notebook 08).
+- **Tensor parallelism** (Megatron-LM): every layer split, partial results combined inside
+  every layer, so it stays on a server's fast bus (notebook 09).
+- **Pipeline parallelism**: whole layers, activations sent at each cut; its bytes grow with
+  the batch, not with the model.
 
-$$\text{bubble} = \frac{P-1}{M+P-1},$$
+The last two are *model* parallelism: each device holds about $1/N$ of the parameters.
 
-the same for the backward pass. More micro-batches shrink it; more stages grow it, and it
-shrinks slowly: at the usual rule of thumb $M = 4P$ it is still $(P-1)/(5P-1)$: 11.1% for
-$P = 2$, 14.3% for $P = 3$, 15.8% for $P = 4$, rising towards 20% for many stages. Megatron-LM
-(Narayanan et al. 2021) and the Ultra-Scale Playbook write the bubble as $(P-1)/M$ instead: the
-same idle time divided by the ideal (busy) time rather than by the whole run. Both are right;
-say which one you use: at $M = 4P$ the second is $(P-1)/4P$, 12.5% for $P = 2$ and 18.75% for
+## 2. From naive model parallelism to a pipeline
+
+Cut the network in two and stage 1 waits for stage 0, and backward runs the other way: one
+stage works at a time. **Pipelining** (GPipe: Huang et al., NeurIPS 2019) cuts each batch
+into $M$ *micro-batches*: stage 0 computes micro-batch 1 while stage 1 works on micro-batch
+0. Their gradients add up and every stage steps once: the whole batch's update. Each bar is
+one pass of one micro-batch (a backward costs two forwards), grey is idle:
+"""),
+    code(r"""
+from workbench.ui.schedule_picture import SchedulePicture
+
+SchedulePicture(stages=4, micro_batches=6)
+"""),
+    md(r"""
+In both schedules a stage works for $M/(M+P-1)$ of a step's time; the idle share, the
+**bubble**, is
+
+$$\text{bubble} = \frac{P-1}{M+P-1}.$$
+
+More micro-batches shrink it; more stages grow it, and it shrinks slowly: at the usual rule
+of thumb $M = 4P$ it is still $(P-1)/(5P-1)$: 11.1% for $P = 2$, 14.3% for $P = 3$, 15.8%
+for $P = 4$, rising towards 20% for many stages. Megatron-LM (Narayanan et al. 2021) and
+the Ultra-Scale Playbook write the bubble as $(P-1)/M$ instead: the same idle time divided
+by the ideal (busy) time rather than by the whole run. Both are right; say which one you
+use: at $M = 4P$ the second is $(P-1)/4P$, 12.5% for $P = 2$ and 18.75% for
 $P = 4$, rising towards 25%.
+
+What differs is memory. GPipe runs all $M$ forward passes first, so a stage keeps the
+activations of all $M$ micro-batches until their backward pass. **1F1B with a flush**
+(PipeDream-Flush; Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Training",
+ICML 2021) starts each backward pass as early as it can: at most $P$ micro-batches in
+flight, the same bubble, the same synchronous update. (The original PipeDream, SOSP 2019,
+is asynchronous: it keeps several versions of the weights, "weight stashing", and never
+flushes the pipeline.) Megatron-LM's *interleaved* schedule divides the bubble by the
+number of model chunks each stage holds.
 
 ## 3. Lab: a real pipeline, and its measured bubble
 
@@ -135,17 +128,7 @@ The measured bubble follows the formula and is a little larger: messages take ti
 stage also computes the loss, and on a shared machine the processes are not always scheduled
 at once.
 
-### Memory: GPipe against 1F1B
-
-GPipe runs all $M$ forward passes first, so each stage keeps the activations of all $M$
-micro-batches until their backward pass. **1F1B with a flush** (PipeDream-Flush;
-Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Training", ICML 2021) starts each
-micro-batch's backward pass as early as possible, alternating one forward and one backward:
-at most $P$ micro-batches are in flight, not $M$, with the same bubble and the same
-synchronous update. (The original PipeDream, SOSP 2019, is asynchronous: it keeps
-several versions of the weights, "weight stashing", and never flushes the pipeline.) Megatron-LM's
-*interleaved* schedule goes further and divides the bubble by the number of model chunks
-each stage holds.
+The lab's last run is 1F1B: its stages hold fewer micro-batches, with the same bubble.
 """),
     code(r"""
 rows = [{"schedule": r["schedule"], "stage": s["stage"], "in_flight": s["peak_in_flight"],

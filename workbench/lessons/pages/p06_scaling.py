@@ -1,6 +1,6 @@
 """Notebook 06: speedup, efficiency and scalability, measured, explained and extrapolated."""
 
-from workbench.notebooks import code, md
+from workbench.notebooks import code, md, md_table
 
 NAME = "06_speedup_efficiency_scalability.ipynb"
 
@@ -95,15 +95,14 @@ panel.run_button.click()
 await until_finished(panel, timeout_s=600)
 rows = panel.sweep.rows()
 table(rows, [("np", "workers", "d"), ("samples_per_s", "samples/s", ".0f"),
-             ("speedup", "speedup", ".2f"), ("efficiency", "efficiency", ".2f"),
-             ("karp_flatt", "Karp–Flatt e", ".3f")])
+             ("speedup", "speedup", ".2f"), ("efficiency", "efficiency", ".2f")])
 """),
     md(r"""
 The comm-bound model scales badly: every step, each rank must send its 19 MB of gradients,
 and on one machine with gloo the two ranks also share the cores that do the copying and
 adding. It can even be *slower* than one worker (a speedup below 1): then communication
-costs more than it saves, the Karp–Flatt $e$ is above 1, and the panel says so instead of
-drawing a fit, since neither law can give a speedup below 1. Choose **compute-bound** in
+costs more than it saves, and the panel says so instead of drawing a fit, since neither law
+of section 3 can give a speedup below 1. Choose **compute-bound** in
 the panel and press **Run** again: its gradients are tiny next to its computation, and its
 efficiency is much higher. Then try **weak** scaling.
 
@@ -153,7 +152,7 @@ It is Amdahl's $s_A$ solved from one measured point, so it is meant for **strong
 stays flat as $p$ grows, the job has a true serial part (Amdahl). If $e$ *grows* with $p$,
 the loss is an overhead that grows with the number of workers: in data-parallel training,
 communication and waiting. An $e$ above 1 means the parallel run was slower than one
-worker. The table above gives $e$ for each of your strong-scaling runs.
+worker. Your strong-scaling runs of section 2 (the panel's table shows $e$ too):
 
 ## 4. Where the time goes: the Horovod timeline
 
@@ -220,51 +219,39 @@ curves("Predicted efficiency, 25 Gbit/s, weak scaling", "workers (log)", "effici
        {name: (workers, [simulate.PRESETS[name].predict(p).efficiency for p in workers])
         for name in PRESETS}, log_x=True, markers=True)
 """),
+    code(r"""
+from workbench.ui.scaling_report import step_time_figure
+
+figure_widget(step_time_figure(PRESETS[:3], 512))
+"""),
     md(r"""
-- **ResNet-101 and Inception V3** keep about 90%: tens of millions of parameters against a
-  long computation per batch, and most of the allreduce hidden behind the backward pass.
-- **VGG-16** falls to about two thirds: 138 million parameters, 124 million of them in its
-  fully connected layers, so three times ResNet-101's bytes for less compute *time* per batch
-  (0.42 s against 0.62 s on those GPUs). It does more arithmetic, about 15.5 GFLOPs per image
-  against ResNet-101's 7.8, but its plain 3×3 convolutions run close to the GPU's peak. The
-  model predicts 66% against the published 68% without being tuned for it.
-- **One parameter server** instead of the ring collapses: its link carries $2pn$ bytes per
-  step.
+- **ResNet-101 and Inception V3** keep about 90%: a long computation per batch, and most of
+  the allreduce hidden behind the backward pass.
+- **VGG-16** falls to about two thirds (predicted 66%, published 68%): 138 million
+  parameters, 124 million in its fully connected layers, three times ResNet-101's bytes for
+  less compute *time* (15.5 GFLOPs per image against 7.8, but its 3×3 convolutions run near
+  the GPU's peak).
+- **One parameter server** collapses: its link carries $2pn$ bytes.
 
-Other published figures to compare with: standard distributed TensorFlow lost about half its
-efficiency at 128 GPUs where Horovod kept 88–90% (Sergeev & Del Balso 2018); Goyal et al.
-(2017) kept about 90% from 8 to 256 GPUs; PyTorch DDP scales near-linearly to 256 GPUs with
-gradient buckets overlapping the backward pass (Li et al., VLDB 2020), and its benchmark
-reaches about 93% of single-GPU speed per replica for ResNet-50 and 90% for ResNet-101 on 16
-V100s.
-
-To calibrate the model to *this* machine, measure $\alpha$ and $\beta$ with the allreduce
-benchmark and feed them to the simulator, from a terminal:
-
-```bash
-workbench bench allreduce --np 2
-workbench simulate --help
-```
-
+Calibrate the model to *this* machine with `workbench bench allreduce --np 2` and
+`workbench simulate`.
+"""),
+    md(r"""
 ## 6. Speedup on the time to a solution
 
-Samples per second are not what we want; a trained model is. The course defines speedup on
-the **time to a solution**: here, the seconds of training until the held-out accuracy first
-reaches a target. Each run below evaluates on the held-out digits after every epoch
-(`eval_every=1`) and the sweep reports `time_to_target_s`
-(from a terminal: `workbench scale --target-accuracy 0.93`). Four runs of the same MLP:
+We want a trained model, not samples per second: the **time to a solution**, here until the
+held-out accuracy first reaches a target (`workbench scale --target-accuracy 0.93`). Four
+runs of one MLP, the 2-worker ones on warm ranks (notebook 02):
 
-1. one worker, batch 32;
-2. **strong** scaling: 2 workers × 16, the same global batch, so exactly the same steps;
-3. **weak** scaling: 2 workers × 32, global batch 64, the *same learning rate*;
-4. weak scaling with the **linear scaling rule**: learning rate × 2 for the doubled global
-   batch, reached after half an epoch of **warm-up** from the unscaled rate (Goyal et al.
-   2017). This run changes two things at once, the rate and the warm-up.
+""" + md_table(
+        ("run", "workers × batch", "learning rate"),
+        ("1", "1 × 32", "0.1"),
+        ("2, strong", "2 × 16", "0.1"),
+        ("3, weak", "2 × 32", "0.1"),
+        ("4, weak + linear scaling rule", "2 × 32", "0.2, warmed up over half an epoch"),
+    ) + r"""
 
-The three 2-worker runs run on two warm ranks (`workbench.ranks`, notebook 02): torchrun
-and `import torch` are paid once, not three times, and the time to target leaves start-up
-out anyway. The ranks bind no cores (`cpu_bind="none"`), nor do the runs, so the
-one-worker run does not wait in the machine's queue behind cores the waiting ranks hold.
+Run 4 changes two things at once, the rate and the warm-up.
 """),
     code(r"""
 import dataclasses

@@ -138,23 +138,47 @@ print(f"final held-out loss: float32 {ddp.summary['final_loss']:.4f}, "
       f"bf16 {bf16.summary['final_loss']:.4f}")
 """),
     md(r"""
-## 5. Does it fit? The planner
+## 5. A transformer layer, counted
 
-The cost model answers for any size. A 7-billion-parameter transformer (32 layers, hidden
-size 4096, 32 heads; sequences of 2048 tokens, one per device) in mixed precision with
-Adam, on 8 devices of 80 GB. Its activations (Korthikanti et al. 2022: $sbh(34 + 5as/h)$
-bytes per layer, without recomputation) come on top, and no data-parallel sharding divides
-them:
+The models that do not fit are transformers. A transformer layer takes $b$ sequences of $s$
+tokens, each token a vector of $h$ numbers (the hidden size), through two blocks.
+**Attention** projects every token to a query, a key and a value ($h \times h$ each), lets
+each token's query weigh all $s$ keys, in $a$ heads of $h/a$ numbers, sums the values with
+those weights, and projects the result back ($h \times h$): $4h^2$ parameters. The **MLP**,
+$Z = \mathrm{GeLU}(XA)\,B$ with $A$ of $h \times 4h$ and $B$ of $4h \times h$, holds $8h^2$.
+A layer thus holds about $12h^2$ parameters. A matrix product $(m \times k) \cdot (k \times
+n)$ costs $2mkn$ floating-point operations (a multiply and an add each), so a layer's forward
+pass costs about $24bsh^2$ in its products with weights and $4bs^2h$ in attention's two
+products over the sequence; the backward pass about twice that (Narayanan et al. 2021, §3).
+GPT-3's 6.7B model (Brown et al. 2020: 32 layers, $h = 4096$, $a = 32$, $s = 2048$):
 """),
     code(r"""
-PSI, DEVICES, GB = 6.7e9, 8, 80        # parameters, devices, GB per device
-acts = costmodel.transformer_activations(layers=32, hidden=4096, seq=2048, micro_batch=1,
-                                         heads=32)
-for strategy in costmodel.STRATEGIES:
-    print(costmodel.plan(PSI, DEVICES, GB, strategy, k=12, activations=acts))
-print("ZeRO paper, Table 1, 7.5B parameters, GB per device (DDP, ZeRO-1, ZeRO-2, ZeRO-3):")
-for n, row in costmodel.table_1().items():
-    print(f"  N = {n:4d}:", *(f"{gb:>5}" for gb in row))
+LAYERS, HIDDEN, HEADS, SEQ, VOCAB = 32, 4096, 32, 2048, 50257
+PSI = costmodel.transformer_parameters(LAYERS, HIDDEN, VOCAB)
+flops = costmodel.transformer_flops(LAYERS, HIDDEN, SEQ, micro_batch=1)
+print(f"{PSI / 1e9:.2f} billion parameters, {3 * flops / 1e12:.0f} Tflop per sequence "
+      f"of {SEQ} tokens, forward and backward")
+"""),
+    md(r"""
+## 6. Does it fit? The planner
+
+The cost model answers for any size: that model in mixed precision with Adam ($K = 12$) on
+$N$ devices of 80 GB (the red line), with the activations one sequence per device keeps for
+the backward pass (Korthikanti et al. 2022: $sbh(34 + 5as/h)$ bytes a layer, without
+recomputation), which no data-parallel sharding divides. The black dashes are the peaks of
+the backward pass. Move the sliders:
+"""),
+    code(r"""
+from workbench.ui.zero_picture import NAMES, ZeroPicture
+
+acts = costmodel.transformer_activations(LAYERS, HIDDEN, SEQ, micro_batch=1, heads=HEADS)
+ZeroPicture(psi=PSI, devices=8, device_gb=80, activations=acts)
+"""),
+    md("The same formulas give the ZeRO paper's Table 1, as it prints it:"),
+    code(r"""
+table([{"n": n, **dict(zip(NAMES, row, strict=True))} for n, row in costmodel.table_1().items()],
+      [("n", "N devices", "d")] + [(s, name, "s") for s, name in NAMES.items()],
+      caption="7.5B parameters, K = 12: GB per device")
 """),
     code(r"""
 pool.close()   # frees its two cores for other jobs
@@ -168,7 +192,10 @@ pool.close()   # frees its two cores for other jobs
   also the parameters: $(2 + 2 + K)\Psi/N$. The result is DDP's, to rounding.
 - ZeRO-2 sends what DDP sends; ZeRO-3 sends 1.5× as much, gathering each layer's
   parameters twice per step. Sending gradients in bf16 halves DDP's bytes.
-- Activations are not sharded by any of them; the planner adds them to the model states.
+- Counted after the step; during the backward pass DDP, ZeRO-1 and ZeRO-2 (as written
+  here) hold every gradient whole.
+- A transformer layer holds about $12h^2$ parameters and costs $24bsh^2 + 4bs^2h$ flop
+  forward. Activations are not sharded by any ZeRO stage; the planner adds them.
 
 ## Exercises
 

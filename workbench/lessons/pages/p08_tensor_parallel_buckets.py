@@ -19,57 +19,54 @@ CELLS = [
     md(r"""
 ## 1. Tensor parallelism: Megatron's MLP split
 
-An MLP block is $Z = \mathrm{GeLU}(XA)\,B$. Megatron-LM (Shoeybi et al. 2019, §3) splits $A$
-by **columns** and $B$ by **rows** over the $n$ ranks of a tensor-parallel group: rank $i$
-computes $Y_i = \mathrm{GeLU}(XA_i)$ alone (GeLU acts element by element), then $Y_iB_i$;
-$Z = \sum_i Y_iB_i$ is one all-reduce. Two conjugate operators place the communication:
-$f$ (identity forward, all-reduce backward) before the block, $g$ (all-reduce forward,
-identity backward) after it. Here they are, as autograd functions:
+A transformer's MLP block (notebook 08), $Z = \mathrm{GeLU}(XA)\,B$, split over $n$ ranks as
+Megatron-LM does (Shoeybi et al. 2019, §3): $A$ by columns, so GeLU needs no communication;
+$B$ by rows, so $Z = \sum_i Y_iB_i$ is one all-reduce. Toggle the pass:
 """),
     code(r"""
 from workbench.lessons.show import module_source, table
+from workbench.ui import charts
+from workbench.ui.megatron_picture import MegatronPicture
 
-print(module_source("workbench.tensor_parallel.megatron", "class CopyToTensorParallel",
-                    "def f("))
+charts.load_bokehjs()
+MegatronPicture(hidden=4096, tokens=2048)   # Megatron's h, 2048 tokens, fp16
 """),
     md(r"""
-Four real ranks now each build the same dense stack of two blocks, run it whole, then run
-their own slices: by hand (`megatron.py`) and with PyTorch's DTensor (`parallelize_module`
-with `ColwiseParallel` / `RowwiseParallel`, in `library.py`). The same run also trains a
-**2-D layout**: 2-way data parallel × 2-way tensor parallel on a device mesh, against the
-serial run. The numbers are the largest differences (float32 rounding is about $10^{-7}$):
+Four ranks run it by hand (`megatron.py`, f and g below) and with **DTensor**, PyTorch's
+tensor spread over a device mesh: its `placements` say what each rank holds, `Shard(d)` (a
+slice along dimension d), `Replicate()` (all of it) or `Partial()` (its part of a sum not
+yet all-reduced). `ColwiseParallel` makes a linear's weight, stored out × in, `Shard(0)`;
+`RowwiseParallel` `Shard(1)`, its `Partial` output summed as g sums. The 2-D run adds
+data parallelism. Differences from the serial run (rounding: about $10^{-7}$):
 """),
     code(r"""
 from workbench.tensor_parallel import check, traffic
 
+print(module_source("workbench.tensor_parallel.megatron", "class CopyToTensorParallel",
+                    "def f("))
 results = check.compare(ranks=4)
 table([{"rank": r, "megatron output": x["megatron"]["output"],
         "megatron grads": x["megatron"]["weight_grads"], "DTensor grads":
         x["dtensor"]["weight_grads"], "2-D vs serial": x["2d"]["params"],
-        "bytes (measured)": x["megatron"]["bytes"], "bytes (model)": x["megatron"]["model_bytes"]}
+        "payload (measured)": x["megatron"]["bytes"],
+        "payload (model)": x["megatron"]["model_bytes"]}
        for r, x in enumerate(results)])
+"""),
+    code(r"""
 print("Megatron's log:", results[0]["megatron"]["log"])
 print("DTensor's collectives:", results[0]["dtensor"]["collectives"])
 print("DTensor placements:", results[0]["dtensor"]["placements"])
 """),
     md(r"""
-Each block all-reduced its $8 \times 16$ float32 activation twice, $g$ forward and $f$
-backward: $2 \cdot \text{tokens} \cdot h \cdot 4$ bytes per block and step. Those bytes grow
-with the batch, and the next layer waits for them. What that costs on real links, for one
-block of Megatron's size ($h = 4096$, 2048 tokens, 8 ranks, fp16, a V100's 125 Tflop/s),
-with the simulator's network presets:
+That payload, $2 \cdot \text{tokens} \cdot h \cdot 4$ bytes a block and step, holds up the
+next layer, and its time over the compute's does not depend on the batch: only the link
+decides. Hence tensor parallelism within servers, data parallelism between them:
 """),
     code(r"""
 table(traffic.bus_table(tokens=2048, hidden=4096, ranks=8),
       caption="One MLP block per step: compute vs its two all-reduces")
 """),
     md(r"""
-On NVLink the all-reduces take a fraction of the compute; at 25 Gbit/s they take about
-ten times longer than the compute itself. The ratio is $(p-1)\cdot\text{bytes}\cdot
-\text{flop/s} / (12\,h\cdot\text{bandwidth})$ and does not depend on the batch, so no batch
-size rescues a slow link: Megatron keeps tensor parallelism inside a server and uses data
-parallelism between servers, which is exactly the 2-D layout above.
-
 ## 2. DDP's buckets and overlap, by hand
 
 The naive engine all-reduces each gradient after `backward()`. Two engines add DDP's ideas
