@@ -111,7 +111,7 @@ def test_the_schedule_picture_redraws_for_its_sliders():
         idle = sum(d for d, k in zip(data["duration"], data["kind"], strict=True)
                    if k == "idle")
         assert idle / (3 * span) == pytest.approx(theoretical_bubble(3, 5))
-        assert f"{theoretical_bubble(3, 5):.3f}" in picture.figures[name].title.text
+        assert f"(formula {theoretical_bubble(3, 5):.3f})" in picture.figures[name].title.text
     assert "up to 5 micro-batches" in picture.figures["gpipe"].title.text
     assert "up to 3 micro-batches" in picture.figures["1f1b"].title.text
 

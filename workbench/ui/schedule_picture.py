@@ -95,9 +95,9 @@ class SchedulePicture(widgets.VBox):
             fig = self.figures[name]
             fig.y_range.factors = list(reversed(lanes))
             held = max(most_in_flight(events, s) for s in range(p))
-            fig.title.text = (f"{title}: bubble {idle_share(events):.3f} drawn, "
-                              f"(P−1)/(M+P−1) = {theoretical_bubble(p, m):.3f}; "
-                              f"a stage keeps up to {held} micro-batches")
+            fig.title.text = (f"{title}: bubble {idle_share(events):.3f} (formula "
+                              f"{theoretical_bubble(p, m):.3f}), up to {held} micro-batches "
+                              "kept")
             span = max(span, max(e["end"] for e in events))
         for fig in self.figures.values():
             fig.x_range.start, fig.x_range.end = 0, span

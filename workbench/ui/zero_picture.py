@@ -32,7 +32,7 @@ class ZeroPicture(widgets.VBox):
                  k: float = 12, activations: float = 0.0, value_bytes: int = 2) -> None:
         self.k, self.activations, self.value_bytes = k, activations, value_bytes
         self.device_gb = device_gb
-        self.psi = widgets.FloatLogSlider(value=psi / 1e9, base=10, min=-1, max=3, step=0.05,
+        self.psi = widgets.FloatLogSlider(value=psi / 1e9, base=10, min=-1, max=3, step=0.001,
                                           description="Ψ (billions)", readout_format=".3g",
                                           style={"description_width": "initial"})
         self.devices = widgets.SelectionSlider(options=DEVICES, value=devices,
