@@ -12,8 +12,8 @@ Horovod's negotiation.
 Lessons it serves: notebooks/02_data_parallelism_horovod.ipynb (the training panel),
 notebooks/06_speedup_efficiency_scalability.ipynb (the scaling panel), and the pictures of
 notebooks/04_collectives.ipynb, notebooks/05_types_of_parallelism.ipynb,
-notebooks/08_sharded_data_parallelism.ipynb and
-notebooks/09_tensor_parallelism_buckets_accumulation.ipynb.
+notebooks/07_sharded_data_parallelism.ipynb and
+notebooks/08_tensor_parallelism_buckets_accumulation.ipynb.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Notebook 09's picture of Megatron-LM's MLP split over n ranks (Shoeybi et al. 2019,
+"""Notebook 08's picture of Megatron-LM's MLP split over n ranks (Shoeybi et al. 2019,
 Figure 3a): f before the column-split A, g after the row-split B, and which of the two
 all-reduces, forward or backward.
 

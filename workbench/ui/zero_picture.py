@@ -1,4 +1,4 @@
-"""Notebook 08's ZeRO memory bars (Rajbhandari et al. 2020, Figure 1), with sliders for the
+"""Notebook 07's ZeRO memory bars (Rajbhandari et al. 2020, Figure 1), with sliders for the
 parameters Ψ, the devices N and the stage.
 
     from workbench.ui.zero_picture import ZeroPicture

@@ -207,7 +207,7 @@ every parameter:
   long whatever the gradient's scale. Two more numbers per parameter.
 
 That state is part of training: a checkpoint must keep it (notebook 03), and in large models
-it takes more memory than the weights (notebook 08). PyTorch's Adam after one step:
+it takes more memory than the weights (notebook 07). PyTorch's Adam after one step:
 """),
     code(r"""
 model = sgd.logreg(seed=0)

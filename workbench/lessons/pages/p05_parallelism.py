@@ -37,9 +37,9 @@ LayoutPicture(devices=4)   # move the slider: 2 to 4 devices
   all-reduced. The model must fit on every device.
 - **Sharded data parallelism** (ZeRO stage 3, Rajbhandari et al. 2020; FSDP,
   Zhao et al. 2023): $1/N$ of every layer, each gathered whole just before its pass, for
-  about 1.5 times the bytes; no device holds the whole model (notebook 08).
+  about 1.5 times the bytes; no device holds the whole model (notebook 07).
 - **Tensor parallelism** (Megatron-LM): every layer split, partial results combined inside
-  every layer, so it stays on a server's fast bus (notebook 09).
+  every layer, so it stays on a server's fast bus (notebook 08).
 - **Pipeline parallelism**: whole layers, activations sent at each cut; its bytes grow with
   the batch, not with the model.
 

@@ -32,7 +32,7 @@ model needs 120 GB on every device, however many devices there are.
 Each rank of DDP (`engine="torch"`), and of the sharded engines below, counts the bytes its
 tensors hold after every step and the bytes its collectives send. After the step, not at
 its peak: during the backward pass DDP, and the ZeRO-1 and ZeRO-2 written here, hold every
-gradient whole until the all-reduce or the reduce-scatter (section 5 charts that peak).
+gradient whole until the all-reduce or the reduce-scatter (section 6 charts that peak).
 Here is DDP on 2 ranks,
 with Adam, beside the cost model's prediction. Every job of this notebook runs on the same
 two **warm ranks** (`workbench.ranks`), started once by `torchrun` with the process group

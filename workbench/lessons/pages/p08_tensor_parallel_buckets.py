@@ -19,7 +19,7 @@ CELLS = [
     md(r"""
 ## 1. Tensor parallelism: Megatron's MLP split
 
-A transformer's MLP block (notebook 08), $Z = \mathrm{GeLU}(XA)\,B$, split over $n$ ranks as
+A transformer's MLP block (notebook 07), $Z = \mathrm{GeLU}(XA)\,B$, split over $n$ ranks as
 Megatron-LM does (Shoeybi et al. 2019, §3): $A$ by columns, so GeLU needs no communication;
 $B$ by rows, so $Z = \sum_i Y_iB_i$ is one all-reduce. Toggle the pass:
 """),
