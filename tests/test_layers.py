@@ -69,7 +69,7 @@ def test_the_public_names_are_all_there_when_asked_for():
 # ------------------------------------------------------------ the layers (docs/ARCHITECTURE.md)
 #: Each package's layer, lowest first. A module may import only from its own layer or below.
 LAYERS = {
-    0: ["hosts", "config", "engines", "flags", "caller"],       # what every layer reads
+    0: ["hosts", "config", "engines", "flags", "caller", "torch_versions"],  # every layer reads
     1: ["records", "models", "data"],                           # a run's record; its inputs
     2: ["training"],                                            # what a rank runs
     3: ["jobs"],                                                # launching and watching ranks

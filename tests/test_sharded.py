@@ -229,3 +229,39 @@ def test_sharded_engines_start_with_torchrun_and_name_their_engine():
         assert ENGINES[engine].plain_command(2) == [
             "torchrun", "--standalone", "--nproc-per-node", "2",
             "-m", f"workbench.sharded.{engine}_rank"]
+
+
+#: Loaded first by every process of a job (PYTHONPATH): torch.distributed as torch 2.6 to
+#: 2.12 have it, without the names torch 2.13 gave two collectives.
+TORCH_2_12 = """
+import os, pathlib
+import torch.distributed as dist
+del dist.all_gather_single, dist.reduce_scatter_single
+with open(pathlib.Path(__file__).with_name("loaded_by"), "a") as out:
+    out.write(f"{os.getpid()}\\n")
+"""
+
+
+@pytest.mark.parametrize("engine", ["torch", "zero2"])
+def test_engines_run_and_count_on_a_torch_before_the_renamed_collectives(tmp_path, engine):
+    """DDP and ZeRO-2 (the reduce-scatter and the all-gather) on 2 fresh ranks whose
+    torch.distributed lacks the 2.13 names: they train, and the bytes they send are still
+    counted, as the cost model says, through the older names (workbench/torch_versions.py).
+    About 10 s each."""
+    from workbench.sharded.measured import comparison
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(TORCH_2_12)
+    job = workbench.start(workbench.JobConfig(
+        engine=engine, np=2, model="mlp", width=32, dataset="digits", epochs=1, max_steps=8,
+        threads_per_rank=1, optimizer="adam", lr=0.01, runs_dir=str(tmp_path / "runs"),
+        env=[f"PYTHONPATH={site}"]))
+    assert job.wait(300) == "succeeded", job.summary
+    pids = {int(p.read_text().split()[0]) for p in  # "<pid> <host>"
+            (job.record().run_dir / "pids").glob("rank*.pid")}
+    assert len(pids) == 2 and pids <= set(map(int, (site / "loaded_by").read_text().split()))
+    rows = comparison(job)
+    assert {row["rank"] for row in rows} == {0, 1}
+    for row in rows:
+        assert abs(row["ratio"] - 1) <= 0.05, row

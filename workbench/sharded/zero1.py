@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from workbench.sharded.flat import FlatParameters
+from workbench.torch_versions import all_gather_into_tensor
 
 
 class Zero1Optimizer:
@@ -86,7 +87,7 @@ class Zero1Optimizer:
     def step(self) -> None:
         """Shard -> step -> all-gather."""
         self.local.step()                           # updates this rank's slice in place
-        dist.all_gather_single(self.flat.data, self.flat.mine())  # every slice, everywhere
+        all_gather_into_tensor(self.flat.data, self.flat.mine())  # every slice, everywhere
 
     def state_dict(self) -> dict:
         """This rank's shard of the optimizer state (not a whole optimizer's)."""

@@ -22,9 +22,9 @@ bytes it holds between steps, which `memory.py` counts, are those below.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from workbench.sharded.zero1 import Zero1Optimizer
+from workbench.torch_versions import reduce_scatter_tensor
 
 
 class Zero2Optimizer(Zero1Optimizer):
@@ -33,6 +33,6 @@ class Zero2Optimizer(Zero1Optimizer):
     def reduce_gradients(self) -> None:
         grad = self.wire(self.flat.take_gradients())  # whole, for a moment
         mine = torch.empty(self.flat.slice_numel, dtype=grad.dtype, device=grad.device)
-        dist.reduce_scatter_single(mine, grad)      # the sum of slice `rank`, only
+        reduce_scatter_tensor(mine, grad)           # the sum of slice `rank`, only
         del grad                                    # the whole gradient is freed
         self.shard.grad = self.unwire(mine).div_(self.world)  # the mean

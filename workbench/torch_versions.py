@@ -1,0 +1,47 @@
+"""The torch releases the workbench runs on, and the collectives they name differently.
+
+pyproject.toml declares the supported range (`torch>=2.6,<2.15`); `constraints.txt` pins the
+release the set-up installs and the tests run with. The range's lower end is the newest of
+`NEEDS`, the parts of the workbench that need more than an older torch has (tests check the
+two agree); `workbench doctor` names what will not work with a torch outside the range.
+
+torch 2.13 renamed two collectives, `all_gather_into_tensor` and `reduce_scatter_tensor`
+(both since torch 1.13), to `all_gather_single` and `reduce_scatter_single`, and the old names
+warn (FutureWarning) from then on. The functions below call whichever this torch has, looked
+up at each call, so that the traffic counter (sharded/traffic.py), which wraps them where
+they live in `torch.distributed`, counts them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The parts that need a recent torch: the oldest release that has what they use, and what.
+NEEDS: dict[str, tuple[str, str]] = {
+    "--engine fsdp and lesson 08's FSDP": (
+        "2.6", "FSDP2's fully_shard, public in torch.distributed.fsdp since 2.6"),
+    "lesson 09's tensor parallelism": (
+        "2.5", "DTensor and CommDebugMode, public in torch.distributed.tensor since 2.5"),
+    "--device cuda with the torch engines": (
+        "2.3", "init_process_group(device_id=), which binds NCCL to the rank's GPU"),
+}
+
+
+def _collective(new: str, old: str) -> Any:
+    import torch.distributed as dist
+
+    return getattr(dist, new, None) or getattr(dist, old)
+
+
+def all_gather_into_tensor(output: Any, input: Any, group: Any = None,
+                           async_op: bool = False) -> Any:
+    """`output` (N times `input`'s size) gets every rank's `input`, in rank order."""
+    gather = _collective("all_gather_single", "all_gather_into_tensor")
+    return gather(output, input, group=group, async_op=async_op)
+
+
+def reduce_scatter_tensor(output: Any, input: Any, group: Any = None,
+                          async_op: bool = False) -> Any:
+    """`output` (1/N of `input`) gets the sum over the ranks of this rank's slice of `input`."""
+    scatter = _collective("reduce_scatter_single", "reduce_scatter_tensor")
+    return scatter(output, input, group=group, async_op=async_op)
