@@ -9,8 +9,8 @@
 #        4. JupyterLab's settings overrides: no "get notified about Jupyter news?" pop-up,
 #        5. Horovod installed from the wheel once its build ends.
 #
-# Idempotent: a stamp in .venv/ records what was installed; when pyproject.toml and
-# these scripts have not changed, a second run returns in well under a second.
+# Idempotent: a stamp in .venv/ records what was installed; when pyproject.toml,
+# constraints.txt and these scripts have not changed, a second run returns in well under a second.
 # A failed Horovod build is reported with its fix and does not stop the set-up: the
 # torch and serial engines work without it. `make horovod` tries the build again.
 #
@@ -37,7 +37,8 @@ step() { printf '==> %s\n' "$*"; }
 pipq() { "$PY" -m pip "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; }
 
 # What the installed environment must match: the pins and the install scripts.
-want=$(cat pyproject.toml scripts/setup.sh scripts/build_horovod.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml constraints.txt scripts/setup.sh scripts/build_horovod.sh \
+    | sha256sum | cut -d' ' -f1)
 if [ -x "$PY" ] && [ -f "$STAMP" ] && [ "$(head -n 1 "$STAMP")" = "$want" ]; then
     echo "Environment up to date (.venv/)."
     if grep -q "^horovod=failed" "$STAMP" && ! "$PY" -c "import horovod" 2>/dev/null; then
@@ -60,9 +61,9 @@ if [ ! -x "$PY" ]; then
              rm -rf "$VENV"; exit 1; }
 fi
 
-step "Installing PyTorch first: Horovod compiles against it (pyproject.toml's pin)"
+step "Installing PyTorch first: Horovod compiles against it (constraints.txt's pin)"
 pipq install -q --upgrade pip setuptools wheel
-torch_pin=$(grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')
+torch_pin=$(grep -o '^torch==[^ ]*' constraints.txt)
 # What Horovod's setup.py imports (packaging), and cmake when the system has none. NumPy too:
 # the build imports torch, which imports NumPy when it is there, and the pip run below must
 # not be unpacking NumPy into .venv/ at that moment ("Importing the numpy C-extensions
@@ -72,7 +73,7 @@ build_needs=("packaging>=23" "$numpy_req")
 # (CMake 4 cannot configure Horovod 0.28.1: see scripts/build_horovod.sh.)
 cmake_major=$(cmake --version 2>/dev/null | sed -n '1s/^cmake version \([0-9]*\).*/\1/p')
 [ "${cmake_major:-4}" -lt 4 ] || build_needs+=("cmake>=3.13,<4")
-pipq install -q --progress-bar off "$torch_pin" "${build_needs[@]}"
+pipq install -q --progress-bar off -c constraints.txt "$torch_pin" "${build_needs[@]}"
 
 # The Horovod build keeps the cores busy for minutes; pip and apt mostly wait on the network
 # and the disk. So the wheel compiles in the background while they install, and is
@@ -102,7 +103,7 @@ fi
 
 step "Installing the workbench and its pinned dependencies (pyproject.toml)"
 # PYTHONWARNINGS quiets setuptools' notes about editable installs; errors still show.
-PYTHONWARNINGS=ignore pipq install -q --progress-bar off -e ".[dev]"
+PYTHONWARNINGS=ignore pipq install -q --progress-bar off -c constraints.txt -e ".[dev]"
 "$PY" -c "import workbench, torch, jupyterlab" \
     || { echo "setup: the pinned dependencies did not install; see the pip messages above" >&2
          exit 1; }

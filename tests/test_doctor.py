@@ -200,14 +200,21 @@ def test_doctor_warns_when_cuda_is_there_but_horovod_has_no_nccl(report: dict[st
         assert "Horovod on GPUs" not in [c["name"] for c in report["checks"]]
 
 
-def test_doctor_warns_of_a_torch_other_than_the_pinned_one(report: dict[str, Any]) -> None:
-    """This machine's torch is the pinned one (the set-up installs it); another version is
-    a warning that names the pin, local builds (+cpu, +cu130) being the same version."""
-    pinned = report["torch"]["pinned"]
-    assert pinned and re.search(rf'"torch=={re.escape(pinned)}"',
-                                (Path(__file__).parents[1] / "pyproject.toml").read_text())
-    assert verdicts.torch_check(report["torch"]).status == "ok"
-    assert verdicts.torch_check({**report["torch"], "version": f"{pinned}+cu130"}).status == "ok"
-    older = verdicts.torch_check({**report["torch"], "version": "2.11.0+cu130"})
-    assert older.status == "warn" and f"pinned to and tested with {pinned}" in older.detail
-    assert f"install torch=={pinned}" in older.fix
+def test_doctor_says_whether_torch_is_in_the_supported_range(report: dict[str, Any]) -> None:
+    """This machine's torch (constraints.txt's pin) lies in pyproject.toml's range; one
+    older than the range is a warning naming the parts that need a newer one, one newer a
+    warning that it is untested; local builds (+cpu, +cu130) are their release."""
+    supported = report["torch"]["supported"]
+    assert supported and f'"torch{supported}"' in (
+        Path(__file__).parents[1] / "pyproject.toml").read_text().replace(" ", "")
+    check = verdicts.torch_check(report["torch"])
+    assert check.status == "ok" and f"supported: torch{supported}" in check.detail
+    for inside in ("2.6.0+cu124", "2.11.0+cu130", "2.14.1"):
+        assert verdicts.torch_check({**report["torch"], "version": inside}).status == "ok"
+    older = verdicts.torch_check({**report["torch"], "version": "2.5.1+cu121"})
+    assert older.status == "warn" and f"torch{supported}" in older.detail + older.fix
+    assert "--engine fsdp" in older.detail and "tensor parallelism" not in older.detail
+    oldest = verdicts.torch_check({**report["torch"], "version": "2.2.0"})
+    assert "tensor parallelism" in oldest.detail and "--device cuda" in oldest.detail
+    newer = verdicts.torch_check({**report["torch"], "version": "2.15.0"})
+    assert newer.status == "warn" and "tested" in newer.detail and "fsdp" not in newer.detail

@@ -1,6 +1,7 @@
-"""The three places that name versions agree: pyproject.toml (the local set-up),
-environment.yml (conda) and binder/environment.yml (Binder). And Binder's postBuild
-installs Horovod with the same script as the local set-up, not a copy of it."""
+"""The places that name versions agree: pyproject.toml and constraints.txt (the local
+set-up), environment.yml (conda) and binder/environment.yml (Binder); torch is a range in
+pyproject.toml, and the others install the one release constraints.txt pins within it. And
+Binder's postBuild installs Horovod with the same script as the local set-up, not a copy."""
 
 from __future__ import annotations
 
@@ -38,6 +39,12 @@ def requirements(lines: list[str]) -> dict[str, str]:
     return found
 
 
+def constraints() -> dict[str, str]:
+    """constraints.txt's pins: the releases the set-up installs within pyproject's ranges."""
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    return requirements([line for line in lines if line.strip() and not line.startswith("#")])
+
+
 def conda_env(path: Path) -> tuple[dict[str, str], dict[str, str]]:
     """(conda packages, pip packages) of a conda environment file, each {name: spec}."""
     env = yaml.safe_load(path.read_text())
@@ -58,7 +65,7 @@ ENV_FILES = {"environment.yml": ROOT / "environment.yml",
 @pytest.mark.parametrize("label", ENV_FILES)
 def test_environment_names_the_same_pins_as_pyproject(label: str) -> None:
     conda, pip = conda_env(ENV_FILES[label])
-    runtime = requirements(pyproject()["project"]["dependencies"])
+    runtime = {**requirements(pyproject()["project"]["dependencies"]), **constraints()}
     dev = requirements(pyproject()["project"]["optional-dependencies"]["dev"])
     for name, spec in runtime.items():
         assert pip.get(name) == spec, f"{label}: {name} should be {spec!r}, is {pip.get(name)!r}"
@@ -75,6 +82,22 @@ def test_conda_environment_has_the_test_tools() -> None:
     _, pip = conda_env(ENV_FILES["environment.yml"])
     dev = requirements(pyproject()["project"]["optional-dependencies"]["dev"])
     assert {name: pip.get(name) for name in dev} == dev
+
+
+def test_the_pinned_torch_lies_in_the_supported_range() -> None:
+    """constraints.txt pins torch exactly, to a release of pyproject.toml's range, whose
+    lower end is the newest release that a part of the workbench needs."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from workbench.torch_versions import NEEDS
+
+    pin = constraints()["torch"]
+    assert pin.startswith("=="), pin
+    supported = SpecifierSet(requirements(pyproject()["project"]["dependencies"])["torch"])
+    assert pin[2:] in supported, (pin, supported)
+    oldest = max(Version(v) for v, _ in NEEDS.values())
+    assert f">={oldest}" in str(supported).split(","), (supported, oldest)
 
 
 def test_python_pin_is_allowed_by_pyproject() -> None:

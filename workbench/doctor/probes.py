@@ -73,7 +73,7 @@ def torch_info() -> dict[str, Any]:
     return {
         "installed": True,
         "version": torch.__version__,
-        "pinned": pinned_torch(),
+        "supported": supported_torch(),
         "cuda_available": cuda,
         "cuda_version": torch.version.cuda,
         "threads": torch.get_num_threads(),
@@ -85,17 +85,18 @@ def torch_info() -> dict[str, Any]:
     }
 
 
-def pinned_torch() -> str | None:
-    """The torch version the workbench is pinned to (pyproject.toml's `torch==...`), as the
-    installed package's metadata says; None when the workbench is not installed."""
+def supported_torch() -> str | None:
+    """The torch releases the workbench supports (pyproject.toml's `torch>=...,<...`), as
+    the installed package's metadata says; None when the workbench is not installed."""
     try:
         requirements = metadata.requires("workbench") or []
     except metadata.PackageNotFoundError:
         return None
     for requirement in requirements:
-        pin = re.fullmatch(r"torch\s*==\s*([\w.]+)", requirement.split(";")[0].strip())
-        if pin:
-            return pin.group(1)
+        found = re.fullmatch(r"torch\s*([<>=!~][^;]*)", requirement.split(";")[0].strip())
+        if found:   # the lower end first, as pyproject.toml writes it (metadata sorts them)
+            ends = found.group(1).replace(" ", "").split(",")
+            return ",".join(sorted(ends, key=lambda end: end.startswith("<")))
     return None
 
 

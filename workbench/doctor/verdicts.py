@@ -6,7 +6,11 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
 from workbench.doctor.probes import HOROVOD_FIX, SHM_MIN_BYTES
+from workbench.torch_versions import NEEDS
 
 
 @dataclass
@@ -34,14 +38,28 @@ def torch_check(t: dict[str, Any]) -> Check:
     if not t["backends"]["gloo"]:
         return Check("PyTorch", "warn", detail, "this PyTorch has no gloo back-end: "
                      "--engine torch cannot run on CPUs; install torch from pypi.org")
-    pinned = t.get("pinned")
-    if pinned and t["version"].split("+")[0] != pinned:
-        return Check("PyTorch", "warn", f"{detail}; the workbench is pinned to and tested with "
-                     f"{pinned}: with another version some engines may fail (ZeRO calls "
-                     "collectives that torch 2.13 names, e.g. all_gather_single)",
-                     f"install torch=={pinned} (on GPUs its CUDA build for your driver), then "
-                     "make setup")
-    return Check("PyTorch", "ok", detail)
+    supported = t.get("supported")
+    outside = outside_range(t["version"], supported)
+    if outside:
+        return Check("PyTorch", "warn", f"{detail}; {outside}",
+                     f"install a torch in torch{supported} (on GPUs its CUDA build for your "
+                     "driver), then `make horovod` to rebuild Horovod against it")
+    return Check("PyTorch", "ok", detail + (f" (supported: torch{supported})" if supported
+                                            else ""))
+
+
+def outside_range(version: str, supported: str | None) -> str | None:
+    """What a torch outside the supported range means, naming what will not work
+    (workbench/torch_versions.py); None inside it, or when the range is unknown."""
+    release = Version(Version(version).base_version)      # 2.11.0+cu130 -> 2.11.0
+    if not supported or release in SpecifierSet(supported):
+        return None
+    missing = [f"{part} (needs {oldest}: {what})" for part, (oldest, what) in NEEDS.items()
+               if release < Version(oldest)]
+    if missing:
+        return (f"older than the workbench supports (torch{supported}); will not work: "
+                + "; ".join(missing))
+    return f"outside the range the workbench is tested on (torch{supported}): engines may fail"
 
 
 def horovod_checks(h: dict[str, Any]) -> list[Check]:
