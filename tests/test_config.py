@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -82,3 +85,26 @@ def test_host_lists_and_sbatch_options_are_read_or_refused_in_one_line() -> None
     assert sbatch_args("--qos=debug --mem='4 G'") == ["--qos=debug", "--mem=4 G"]
     with pytest.raises(HostListError, match="no --requeue"):
         sbatch_args("--qos=debug --requeue=1")
+
+
+def test_run_help_lists_what_each_named_flag_accepts() -> None:
+    """`workbench run --help` names the engines, launchers, devices and models that a run
+    accepts: those JobConfig.validate() takes (the training engines only: the labs' `fork`
+    runs a function), read from the same tables."""
+    from workbench.config import CHOICES
+    from workbench.engines import training_engines
+
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", "run", "--help"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    text = " ".join(out.split())                  # argparse wraps the help text
+
+    def listed(flag: str) -> list[str]:
+        found = re.search(rf"--{flag} \S+ one of (.*?) \(default", text)
+        assert found, f"--{flag} names no values"
+        return found.group(1).split(", ")
+
+    assert listed("engine") == training_engines() and "fork" not in listed("engine")
+    for flag, field in {"launcher": "launcher", "device": "device", "model": "model",
+                        "dataset": "dataset", "optimizer": "optimizer"}.items():
+        assert listed(flag) == list(CHOICES[field]), flag     # what validate() takes
+    assert "--engine ENGINE one of horovod," in text and "(default 'horovod')" in text

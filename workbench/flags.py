@@ -12,7 +12,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from workbench.config import JobConfig, field_groups
+from workbench.config import CHOICES, ENGINES, PRESETS, JobConfig, field_groups
 
 
 class Parser(argparse.ArgumentParser):
@@ -23,6 +23,9 @@ class Parser(argparse.ArgumentParser):
 
 
 _SKIP = {"extra"}  # not a flag: filled by code (the labs' settings)
+#: The names each flag accepts, from config.py's tables: the training engines only (the
+#: labs' engine runs a function: `workbench.launch`), and the presets.
+_ACCEPTS = {**CHOICES, "engine": ENGINES, "preset": tuple(PRESETS)}
 
 
 def add_job_flags(parser: argparse.ArgumentParser) -> None:
@@ -46,8 +49,9 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
                                  help=f"(default {f.default})")
             continue
         kind = {"int": int, "float": float}.get(str(f.type), str)
+        accepts = f"one of {', '.join(_ACCEPTS[f.name])} " if f.name in _ACCEPTS else ""
         section.add_argument(flag, dest=f.name, type=_typed(f.name, kind), default=None,
-                             metavar=f.name.upper(), help=f"(default {f.default!r})")
+                             metavar=f.name.upper(), help=f"{accepts}(default {f.default!r})")
 
 
 def add_output_flags(parser: argparse.ArgumentParser, *, seed: bool = False,
