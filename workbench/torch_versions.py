@@ -18,9 +18,9 @@ from typing import Any
 
 #: The parts that need a recent torch: the oldest release that has what they use, and what.
 NEEDS: dict[str, tuple[str, str]] = {
-    "--engine fsdp and lesson 08's FSDP": (
+    "--engine fsdp and notebook 07's FSDP": (
         "2.6", "FSDP2's fully_shard, public in torch.distributed.fsdp since 2.6"),
-    "lesson 09's tensor parallelism": (
+    "notebook 08's tensor parallelism": (
         "2.5", "DTensor and CommDebugMode, public in torch.distributed.tensor since 2.5"),
     "--device cuda with the torch engines": (
         "2.3", "init_process_group(device_id=), which binds NCCL to the rank's GPU"),
