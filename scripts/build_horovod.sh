@@ -2,11 +2,12 @@
 # Build Horovod 0.28.1 from its PyPI source distribution, with the C++17 fix, and install it.
 #
 # Why: Horovod 0.28.1 (its last release) asks CMake for C++14, but PyTorch >= 2.1
-# headers need C++17; compiling them as C++14 stops at
+# headers need C++17 (and from 2.14 C++20); compiling them as C++14 stops at
 #     #error C++17 or later compatible compiler is required to use ATen.
 # The upstream fix was merged after the release and never published, so we download
 # the sdist (checking its sha256 against the one PyPI publishes), raise
-# CMAKE_CXX_STANDARD to 17 in the two CMake files that set it, and build a wheel against
+# CMAKE_CXX_STANDARD to 17 (20 where torch's ATen.h asks for it) in the two CMake files
+# that set it, and build a wheel against
 # the torch already installed in the environment (--no-build-isolation: Horovod's C++ code
 # must match that torch exactly).
 #
@@ -153,6 +154,9 @@ choose_gpu_operations() {
 }
 
 choose_gpu_operations
+# The C++ standard torch's headers ask for (ATen.h: "C++20 or later ... is required").
+cxx_std=17
+grep -q "C++20 or later" "$torch_site/torch/include/ATen/ATen.h" 2>/dev/null && cxx_std=20
 CACHE="$WHEELS/torch-$torch_version-cuda-$cuda_version-$py_tag-$gpu_ops"
 mkdir -p "$(dirname "$LOG")"
 # Wheels cached before the key named CUDA and GPU operations sit in torch-<version>/;
@@ -176,10 +180,11 @@ cmake_major() {
 preflight() {
     command -v "$CXX_BIN" >/dev/null 2>&1 \
         || fail "no C++ compiler ($CXX_BIN)" "install one: apt-get install g++ (or set CXX)"
-    local major
+    local major need
     major=$("$CXX_BIN" -dumpversion 2>/dev/null | cut -d. -f1)
-    if [ -n "$major" ] && [ "$major" -lt 7 ] 2>/dev/null; then
-        fail "$CXX_BIN $major is too old for C++17" "install g++ 7 or newer (apt-get install g++)"
+    need=$([ "$cxx_std" = 20 ] && echo 10 || echo 7)     # the first g++ of that standard
+    if [ -n "$major" ] && [ "$major" -lt "$need" ] 2>/dev/null; then
+        fail "$CXX_BIN $major is too old for C++$cxx_std" "install g++ $need or newer (apt-get install g++)"
     fi
     # CMake 4 refuses the CMake 2.8 minimum of the gloo and flatbuffers that Horovod bundles
     # ("Compatibility with CMake < 3.5 has been removed"): a CMake 3 is needed.
@@ -202,9 +207,9 @@ EOF
 explain_failure() {
     tail -n 25 "$LOG" >&2
     echo >&2
-    if grep -q "C++17 or later compatible compiler is required" "$LOG"; then
-        fail "the C++ code was compiled as C++14, but PyTorch's headers need C++17" \
-            "this script patches CMAKE_CXX_STANDARD to 17; if you build Horovod yourself, do the same"
+    if grep -qE "C\+\+(17|20) or later compatible compiler is required" "$LOG"; then
+        fail "the C++ code was compiled as C++14, but PyTorch's headers need C++$cxx_std" \
+            "this script patches CMAKE_CXX_STANDARD to $cxx_std; if you build Horovod yourself, do the same"
     elif grep -q "No CMAKE_CXX_COMPILER could be found" "$LOG"; then
         fail "CMake found no C++ compiler" "apt-get install g++"
     elif grep -q "Python.h: No such file" "$LOG"; then
@@ -267,11 +272,11 @@ build_wheel() {
         "(about 2 minutes on 2 cores; log: .cache/horovod-build.log) ..."
     tar -xzf "$work/horovod-$VERSION.tar.gz" -C "$work"
     src="$work/horovod-$VERSION"
-    # The C++17 fix: PyTorch's headers use C++17 features.
-    sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' \
+    # The C++17 fix: PyTorch's headers use C++17 features (C++20 ones from torch 2.14).
+    sed -i "s/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD $cxx_std/" \
         "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
-    grep -q 'CMAKE_CXX_STANDARD 17' "$src/horovod/torch/CMakeLists.txt" \
-        || fail "the C++17 patch did not apply" "report this: the sdist layout changed"
+    grep -q "CMAKE_CXX_STANDARD $cxx_std" "$src/horovod/torch/CMakeLists.txt" \
+        || fail "the C++$cxx_std patch did not apply" "report this: the sdist layout changed"
     # GCC 13 no longer brings <string> and <stdexcept> in through other headers, and two
     # of Horovod's headers relied on that ("'logic_error' is not a member of 'std'").
     sed -i 's/^#include <functional>$/&\n#include <stdexcept>/' "$src/horovod/common/common.h"
@@ -279,6 +284,16 @@ build_wheel() {
     grep -q '#include <stdexcept>' "$src/horovod/common/common.h" \
         && grep -q '#include <string>' "$src/horovod/common/group_table.h" \
         || fail "the GCC 13 include patch did not apply" "report this: the sdist layout changed"
+    # Without GPU operations against a CUDA build of torch (a CPU-only machine, say), Horovod's
+    # CMake would still compile its CUDA code wherever torch finds any CUDA toolkit
+    # (FindPytorch.cmake), and stop on a partial one or one of another CUDA version: it
+    # builds for the CPU instead, as for a CPU build of torch.
+    if [ "$gpu_ops" = none ] && [ "$cuda_version" != none ]; then
+        sed -i 's/^string(TOUPPER "${Pytorch_CUDA}" Pytorch_CUDA)$/set(Pytorch_CUDA FALSE)/' \
+            "$src/cmake/Modules/FindPytorch.cmake"
+        grep -q '^set(Pytorch_CUDA FALSE)$' "$src/cmake/Modules/FindPytorch.cmake" \
+            || fail "the CPU-only patch did not apply" "report this: the sdist layout changed"
+    fi
     # Optimised without debug symbols (Horovod's default is RelWithDebInfo): compiles
     # faster on 2 cores and makes a smaller wheel. HOROVOD_DEBUG=1 still gives Debug.
     sed -i "s/else 'RelWithDebInfo'/else 'Release'/" "$src/setup.py"
@@ -292,6 +307,10 @@ build_wheel() {
 if [ "$DRY_RUN" = 1 ]; then
     note "dry run: cache folder $CACHE"
     env | grep '^HOROVOD_' | sort | sed 's/^/horovod: dry run: /'
+    note "dry run: CMAKE_CXX_STANDARD=$cxx_std"
+    if [ "$gpu_ops" = none ] && [ "$cuda_version" != none ]; then
+        note "dry run: Pytorch_CUDA=FALSE"      # no CUDA code: see build_wheel
+    fi
     note "dry run: command ${BUILD_COMMAND[*]} <horovod-$VERSION source> -w $CACHE"
     exit 0
 fi

@@ -116,6 +116,22 @@ def test_cache_key_changes_with_the_cuda_version(tmp_path: Path) -> None:
     assert "HOROVOD_GPU_OPERATIONS" not in cpu and "HOROVOD_NCCL_HOME" not in cpu
 
 
+def test_the_cpp_standard_and_the_cuda_code_follow_the_torch(tmp_path: Path) -> None:
+    """C++17 where torch's headers ask for it (2.1 to 2.13), C++20 where they ask for that
+    (2.14); a CUDA torch built without GPU operations (WORKBENCH_HOROVOD_GPU=0, a machine
+    without a GPU) compiles no CUDA code, which a partial CUDA toolkit would stop."""
+    assert dry_run(tmp_path / "a", "2.13.0", None, None)["CMAKE_CXX_STANDARD"] == "17"
+    python, env = fake_machine(tmp_path / "b", "2.14.1+cu130", "13.0", "13.0")
+    aten = tmp_path / "b" / "site" / "torch" / "include" / "ATen"
+    aten.mkdir(parents=True)
+    (aten / "ATen.h").write_text("#error C++20 or later compatible compiler is required\n")
+    out = build(python, {**env, "WORKBENCH_HOROVOD_GPU": "0"}, "--dry-run").stdout
+    assert "horovod: dry run: CMAKE_CXX_STANDARD=20" in out, out
+    assert "horovod: dry run: Pytorch_CUDA=FALSE" in out and "GPU_OPERATIONS" not in out
+    nccl = dry_run(tmp_path / "c", "2.13.0+cu121", "12.1", "12.1")
+    assert "Pytorch_CUDA" not in nccl and nccl["HOROVOD_GPU_OPERATIONS"] == "NCCL"
+
+
 def test_cuda_torch_without_nvcc_says_what_to_install(tmp_path: Path) -> None:
     python, env = fake_machine(tmp_path, "2.13.0", "12.1", None)
     assert shutil.which("nvcc", path=env["PATH"]) is None
