@@ -2,7 +2,9 @@
 # The supported torch range, both ends: every engine, one epoch at np=2, on the oldest and
 # on the newest torch that pyproject.toml admits.
 #
-# Usage: bash benchmarks/torch_range.sh [VERSION ...]   (default: the range's two ends)
+# Usage: bash benchmarks/torch_range.sh [--prepare] [VERSION ...]
+#   VERSION    e.g. 2.9.1 (default: the range's two ends)
+#   --prepare  make the environments (downloads, Horovod's builds) and stop
 #
 # For each end it makes a scratch environment, .cache/torch-range/torch-<version>/ (never
 # .venv/): torch (the lower end exactly; for the upper end the newest release pip finds in
@@ -29,6 +31,8 @@ mkdir -p "$OUT"
 range=$(sed -n 's/^ *"torch\([<>=][^"]*\)",.*/\1/p' pyproject.toml)
 [ -n "$range" ] || { echo "torch_range: no torch range in pyproject.toml" >&2; exit 1; }
 lower=$(sed -n 's/.*>=\([0-9.]*\).*/\1/p' <<<"$range")
+prepare=0
+if [ "${1:-}" = --prepare ]; then prepare=1; shift; fi
 if [ $# = 0 ]; then set -- "==$lower.0" "$range"; fi
 
 # make_env SPEC: the environment of `torch$SPEC`, made once; prints its python.
@@ -61,6 +65,7 @@ for spec in "$@"; do
     case "$spec" in [0-9]*) spec="==$spec" ;; esac
     pythons+=("$(make_env "$spec")")
 done
+[ "$prepare" = 0 ] || exit 0
 
 status=0
 for py in "${pythons[@]}"; do
