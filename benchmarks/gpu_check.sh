@@ -23,8 +23,15 @@
 #  5. The compute/sync split (with N >= 2): a Horovod job with its timeline; the exposed
 #     synchronization per step measured by CUDA events must lie between 0 and the time per
 #     step that Horovod's timeline shows communicating (negotiation + allreduce), + 0.5 ms.
+#  6. The workbench's loop against a hand-written one, at np=1 (CNN width 128, batch 256):
+#     a torch engine job against a plain DDP loop, a horovod job against a plain Horovod
+#     loop, in alternating rounds (benchmarks/loop_overhead.py); each ratio of samples/s
+#     must be at least 0.90.
 # Then a summary of every figure, and "GPU CHECK PASSED" (exit 0) or "GPU CHECK FAILED"
-# with each failure (exit 1). A check that cannot run (e.g. busbw on one GPU) says why.
+# with each failure (exit 1). It runs on the machine's own torch (any release of the range
+# pyproject.toml declares), as it is: what it cannot run there (Horovod missing or built
+# without NCCL, a torch without NCCL, busbw on one GPU) is skipped and named under "NOT
+# RUN" in the summary, and an engine that fails is a failure, not the end of the check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -48,6 +55,7 @@ from workbench.scaling.timeline import load_timeline
 
 FAILURES: list[str] = []
 FIGURES: list[str] = []
+NOT_RUN: list[str] = []
 RUNS = tempfile.mkdtemp(prefix="gpu-check-")
 ENGINES = ("torch", "horovod")
 SHARDED = ("zero1", "zero2", "fsdp")   # workbench/sharded/: NCCL on cuda:<local rank>
@@ -60,6 +68,11 @@ def section(title: str) -> None:
 def fail(message: str) -> None:
     FAILURES.append(message)
     print(f"  FAIL: {message}", flush=True)
+
+
+def not_run(what: str, why: str) -> None:
+    NOT_RUN.append(f"{what}: {why}")
+    print(f"  NOT RUN: {what}: {why}", flush=True)
 
 
 def figure(text: str) -> None:
@@ -119,19 +132,32 @@ section("1. workbench doctor")
 doctor = subprocess.run([sys.executable, "-m", "workbench.cli", "doctor"], text=True,
                         capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
 print(doctor.stdout + doctor.stderr)
-if doctor.returncode != 0:
-    fail("workbench doctor: not ready (see above)")
 report = json.loads(subprocess.run([sys.executable, "-m", "workbench.cli", "doctor", "--json"],
                                    text=True, capture_output=True, timeout=300,
                                    stdin=subprocess.DEVNULL).stdout)
-if not (report.get("horovod", {}).get("tensor_operations") or {}).get("nccl"):
-    fail("Horovod was built without NCCL: run `make horovod` (with nvcc on PATH)")
+# What this machine cannot run, said once and skipped below: Horovod jobs without a
+# Horovod that has NCCL operations, the torch.distributed engines without NCCL.
+CANNOT: dict[str, str] = {}
+horovod = report.get("horovod", {})
+if not horovod.get("installed"):
+    CANNOT["horovod"] = f"Horovod is not usable ({horovod.get('error')}): make horovod"
+elif not (horovod.get("tensor_operations") or {}).get("nccl"):
+    CANNOT["horovod"] = "Horovod was built without NCCL: make horovod (with nvcc on PATH)"
+if not report.get("torch", {}).get("backends", {}).get("nccl"):
+    for engine in ("torch", *SHARDED):
+        CANNOT[engine] = f"torch {torch.__version__} has no NCCL back-end"
+for engine, why in CANNOT.items():
+    not_run(f"every {engine} job", why)
+broken = [c["name"] for c in report.get("checks", []) if c.get("status") == "fail"
+          and not c["name"].lower().startswith("horovod")]
+if broken:
+    fail(f"workbench doctor: not ready: {', '.join(broken)} (see above)")
 
 # ------------------------------------------------------------------------------ 2. throughput
 section(f"2. samples/s at np = {', '.join(map(str, counts))}, both engines (CNN, "
         "synthetic images, --device cuda)")
 throughput: dict[tuple[str, int], float] = {}
-for engine in ENGINES + SHARDED:
+for engine in [e for e in ENGINES + SHARDED if e not in CANNOT]:
     for np in counts:
         what = f"{engine} np={np}"
         cfg = JobConfig(engine=engine, np=np, device="cuda", model="cnn", width=128,
@@ -161,7 +187,7 @@ for dtype, tol in TOLERANCE.items():
     if serial is None:
         continue
     reference = serial.record().model_state()
-    for engine in ENGINES + SHARDED:
+    for engine in [e for e in ENGINES + SHARDED if e not in CANNOT]:
         what = f"{engine} np={gpus} {dtype}"
         job = run(JobConfig(engine=engine, np=gpus, batch_size=16, dtype=dtype,
                             name=f"inv-{engine}", **small), what)
@@ -211,7 +237,7 @@ expected, how = expected_busbw()
 print(f"  expected busbw: {f'{expected:.0f} GB/s' if expected else 'unknown'} ({how})")
 if gpus < 2:
     print("  busbw: n/a with 1 GPU (an allreduce over one GPU moves no bytes between GPUs)")
-for engine in ENGINES if gpus >= 2 else ():
+for engine in [e for e in ENGINES if e not in CANNOT] if gpus >= 2 else ():
     try:
         res = run_allreduce_bench(engine, gpus, [1 << 20, 16 << 20, 256 << 20], runs_dir=RUNS,
                                   budget_s=1.0, device="cuda", timeout_s=600)
@@ -243,6 +269,8 @@ def union_s(spans: list[tuple[float, float]]) -> float:
 
 if gpus < 2:
     print("  n/a with 1 GPU: Horovod does not allreduce with one rank")
+elif "horovod" in CANNOT:
+    not_run("the compute/sync split", CANNOT["horovod"])
 else:
     job = run(JobConfig(engine="horovod", np=gpus, device="cuda", model="cnn", width=128,
                         dataset="synthetic-images", samples=16384, batch_size=256, epochs=1,
@@ -263,10 +291,43 @@ else:
             fail(f"split: exposed sync {sync_ms:.2f} ms per step is outside [0, the "
                  f"timeline's {comm_ms:.2f} ms + 0.5 ms]")
 
+# ------------------------------------------------------------------------------ 6. overhead
+section("6. the workbench's loop against a hand-written one (np=1, CNN width 128, batch 256)")
+sys.path.insert(0, "benchmarks")
+from loop_overhead import hand_job, workbench_job  # noqa: E402
+
+for engine in [e for e in ENGINES if e not in CANNOT]:
+    cfg = JobConfig(engine=engine, np=1, device="cuda", model="cnn", width=128,
+                    dataset="synthetic-images", samples=32768, features=32, batch_size=256,
+                    epochs=5, lr=0.05, optimizer="sgd", threads_per_rank=1, val_fraction=0.0,
+                    eval_every=0, runs_dir=RUNS, stall_timeout=300, name=f"loop-{engine}")
+    ratios = []
+    for round_ in range(3):
+        pair = [workbench_job, hand_job] if round_ % 2 == 0 else [hand_job, workbench_job]
+        try:
+            rate = {f.__name__: f(cfg) for f in pair}
+        except SystemExit as exc:                 # a job that failed: named, and on
+            fail(f"overhead {engine}: {exc}")
+            break
+        ratios.append(rate["workbench_job"] / rate["hand_job"])
+        print(f"    round {round_ + 1}: workbench {rate['workbench_job']:,.0f} samples/s, by "
+              f"hand {rate['hand_job']:,.0f} samples/s: {ratios[-1]:.3f}x", flush=True)
+    if ratios:
+        median = sorted(ratios)[len(ratios) // 2]
+        figure(f"overhead {engine} np=1: workbench / hand-written loop "
+               f"{' '.join(f'{r:.3f}' for r in ratios)}, median {median:.3f} (target >= 0.90)")
+        if median < 0.90:
+            fail(f"overhead {engine}: the workbench's loop runs at {median:.3f}x a "
+                 "hand-written one, under 0.90")
+
 # ------------------------------------------------------------------------------ summary
 section("summary")
 for line in FIGURES:
     print(f"  {line}")
+if NOT_RUN:
+    print(f"\nNOT RUN on this machine ({len(NOT_RUN)}):")
+    for line in NOT_RUN:
+        print(f"  - {line}")
 if FAILURES:
     print(f"\nGPU CHECK FAILED ({len(FAILURES)}):")
     for message in FAILURES:
