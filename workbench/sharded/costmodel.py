@@ -86,9 +86,10 @@ def model_states(psi: float, n: int, strategy: str, k: float,
 def backward_peak(psi: float, n: int, strategy: str, k: float, value_bytes: int = 2,
                   gathered: float = 0.0) -> Memory:
     """Bytes per rank at the peak of the backward pass, as the engines here run it, where
-    `model_states` counts them after the step. DDP, ZeRO-1 and ZeRO-2 hold every gradient
-    whole until backward() has returned and the all-reduce or reduce-scatter runs (zero2.py;
-    copying them into one flat buffer holds them twice for a moment, not counted here).
+    `model_states` counts them after the step. At the end of backward() DDP, ZeRO-1 and
+    ZeRO-2 all hold every gradient whole; ZeRO-2 keeps only its slice after its
+    reduce-scatter (zero2.py; copying them into one flat buffer holds them twice for a
+    moment, not counted here).
     ZeRO-3 (FSDP2) reduce-scatters each block's gradients as soon as backward has made them,
     so it holds its shards plus one block gathered whole, its parameters and their
     gradients: `gathered`, that block's parameter count (DeepSpeed's ZeRO-2 bounds the

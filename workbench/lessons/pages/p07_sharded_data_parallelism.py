@@ -31,8 +31,8 @@ model needs 120 GB on every device, however many devices there are.
 
 Each rank of DDP (`engine="torch"`), and of the sharded engines below, counts the bytes its
 tensors hold after every step and the bytes its collectives send. After the step, not at
-its peak: during the backward pass DDP, and the ZeRO-1 and ZeRO-2 written here, hold every
-gradient whole until the all-reduce or the reduce-scatter (section 6 charts that peak).
+its peak: the ZeRO-2 written here holds every gradient whole from the backward pass until
+its reduce-scatter (DDP and ZeRO-1 hold them whole throughout; section 6 charts the peak).
 Here is DDP on 2 ranks,
 with Adam, beside the cost model's prediction. Every job of this notebook runs on the same
 two **warm ranks** (`workbench.ranks`), started once by `torchrun` with the process group
@@ -192,8 +192,8 @@ pool.close()   # frees its two cores for other jobs
   also the parameters: $(2 + 2 + K)\Psi/N$. The result is DDP's, to rounding.
 - ZeRO-2 sends what DDP sends; ZeRO-3 sends 1.5× as much, gathering each layer's
   parameters twice per step. Sending gradients in bf16 halves DDP's bytes.
-- Counted after the step; during the backward pass DDP, ZeRO-1 and ZeRO-2 (as written
-  here) hold every gradient whole.
+- Counted after the step; at the end of the backward pass DDP, ZeRO-1 and ZeRO-2 (as
+  written here) all hold every gradient whole.
 - A transformer layer holds about $12h^2$ parameters and costs $24bsh^2 + 4bs^2h$ flop
   forward. Activations are not sharded by any ZeRO stage; the planner adds them.
 

@@ -124,8 +124,9 @@ BucketPicker(SAME)   # pick a size, press Run: both engines again, on the warm r
 
 When the batch you want does not fit, run $k$ micro-batches of $b$, add their gradients
 (each loss divided by $k$), and step once: the update of one batch of $k \cdot b$. With
-data parallelism only the last micro-batch should all-reduce: DDP's `no_sync()` context on
-the others, Horovod's `DistributedOptimizer(..., backward_passes_per_step=k)`. So N ranks ×
+data parallelism only the last micro-batch should all-reduce (which then divides the sum
+by $N$): DDP's `no_sync()` context on the others, Horovod's
+`DistributedOptimizer(..., backward_passes_per_step=k)`. So N ranks ×
 k micro-batches × b follow one process with batch $N\cdot k\cdot b$ (the workbench's tests
 check it on real ranks), and the gradients travel once per $k\cdot b$ samples per rank. The
 overlapped engine again, with $k = 4$ micro-batches of the same 32 samples, against its run
