@@ -293,8 +293,10 @@ effects shrink as models grow (notebook 06 measures them).
 3. The seed is not a guarantee: a different initialisation order, a library version, or a
    checkpoint loaded on one rank only would give different starting points, and the replicas
    would never agree. The broadcast makes it certain, once, at almost no cost.
-4. The allreduce of each gradient with the rest of the backward pass: communication hidden
-   behind computation does not add to the step time.
+4. The allreduce of each gradient with the rest of the backward pass: what is hidden behind
+   computation no longer adds its whole time to the step. It is not free: gloo adds on the
+   same cores and NCCL runs kernels on the same GPU, and the last gradients' allreduce still
+   waits for the end of backward.
 </details>
 """),
     code(r"""
