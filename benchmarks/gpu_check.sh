@@ -47,8 +47,8 @@ import tempfile
 import torch
 
 from workbench.config import ConfigError, JobConfig
-from workbench.jobs import devices
-from workbench.jobs import start
+from workbench.launch import devices
+from workbench.launch import start
 from workbench.records import events, of_kind
 from workbench.scaling.bench import BenchError, run_allreduce_bench
 from workbench.scaling.timeline import load_timeline

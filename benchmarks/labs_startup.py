@@ -1,7 +1,7 @@
 """What starting a lab costs: the labs' supervisor next to bare torch.multiprocessing.
 
 Prints, medians of interleaved rounds (the machine is shared and noisy):
-  (a) seconds for the labs' supervisor (workbench.jobs.workers.run_workers) to run a trivial
+  (a) seconds for the labs' supervisor (workbench.launch.workers.run_workers) to run a trivial
       function on --np processes that join a gloo group and meet at a barrier: from the call
       to its return (processes started, results back, processes reaped, record written);
   (b) the same work with bare `torch.multiprocessing.start_processes` (spawn, no record, no
@@ -49,7 +49,7 @@ def bare(np_: int) -> float:
 
 def supervised(np_: int, runs_dir: str) -> float:
     """Seconds for the labs' supervisor to run the trivial lab."""
-    from workbench.jobs.workers import run_workers
+    from workbench.launch.workers import run_workers
 
     start = time.perf_counter()
     assert run_workers(barrier, np_, name="startup", runs_dir=runs_dir) == list(range(np_))

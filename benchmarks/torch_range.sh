@@ -82,7 +82,7 @@ import torch
 
 from workbench.config import ENGINES, JobConfig
 from workbench.engines import ENGINES as TABLE
-from workbench.jobs import start
+from workbench.launch import start
 from workbench.sharded.costmodel import STRATEGY_OF
 from workbench.sharded.measured import comparison
 

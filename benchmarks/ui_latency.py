@@ -31,7 +31,7 @@ from workbench.records import MetricsReader
 KERNEL_SETUP = """
 import json, time
 import ipywidgets as widgets
-from workbench.jobs import start_module
+from workbench.launch import start_module
 from workbench.ui import TrainingPanel
 
 panel = TrainingPanel(runs_dir={runs!r}, engine={engine!r}, np={np}, refresh_s={refresh})

@@ -8,7 +8,7 @@ For each engine, the same small job (2 ranks, the digits MLP, 8 steps) is starte
 - cold: no pool, so the launcher (torchrun or horovodrun) starts two fresh interpreters,
   each importing torch and joining the process group (median of --rounds);
 - warm: with `workbench.ranks(np=2, engine=...)` waiting, `start()` runs the same job as a
-  call on the pool's ranks (jobs/pool.py): median of --rounds, after one first job that
+  call on the pool's ranks (launch/pool.py): median of --rounds, after one first job that
   imports the engine's rank module and loads the data (shown on its own).
 
 It prints seconds from `start()` to the job's end, and the ratio cold / warm. Both columns

@@ -3,9 +3,9 @@ and their processes, which checks that a test left no process behind leave out."
 
 from __future__ import annotations
 
-from workbench.jobs.processes import job_processes
+from workbench.launch.processes import job_processes
 
-#: The session's pools (workbench.jobs.pool.Pool), added by conftest.py's `warm`.
+#: The session's pools (workbench.launch.pool.Pool), added by conftest.py's `warm`.
 SESSION_POOLS: list = []
 
 

@@ -1,6 +1,6 @@
 """A two-node Slurm cluster on one machine, for the multi-node tests of `--launcher slurm`.
 
-Each node is a host of its own, as in tests/test_two_hosts.py: a network namespace (own
+Each node is a host of its own, as in tests/launch/test_two_hosts.py: a network namespace (own
 address on a bridge), a UTS namespace (own hostname), a mount namespace (own /etc/hosts, the
 runs folder bind-mounted at the same path) and a PID namespace (its pids mean nothing on the
 other node). Each runs its own `slurmd` and `sshd` (horovodrun starts the other node's

@@ -1,6 +1,6 @@
 """Settings and clean-up every test shares.
 
-Jobs share a host's cores through a folder (workbench/jobs/cores.py). Each test session gets
+Jobs share a host's cores through a folder (workbench/launch/cores.py). Each test session gets
 a folder of its own, so two sessions on one machine, or a notebook left running, do not queue
 behind each other's jobs; and no per-user limit, even in a hub's terminal. Tests of the
 sharing itself set their own values.
@@ -65,8 +65,8 @@ def _no_job_outlives_its_test():
     """Every job a test started is stopped after it, but the ranks of a pool of warm ranks
     (workbench.ranks), which a fixture keeps from one test to the next."""
     yield
-    from workbench.jobs.job import _LIVE_JOBS
-    from workbench.jobs.open_pools import POOLS
+    from workbench.launch.job import _LIVE_JOBS
+    from workbench.launch.open_pools import POOLS
 
     pools = {pool.job for pool in POOLS.values()}
     for job in list(_LIVE_JOBS):
@@ -78,7 +78,7 @@ def _no_job_outlives_its_test():
 def _no_pool_outlives_its_module():
     """Pools end with the module that started them, but the session's warm ranks."""
     yield
-    from workbench.jobs.open_pools import POOLS
+    from workbench.launch.open_pools import POOLS
 
     for pool in list(POOLS.values()):
         if pool not in SESSION_POOLS:
@@ -90,8 +90,8 @@ def warm(tmp_path_factory):
     """Warm ranks for 2-rank training runs: `warm(engine)` makes sure a pool of that engine's
     launcher waits (torchrun for every torch.distributed engine, horovodrun for Horovod) and
     returns the folder whose runs/ it keeps. A job started there with `cpu_bind="none"` runs
-    as a call, the engine's own rank module on ranks already started (jobs/pool.py;
-    test_pool.py checks that it equals the job on fresh ranks): no torchrun or horovodrun
+    as a call, the engine's own rank module on ranks already started (launch/pool.py;
+    launch/test_pool.py checks that it equals the job on fresh ranks): no torchrun or horovodrun
     start-up per job. The pools bind no cores, so other jobs never queue behind their idle
     ranks, and a job started anywhere else never runs on them (a pool serves only the jobs
     of its own runs folder).

@@ -27,8 +27,8 @@ def max_difference(a: dict, b: dict) -> float:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict:
     """The parameters of the run that never failed: one process with the global batch of 64,
-    which takes the very steps of 2 ranks x 32 (test_engine.py checks that invariant, with
-    momentum and weight decay too); one run serves both engines."""
+    which takes the very steps of 2 ranks x 32 (tests/launch/test_engine.py checks that
+    invariant, with momentum and weight decay too); one run serves both engines."""
     job = workbench.start(JobConfig(**{**SMALL, "engine": "serial", "np": 1, "batch_size": 64},
                                     runs_dir=str(tmp_path_factory.mktemp("whole"))))
     assert job.wait(180) == "succeeded", job.summary

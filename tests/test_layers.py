@@ -16,21 +16,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cloudpickle
+import pytest
+
 import workbench
 from workbench.engines import ENGINES
 
 #: Every module a process of a job runs: the engines' rank modules and the others.
 RANK_MODULES = sorted({e.rank_module for e in ENGINES.values() if e.rank_module} | {
-    "workbench.jobs.rank_wrapper", "workbench.jobs.pool_rank", "workbench.jobs.workers",
+    "workbench.rank.wrapper", "workbench.rank.pool", "workbench.rank.workers",
     "workbench.scaling.allreduce_rank", "workbench.synchronization.ring_rank"})
 
 #: What no rank may load (a name, or a package and everything under it).
-LAUNCHER_AND_UI = ["workbench.jobs.job", "workbench.jobs.starting", "workbench.jobs.ending",
-                   "workbench.jobs.launchers",
-                   "workbench.jobs.pool", "workbench.jobs.cores",
-                   "workbench.jobs.watch", "workbench.jobs.slurm", "workbench.cli",
-                   "workbench.ui", "workbench.lessons", "workbench.exercises", "bokeh",
-                   "ipywidgets", "IPython"]
+LAUNCHER_AND_UI = ["workbench.launch", "workbench.cli", "workbench.ui", "workbench.lessons",
+                   "workbench.exercises", "bokeh", "ipywidgets", "IPython"]
 
 PROBE = """
 import importlib, json, sys
@@ -57,13 +56,30 @@ def test_no_rank_module_loads_the_launcher_or_the_ui():
 
 def test_the_public_names_are_all_there_when_asked_for():
     import workbench
-    import workbench.jobs
+    import workbench.launch
 
-    for package in (workbench, workbench.jobs):
+    for package in (workbench, workbench.launch):
         for name in package.__all__:
             assert getattr(package, name) is not None, f"{package.__name__}.{name}"
-    assert workbench.start is workbench.jobs.start
+    assert workbench.start is workbench.launch.start
     assert "report" in dir(workbench)
+
+
+def test_launch_and_rank_are_both_packages_and_functions(monkeypatch, tmp_path):
+    """Importing a module of launch/ or rank/ (every rank imports rank/) makes the package
+    the attribute `workbench.launch` or `workbench.rank`: it must still be the function."""
+    import workbench.launch.job
+    import workbench.rank.protocol
+    from workbench.config import ConfigError
+
+    for name in ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert workbench.rank.__name__ == "workbench.rank" and workbench.rank() == 0
+    sent = cloudpickle.dumps(lambda: workbench.rank())  # a function of yours that uses it
+    assert cloudpickle.loads(sent)() == 0               # travels to the ranks by value
+    assert workbench.launch.__name__ == "workbench.launch"
+    with pytest.raises(ConfigError, match="no script at"):
+        workbench.launch(tmp_path / "missing.py")
 
 
 # ------------------------------------------------------------ the layers (docs/ARCHITECTURE.md)
@@ -71,8 +87,8 @@ def test_the_public_names_are_all_there_when_asked_for():
 LAYERS = {
     0: ["hosts", "config", "engines", "flags", "caller", "torch_versions"],  # every layer reads
     1: ["records", "models", "data"],                           # a run's record; its inputs
-    2: ["training"],                                            # what a rank runs
-    3: ["jobs"],                                                # launching and watching ranks
+    2: ["rank", "training"],                                    # what a rank runs
+    3: ["launch"],                                              # launching and watching ranks
     4: ["data_parallel", "sharded", "tensor_parallel", "model_parallel", "synchronization",
         "scaling"],                                             # the concepts and their labs
     5: ["ui"],                                                  # widgets and every chart
@@ -84,7 +100,7 @@ RANK_SIDE = {"workbench.sharded.memory", "workbench.sharded.traffic",
              "workbench.synchronization.ring_allreduce"}
 #: The one arrow that still runs up, and why: `workbench.launch(fn)` shows its ranks' output
 #: in the cell it was called from.
-KNOWN_UP = {("workbench.jobs.user_code", "workbench.ui.rank_output")}
+KNOWN_UP = {("workbench.launch.user_code", "workbench.ui.rank_output")}
 
 
 def layer(module: str) -> int:
@@ -131,9 +147,8 @@ def test_imports_point_down_only():
     up = []
     for path, module in modules():
         for line, target, names in imports(path, module):
-            if target == "workbench":  # its names live in jobs/, records/, config
-                targets = [workbench._WHERE.get(n, "workbench.jobs") for n in names] or \
-                          ["workbench.jobs"]
+            if target == "workbench":  # its public names live in launch/, rank/, records/...
+                targets = [workbench._WHERE[n] for n in names if n in workbench._WHERE]
             else:
                 targets = [target]
             for t in targets:
@@ -237,8 +252,8 @@ def map_rows(readme: Path) -> dict[str, str]:
 
 
 def mentions(path: Path, module: str) -> bool:
-    """Whether a test file names `module` (a path such as workbench/jobs/job.py): by its
-    dotted name, its path, or `from workbench.jobs import job` (one import, several lines)."""
+    """Whether a test file names `module` (a path such as workbench/launch/job.py): by its
+    dotted name, its path, or `from workbench.launch import job` (one import, several lines)."""
     dotted = module.removesuffix(".py").rstrip("/").replace("/", ".")
     package, _, name = dotted.rpartition(".")
     text = path.read_text()

@@ -1,6 +1,6 @@
 """Sharded data parallelism: the cost model and planner (pure), and the bytes one rank
 holds, counted from its tensors, against the model at np=1 (in this process). The runs on
-2 real ranks are checked with the engines' invariant in test_engine.py."""
+2 real ranks are checked with the engines' invariant in tests/launch/test_engine.py."""
 
 from __future__ import annotations
 

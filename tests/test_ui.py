@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.jobs.processes import live_rank_pids, pid_alive
+from workbench.launch.processes import live_rank_pids, pid_alive
 from workbench.records import MetricsReader
 from workbench.ui import ScalingPanel, TrainingPanel, charts
 from workbench.ui.run_charts import RunCharts
@@ -311,7 +311,7 @@ def test_kernel_restart_leaves_no_rank_running(tmp_path, monkeypatch):
         info["launcher"] = int("".join(out).strip())
         km.restart_kernel(now=True)
         assert _wait(lambda: not live_rank_pids(run_dir), 15), "ranks outlived the kernel"
-        # The launcher's guard (jobs/guard.py) sees the kernel gone and ends horovodrun:
+        # The launcher's guard (launch/guard.py) sees the kernel gone and ends horovodrun:
         # SIGTERM, then SIGKILL after 5 s.
         assert _wait(lambda: not pid_alive(info["launcher"]), 20), "horovodrun outlived it"
     finally:

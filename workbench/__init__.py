@@ -12,35 +12,38 @@
 
 Inside your code: `workbench.report(step=..., loss=...)`, `workbench.rank()`, `size()`,
 `local_rank()`, and `workbench.kept()` for what a pool's rank keeps between calls (see
-workbench/jobs/rank_api.py).
+workbench/rank/api.py).
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from workbench.config import ConfigError, JobConfig
-    from workbench.jobs import Job, start, start_module
-    from workbench.jobs.pool import ranks
-    from workbench.jobs.rank_api import kept, local_rank, rank, report, size
-    from workbench.jobs.user_code import launch
+    from workbench.launch import Job, start, start_module
+    from workbench.launch.pool import ranks
+    from workbench.launch.user_code import launch
+    from workbench.rank.api import kept, local_rank, rank, report, size
     from workbench.records import RunRecord, list_runs, load_run
 
 __version__ = "0.1.0"
 
 #: Where each public name lives. They are imported when first used (PEP 562), so that a
 #: rank, which imports `workbench.training...` and so this package, does not load the
-#: launcher, the core queue and the pool (tests/test_layers.py checks it).
+#: launcher, the core queue and the pool (tests/test_layers.py checks it). `launch` and
+#: `rank` are packages that are also functions (`callable_package`).
 _WHERE = {
     "ConfigError": "workbench.config", "JobConfig": "workbench.config",
-    "Job": "workbench.jobs.job", "start": "workbench.jobs.starting",
-    "start_module": "workbench.jobs.starting", "ranks": "workbench.jobs.pool",
-    "kept": "workbench.jobs.rank_api", "local_rank": "workbench.jobs.rank_api",
-    "rank": "workbench.jobs.rank_api", "report": "workbench.jobs.rank_api",
-    "size": "workbench.jobs.rank_api", "launch": "workbench.jobs.user_code",
+    "Job": "workbench.launch.job", "start": "workbench.launch.starting",
+    "start_module": "workbench.launch.starting", "ranks": "workbench.launch.pool",
+    "kept": "workbench.rank.api", "local_rank": "workbench.rank.api",
+    "rank": "workbench.rank", "report": "workbench.rank.api",
+    "size": "workbench.rank.api", "launch": "workbench.launch",
     "RunRecord": "workbench.records", "list_runs": "workbench.records",
     "load_run": "workbench.records",
 }
@@ -55,9 +58,27 @@ def lazy_names(namespace: dict[str, Any], where: dict[str, str]) -> Callable[[st
     def get(name: str) -> Any:
         if name not in where:
             raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
-        namespace[name] = getattr(importlib.import_module(where[name]), name)
+        module = importlib.import_module(where[name])
+        package = module.__name__ == f"{namespace['__name__']}.{name}"  # the name is a package
+        namespace[name] = module if package else getattr(module, name)
         return namespace[name]
     return get
+
+
+def callable_package(package: str, module: str) -> None:
+    """Make `package` callable as the function of `module` named like it: `workbench.launch`
+    and `workbench.rank` are the packages launch/ and rank/ and the functions `launch(fn)`
+    and `rank()` (importing a subpackage makes it its parent's attribute of that name)."""
+    name = package.rpartition(".")[2]
+
+    class CallablePackage(types.ModuleType):
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+        def __reduce__(self) -> tuple[Any, ...]:  # pickled by name, as a module is
+            return importlib.import_module, (self.__name__,)
+
+    sys.modules[package].__class__ = CallablePackage
 
 
 __getattr__ = lazy_names(globals(), _WHERE)
@@ -76,8 +97,6 @@ def load_ipython_extension(shell) -> None:
 
 def _register_magic() -> None:
     """`import workbench` in IPython registers `%%ranks` too (IPython already loaded)."""
-    import sys
-
     if "IPython" in sys.modules:
         from workbench.ui.ranks_magic import register_in_running_shell
 

@@ -20,7 +20,7 @@ from workbench.flags import Parser
 #: Modules that add sub-commands, in the order `workbench --help` lists them.
 COMMAND_MODULES = [
     "workbench.doctor",                       # workbench doctor
-    "workbench.jobs.commands",              # workbench run / runs / show
+    "workbench.launch.commands",              # workbench run / runs / show
     "workbench.scaling.commands",             # workbench scale / bench / simulate / timeline
     "workbench.synchronization.commands",     # workbench async / hogwild / stragglers / ring
     "workbench.model_parallel.commands",      # workbench pipeline / compare
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def show_warning(message: Warning | str, *_: object, **__: object) -> None:
     """Show a warning the way the CLI shows errors, on one line of stderr: a job's warning
-    names the caller's line (jobs/job.py), which in a console script means nothing."""
+    names the caller's line (launch/job.py), which in a console script means nothing."""
     print(f"warning: {message}", file=sys.stderr)
 
 

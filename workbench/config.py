@@ -37,11 +37,11 @@ CPU_BINDS = ("core", "none")
 PRECISIONS = ("fp32", "bf16")
 GRAD_COMPRESSIONS = ("none", "bf16", "fp16")
 #: Who starts the ranks: this machine (`local`), horovodrun over ssh on `--hosts` (`ssh`),
-#: or the cluster's scheduler (`slurm`, see workbench/jobs/slurm.py).
+#: or the cluster's scheduler (`slurm`, see workbench/launch/slurm.py).
 LAUNCHERS = ("local", "ssh", "slurm")
 #: Where the ranks compute: "cpu" (the lessons' default: every laptop has one), "cuda" (one
 #: NVIDIA GPU per rank, checked before launch), or "auto" (cuda where every rank of a host
-#: can have a GPU of its own, else cpu). See workbench/jobs/devices.py.
+#: can have a GPU of its own, else cpu). See workbench/launch/devices.py.
 DEVICES = ("cpu", "cuda", "auto")
 
 #: Scaling presets. "compute-bound" does many FLOPs per parameter (a CNN with global average
@@ -119,7 +119,7 @@ class JobConfig:
     not applied twice.)
 
     `env` names the environment variables that ranks receive on top of the allow-list in
-    jobs/environment.py: "KEY" forwards the launcher's value, "KEY=VALUE" sets one.
+    launch/environment.py: "KEY" forwards the launcher's value, "KEY=VALUE" sets one.
     """
 
     # -- launch: how many ranks, where, started by whom, and what each process gets

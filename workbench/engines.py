@@ -21,7 +21,7 @@ The engines:
   DistributedDataParallel. On one host, `--standalone`: torchrun opens its own rendezvous
   on a port the operating system picks, so two jobs never race for a port. On several
   hosts (`hosts="a:2,b:2"`), one torchrun per host, started over ssh by
-  `workbench.jobs.torch_hosts` as horovodrun starts remote ranks, meeting in a c10d
+  `workbench.launch.torch_hosts` as horovodrun starts remote ranks, meeting in a c10d
   rendezvous on the first host.
 - `naive`: torchrun too, for ranks that average each gradient with the workbench's own
   ring allreduce after the backward pass (training/naive_rank.py).
@@ -33,7 +33,7 @@ The engines:
 - `fsdp`: torchrun too, for ranks that shard everything with PyTorch's FSDP2 (ZeRO-3).
 - `serial`: the module in one plain process: the sequential baseline.
 - `fork`: the labs' engine. One Python process imports the code once and forks the ranks
-  from itself (one host; see rank_wrapper.fork_ranks for why the labs do not use torchrun).
+  from itself (one host; see rank.wrapper.fork_ranks for why the labs do not use torchrun).
 
 Adding an engine is one subclass (often of `TorchEngine`, whose launcher it reuses, with its
 own `name` and `rank_module`) and one entry in `ENGINES`.
@@ -68,7 +68,7 @@ class Engine:
     checkpoints = True
     #: Whether it can record Horovod's timeline (`--timeline`).
     timeline = False
-    #: Why it runs on CPUs only, with the fix, or None when it can use GPUs (jobs/devices.py).
+    #: Why it runs on CPUs only, with the fix, or None when it can use GPUs (launch/devices.py).
     cpu_only: tuple[str, str] | None = None
 
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
@@ -95,7 +95,7 @@ class Engine:
 
     def gpu_problem(self) -> tuple[str, str] | None:
         """Why this engine cannot average GPU gradients here, with the fix; None if it can
-        (asked once a GPU for every rank is known to be there: jobs/devices.py)."""
+        (asked once a GPU for every rank is known to be there: launch/devices.py)."""
         return self.cpu_only
 
 
@@ -147,7 +147,7 @@ class HorovodEngine(Engine):
 
     def slurm_lines(self, np: int, srun: str, rank: str, python: str) -> str:
         # horovodrun starts the ranks over ssh on the allocation's hosts, as outside Slurm.
-        hosts = (f"HOSTS=$({python} -c 'from workbench.jobs.slurm import print_hosts; "
+        hosts = (f"HOSTS=$({python} -c 'from workbench.launch.slurm import print_hosts; "
                  "print_hosts()')")
         flags = " ".join(self._launcher_flags(np, '"$HOSTS"'))
         return f"{hosts}\n{shlex.quote(horovodrun())} {flags} {rank}"
@@ -194,7 +194,7 @@ class TorchEngine(Engine):
         if hosts is None:
             return [sys.executable, "-m", "torch.distributed.run", "--standalone",
                     "--nnodes=1", f"--nproc-per-node={np}", "-m", module, *args]
-        return [sys.executable, "-u", "-m", "workbench.jobs.torch_hosts", "--hosts", hosts,
+        return [sys.executable, "-u", "-m", "workbench.launch.torch_hosts", "--hosts", hosts,
                 "--np", str(np), "--rdzv-id", run_id, "--", "-m", module, *args]
 
     def plain_command(self, np: int) -> list[str]:
@@ -262,7 +262,7 @@ class ForkEngine(Engine):
 
     def command(self, np: int, module: str, args: list[str], hosts: str | None,
                 run_id: str) -> list[str]:
-        # The rank wrapper is its own launcher: it forks `np` ranks (rank_wrapper.fork_ranks).
+        # The rank wrapper is its own launcher: it forks `np` ranks (rank.wrapper.fork_ranks).
         return [sys.executable, "-u", "-m", module, "--fork", str(np), *args]
 
 

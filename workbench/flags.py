@@ -1,9 +1,9 @@
 """The job's command-line flags: one per `JobConfig` field, and a parser whose errors are
 one line.
 
-`workbench run` and `workbench scale` take them (jobs/commands.py, scaling/commands.py), and
+`workbench run` and `workbench scale` take them (launch/commands.py, scaling/commands.py), and
 so does every training rank module run by hand under plain torchrun, horovodrun or python
-(training/context.py).
+(rank/context.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ _ACCEPTS = {**CHOICES, "engine": ENGINES, "preset": tuple(PRESETS)}
 def add_job_flags(parser: argparse.ArgumentParser) -> None:
     """Add one flag per JobConfig field, in a section per group of fields: `workbench run`'s
     flags, also taken by `scale` and by the rank modules run under plain torchrun or
-    horovodrun (training/context.py)."""
+    horovodrun (rank/context.py)."""
     sections = {group: parser.add_argument_group(f"{group} settings")
                 for group in field_groups()}
     group_of = {name: group for group, names in field_groups().items() for name in names}

@@ -21,7 +21,7 @@ from labdriver import (
     write_notebook,
 )
 
-from workbench.jobs.processes import live_rank_pids
+from workbench.launch.processes import live_rank_pids
 
 pytestmark = NEEDS_BROWSER
 
@@ -76,7 +76,7 @@ def test_a_ranks_cell_shows_each_ranks_output_under_it_in_jupyterlab(tmp_path):
                 assert "[rank 0] second cell: rank 0 pid" in second
                 assert "first cell" not in second   # each cell's output under that cell
                 assert 'raise ValueError(f"rank one dislikes {x}")' in third  # its own line
-                assert "pool_rank" not in third
+                assert "rank/pool.py" not in third
                 page.screenshot(path=str(ARTIFACTS / "ranks_magic.png"), full_page=True)
             except Exception:
                 page.screenshot(path=str(ARTIFACTS / "ranks_magic_failure.png"),

@@ -25,7 +25,7 @@ from labdriver import (
     write_notebook,
 )
 
-from workbench.jobs.processes import live_rank_pids
+from workbench.launch.processes import live_rank_pids
 
 pytestmark = NEEDS_BROWSER
 

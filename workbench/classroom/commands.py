@@ -47,7 +47,7 @@ def cmd_nbgrader(args: argparse.Namespace) -> int:
 
 
 def cmd_cores(args: argparse.Namespace) -> int:
-    from workbench.jobs import cores
+    from workbench.launch import cores
 
     state = cores.snapshot()
     if args.json:

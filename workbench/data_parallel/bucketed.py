@@ -23,8 +23,8 @@ import torch.distributed as dist
 
 from workbench.data_parallel.buckets import Bucket, make_buckets
 from workbench.models import make_optimizer
+from workbench.rank.context import from_rank0, job_config, job_record
 from workbench.training.checkpoint import restore
-from workbench.training.context import from_rank0, job_config, job_record
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.naive_rank import broadcast_parameters

@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
-from workbench.jobs.workers import run_workers
+from workbench.launch.workers import run_workers
 from workbench.model_parallel.layouts import pipeline_bytes
 from workbench.model_parallel.memory import ActivationMeter, memory_breakdown
 from workbench.model_parallel.pipeline import (

@@ -51,7 +51,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from workbench.jobs.workers import run_workers
+from workbench.launch.workers import run_workers
 from workbench.model_parallel.memory import ActivationMeter, memory_breakdown
 from workbench.model_parallel.schedule import schedule_ops, theoretical_bubble
 

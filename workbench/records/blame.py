@@ -11,7 +11,7 @@ cause. So each failure is placed on the watcher's clock (other hosts' clocks may
   error reported after that moment may be its consequence: the vanished rank is blamed.
   An error reported before it was last seen alive came first, and wins;
 - a rank that recorded being ended by a signal (its launcher's SIGTERM, see
-  training/rank_protocol.py): a consequence, blamed only when no rank failed otherwise.
+  rank/protocol.py): a consequence, blamed only when no rank failed otherwise.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What a run's metrics add up to: the figures of its `summary.json`.
 
 Two writers share this arithmetic, so a summary means the same whoever wrote it: the
-workbench's launcher when a job ends (jobs/job.py), and rank 0 of a job started by plain
-`torchrun` or `horovodrun` (training/context.py).
+workbench's launcher when a job ends (launch/job.py), and rank 0 of a job started by plain
+`torchrun` or `horovodrun` (rank/context.py).
 
 Times are in seconds since the job was launched (the `time` of every metrics line),
 throughput in samples per second of the whole job (all ranks together).

@@ -34,7 +34,7 @@ import time
 
 import torch
 
-from workbench.training.context import this_rank
+from workbench.rank.context import this_rank
 from workbench.training.placement import pick_device
 
 
@@ -157,7 +157,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    ctx = this_rank()  # opened by the rank wrapper (jobs/rank_wrapper.py)
+    ctx = this_rank()  # opened by the rank wrapper (rank/wrapper.py)
     torch.set_num_threads(ctx.config.resolved_threads())
     device = pick_device(ctx.config.device, ctx.local_rank)
     comm = Collective(ctx.config.engine, device)

@@ -64,7 +64,7 @@ def run_allreduce_bench(engine: str, np: int, sizes: Sequence[int], runs_dir: st
     Raises ``workbench.config.ConfigError`` for bad settings and :class:`BenchError` when the
     job fails or takes longer than ``timeout_s`` seconds (its processes are stopped).
     """
-    from workbench.jobs import start_module
+    from workbench.launch import start_module
 
     job = start_module(engine, np=np, module=RANK_MODULE, runs_dir=runs_dir,
                        name=f"bench-{engine}", threads_per_rank=threads_per_rank, device=device,

@@ -30,7 +30,7 @@ from workbench.scaling.costmodel import ALGORITHM_NAMES, ServerLayout, algorithm
 
 # ---------------------------------------------------------------------- scale
 def cmd_scale(args: argparse.Namespace) -> int:
-    from workbench.jobs.commands import config_from_args
+    from workbench.launch.commands import config_from_args
     from workbench.scaling.sweep import Sweep, Target
 
     try:
@@ -280,7 +280,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- registration
 def register(sub: argparse._SubParsersAction) -> None:
-    from workbench.jobs.commands import add_job_flags
+    from workbench.launch.commands import add_job_flags
 
     scale = sub.add_parser(
         "scale", conflict_handler="resolve", help="scaling sweep: speedup and efficiency",

@@ -122,7 +122,7 @@ class Sweep:
     def __init__(self, base: JobConfig, workers: Sequence[int], mode: str = "strong",
                  timeout_s: float | None = None, target: Target | None = None,
                  scale_lr: bool = False) -> None:
-        from workbench.jobs import apply_preset
+        from workbench.launch import apply_preset
 
         base = apply_preset(base)
         if target is not None and not base.eval_every:

@@ -21,16 +21,16 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from workbench.models import make_optimizer
+from workbench.rank.context import from_rank0, job_config, job_record
+from workbench.rank.protocol import launcher_identity
 from workbench.sharded.fsdp import shard_model
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero_rank import ZeroSync
-from workbench.training.context import from_rank0, job_config, job_record
 from workbench.training.ddp_rank import join
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pin_cpu
-from workbench.training.rank_protocol import launcher_identity
 from workbench.training.setup import build
 
 

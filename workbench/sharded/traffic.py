@@ -35,7 +35,7 @@ SENDS: dict[str, tuple[int, str, int, Callable[[int], float]]] = {
 
 class Traffic:
     """Counts the bytes this process's collectives send; `install()` once per job: the
-    latest counter counts (a warm rank runs job after job, pool_rank.py)."""
+    latest counter counts (a warm rank runs job after job, rank/pool.py)."""
 
     def __init__(self) -> None:
         self.sent = 0.0

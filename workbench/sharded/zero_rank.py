@@ -22,17 +22,17 @@ import torch
 import torch.distributed as dist
 
 from workbench.models import make_optimizer
+from workbench.rank.context import from_rank0, job_config, job_record
+from workbench.rank.protocol import launcher_identity
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero1 import Zero1Optimizer
 from workbench.sharded.zero2 import Zero2Optimizer
-from workbench.training.context import from_rank0, job_config, job_record
 from workbench.training.ddp_rank import join
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.naive_rank import broadcast_parameters
 from workbench.training.placement import pin_cpu
-from workbench.training.rank_protocol import launcher_identity
 from workbench.training.setup import build
 from workbench.training.synchronizer import Synchronizer
 

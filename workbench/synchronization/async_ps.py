@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from workbench.jobs.workers import run_workers
+from workbench.launch.workers import run_workers
 
 MODES = ("sync", "async", "backup")
 #: Version number the server sends to tell a worker to stop.

@@ -41,7 +41,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from workbench.jobs.workers import run_folder, run_workers
+from workbench.launch.workers import run_workers
+from workbench.rank.workers import run_folder
 
 VARIANTS = ("hogwild", "locked")
 

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from workbench.jobs.workers import run_workers
+from workbench.launch.workers import run_workers
 from workbench.scaling.costmodel import ring_allreduce_time
 from workbench.synchronization.ring_allreduce import bytes_sent_per_worker, dist_ring_allreduce
 
@@ -159,7 +159,7 @@ def check_against_horovod(np_: int = 2, sizes: Sequence[int] = (7, 1001), *,
     """
     import datetime
 
-    from workbench.jobs import start_module
+    from workbench.launch import start_module
 
     if np_ < 2:
         raise ValueError(f"a ring needs at least 2 processes, got np={np_}")

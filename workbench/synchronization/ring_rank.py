@@ -21,8 +21,8 @@ import datetime
 import torch
 import torch.distributed as dist
 
+from workbench.rank.context import this_rank
 from workbench.synchronization.ring_allreduce import dist_ring_allreduce
-from workbench.training.context import this_rank
 
 
 def compare_three_ways(n: int, rank: int, hvd) -> dict[str, float]:
@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    ctx = this_rank()  # opened by the rank wrapper (jobs/rank_wrapper.py)
+    ctx = this_rank()  # opened by the rank wrapper (rank/wrapper.py)
     torch.set_num_threads(1)
     import horovod.torch as hvd
 

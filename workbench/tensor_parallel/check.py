@@ -8,7 +8,7 @@ Every rank builds the same dense stack of MLP blocks (same seed), runs it whole,
 its own part of it (`megatron.ParallelMLP`, and DTensor's `parallelize_module`) and compares
 outputs and gradients. Each returns what it measured: the largest differences, and the
 bytes all-reduced by each operator, beside `traffic.py`'s model. The ranks are the labs'
-workers (jobs/workers.py run_workers: one process per rank, a gloo group).
+workers (launch/workers.py run_workers: one process per rank, a gloo group).
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def _worker(rank: int, size: int, sizes: dict[str, Any]) -> dict[str, Any]:
 def compare(ranks: int = 2, sizes: Sizes = Sizes(), runs_dir: str = "runs",
             timeout: float = 120.0) -> list[dict[str, Any]]:
     """Run the checks on `ranks` real processes; one result per rank."""
-    from workbench.jobs.workers import run_workers
+    from workbench.launch.workers import run_workers
 
     return run_workers(_worker, ranks, (asdict(sizes),), name="tensor-parallel",
                        runs_dir=runs_dir, timeout=timeout, settings=asdict(sizes))

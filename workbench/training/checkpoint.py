@@ -1,7 +1,7 @@
 """Checkpoints, and resuming a job from one after a rank was lost.
 
 A synchronous job is only as reliable as its least reliable rank: when one process dies,
-the others wait in an allreduce that cannot complete and the job ends (`workbench.jobs.job`),
+the others wait in an allreduce that cannot complete and the job ends (`workbench.launch.job`),
 losing what it learned unless it was saved. So rank 0 (the replicas are identical) saves,
 every `checkpoint_every` epochs, all the rest of the run depends on:
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # torch is imported where it is used
     import torch
     from torch import nn
 
-    from workbench.training.rank_protocol import RankContext
+    from workbench.rank.protocol import RankContext
 
 
 def save(ctx: RankContext, model: nn.Module, optimizer: torch.optim.Optimizer,

@@ -3,7 +3,7 @@
 One rank of a PyTorch DistributedDataParallel job, started by `torchrun`: by the workbench
 (`workbench run --engine torch`), or by hand as above, with any flag of `workbench run`
 (`--epochs 1 --batch-size 16`); then the ranks keep their record in ./runs themselves
-(training/context.py), and `workbench show RUN` opens it.
+(rank/context.py), and `workbench show RUN` opens it.
 
 The same steps as the Horovod rank, in PyTorch's words (Li et al., VLDB 2020,
 arXiv:2006.15704):
@@ -34,14 +34,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench.config import JobConfig
 from workbench.models import make_optimizer
+from workbench.rank.context import from_rank0, job_config, job_record
+from workbench.rank.protocol import launcher_identity
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.training.checkpoint import restore
-from workbench.training.context import from_rank0, job_config, job_record
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pick_device, pin_cpu
-from workbench.training.rank_protocol import launcher_identity
 from workbench.training.setup import build
 from workbench.training.synchronizer import Synchronizer
 from workbench.training.timing import CudaClock, WallClock

@@ -13,8 +13,8 @@ import sys
 import torch
 from torch import nn
 
+from workbench.rank.protocol import RankContext
 from workbench.records.store import atomic_file
-from workbench.training.rank_protocol import RankContext
 from workbench.training.setup import ModelAndData
 from workbench.training.sharding import eval_shard
 from workbench.training.synchronizer import Synchronizer

@@ -3,7 +3,7 @@
 One rank of a Horovod data-parallel job, started by `horovodrun`: by the workbench
 (`workbench run --engine horovod`), or by hand as above, with any flag of `workbench run`
 (`--epochs 1 --batch-size 16`); then the ranks keep their record in ./runs themselves
-(training/context.py), and `workbench show RUN` opens it.
+(rank/context.py), and `workbench show RUN` opens it.
 
 The five Horovod steps appear in order in `main()`, as in Horovod's own
 examples/pytorch/pytorch_mnist.py (Sergeev & Del Balso 2018, arXiv:1802.05799):
@@ -29,8 +29,8 @@ import horovod.torch as hvd
 import torch
 
 from workbench.models import make_optimizer
+from workbench.rank.context import job_config, job_record
 from workbench.training.checkpoint import restore
-from workbench.training.context import job_config, job_record
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pick_device, pin_cpu

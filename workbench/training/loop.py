@@ -34,10 +34,10 @@ from torch import nn
 
 from workbench.config import JobConfig
 from workbench.hosts.cpu import cpu_budget
+from workbench.rank.protocol import RankContext
 from workbench.training.checkpoint import save
 from workbench.training.evaluation import evaluate
 from workbench.training.lab_hooks import LabHooks
-from workbench.training.rank_protocol import RankContext
 from workbench.training.setup import Batches, ModelAndData
 from workbench.training.sharding import epoch_order, shard, steps_per_epoch
 from workbench.training.synchronizer import Synchronizer

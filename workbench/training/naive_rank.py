@@ -2,7 +2,7 @@
 
 One rank of a naive data-parallel job, started by `torchrun`: by the workbench
 (`workbench run --engine naive`), or by hand as above, with any flag of `workbench run`;
-then the ranks keep their record in ./runs themselves (training/context.py).
+then the ranks keep their record in ./runs themselves (rank/context.py).
 
 Data parallelism built from the ring allreduce of notebook 04 (`ring_allreduce.py`), and
 nothing else. Once `backward()` has returned, every gradient is summed around the ring
@@ -26,7 +26,7 @@ Why it is slower than DDP and Horovod, which average the very same gradients:
 
 The result is exact all the same: N ranks with batch b follow one process with batch N·b.
 The steps of `main()` are those of the DDP rank, with our synchronizer in place of DDP. It
-runs on CPUs only, over gloo (workbench/jobs/devices.py says why not on GPUs).
+runs on CPUs only, over gloo (workbench/launch/devices.py says why not on GPUs).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ import torch
 import torch.distributed as dist
 
 from workbench.models import make_optimizer
+from workbench.rank.context import from_rank0, job_config, job_record
 from workbench.synchronization.ring_allreduce import dist_ring_allreduce
 from workbench.training.checkpoint import restore
-from workbench.training.context import from_rank0, job_config, job_record
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pin_cpu

@@ -1,6 +1,6 @@
 """Where a rank runs: its device, and on the CPU its threads and its own cores.
 
-The launcher gives each job its cores (workbench/jobs/cores.py); each rank then binds its
+The launcher gives each job its cores (workbench/launch/cores.py); each rank then binds its
 threads to its share of them, like `mpirun --bind-to core` (see `pin_cpu` for why).
 """
 

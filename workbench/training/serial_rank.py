@@ -2,7 +2,7 @@
 
 The sequential baseline: the same loop as the distributed engines, in one process. The
 workbench runs it with this command (`workbench run --engine serial`); by hand it takes any
-flag of `workbench run` and keeps its record in ./runs itself (training/context.py).
+flag of `workbench run` and keeps its record in ./runs itself (rank/context.py).
 With `--batch-size N·b` it follows exactly the trajectory of N data-parallel ranks with
 batch b.
 """
@@ -10,8 +10,8 @@ batch b.
 from __future__ import annotations
 
 from workbench.models import make_optimizer
+from workbench.rank.context import job_config, job_record
 from workbench.training.checkpoint import restore
-from workbench.training.context import job_config, job_record
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.placement import pick_device, pin_cpu

@@ -1,9 +1,9 @@
 """A rank module that writes made-up training metrics at a steady rate, without training.
 
-It follows the rank protocol (see :mod:`workbench.training.rank_protocol`), so it runs as the ranks
-of a real job through :func:`workbench.jobs.start_module`, under any engine:
+It follows the rank protocol (see :mod:`workbench.rank.protocol`), so it runs as the ranks
+of a real job through :func:`workbench.launch.start_module`, under any engine:
 
-    from workbench.jobs import start_module
+    from workbench.launch import start_module
     job = start_module("serial", np=1, module="workbench.ui.metrics_emitter",
                        args=["--rate", "100", "--seconds", "10"])
 
@@ -21,8 +21,8 @@ import math
 import random
 import time
 
-from workbench.training.context import this_rank
-from workbench.training.rank_protocol import RankContext
+from workbench.rank.context import this_rank
+from workbench.rank.protocol import RankContext
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -60,7 +60,7 @@ def emit(ctx: RankContext, rate: float, seconds: float) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    ctx = this_rank()  # opened by the rank wrapper (jobs/rank_wrapper.py)
+    ctx = this_rank()  # opened by the rank wrapper (rank/wrapper.py)
     emit(ctx, args.rate, args.seconds)
 
 

@@ -1,6 +1,6 @@
 """What the ranks print, under the notebook cell that launched them, prefixed with the rank.
 
-Every rank's stdout and stderr go to `runs/<id>/logs/rank<k>.log` (rank_protocol.py). A
+Every rank's stdout and stderr go to `runs/<id>/logs/rank<k>.log` (rank/protocol.py). A
 `RankOutput` follows those files while the job runs and copies new lines into an ipywidgets
 `Output` shown under the cell: `[rank 1] epoch 3 loss 0.21`.
 

@@ -10,7 +10,7 @@
     print("rank", workbench.rank(), "sum", t.item())
 
 Every rank runs the cell's code in a fresh namespace, with torch imported and the process
-group joined (pool_rank.py); `%%ranks --keep` cells share one namespace instead, so a model
+group joined (rank/pool.py); `%%ranks --keep` cells share one namespace instead, so a model
 built in one is there in the next (until the pool restarts its ranks). What the ranks print
 appears under the cell as it comes, each line labelled with its rank (`[rank 1] sum 3.0`,
 ui/rank_output.py). The cell blocks until
@@ -29,7 +29,7 @@ from typing import Any
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from workbench.jobs.pool import ranks
+from workbench.launch.pool import ranks
 
 
 class RanksError(RuntimeError):
@@ -78,7 +78,7 @@ class RanksMagics(Magics):
 
 def _follow(job: Any) -> Any:
     """Show the ranks' output live under the cell (in a kernel), else None."""
-    from workbench.jobs.user_code import in_kernel
+    from workbench.launch.user_code import in_kernel
 
     if not in_kernel():
         return None

@@ -9,7 +9,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.config import DATASETS, DEVICES, ENGINES, MODELS, OPTIMIZERS
-from workbench.jobs import devices, slurm
+from workbench.launch import devices, slurm
 from workbench.ui import live
 
 #: The JobConfig fields the panel shows, in order, with their label and widget kind.

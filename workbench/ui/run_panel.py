@@ -30,7 +30,7 @@ class RunPanel(TrainingPanel):
     """Live charts, status, Stop button, failure display and logs of one running `job`.
 
     Args:
-        job: a running :class:`workbench.jobs.Job` (from ``launch``, ``start`` or
+        job: a running :class:`workbench.launch.Job` (from ``launch``, ``start`` or
             ``start_module``).
         refresh_s: seconds between two refreshes of the live view.
     """

@@ -33,7 +33,7 @@ from workbench.config import (
     ConfigError,
     JobConfig,
 )
-from workbench.jobs import FINAL_STATES
+from workbench.launch import FINAL_STATES
 from workbench.records.metrics import MetricsReader
 from workbench.sharded.costmodel import SHARDED_STATES, STRATEGY_OF
 from workbench.ui import charts, live
@@ -74,7 +74,7 @@ class TrainingPanel(widgets.VBox):
     Attributes:
         controls: JobConfig field name -> input widget.
         start_button, stop_button: the buttons (``.click()`` works from code too).
-        job: the job started last (a :class:`workbench.jobs.Job`), or None.
+        job: the job started last (a :class:`workbench.launch.Job`), or None.
         sources: the Bokeh ColumnDataSources behind the charts (see :class:`RunCharts`).
         status: the one-line status; ``alert``: errors and their details.
     """

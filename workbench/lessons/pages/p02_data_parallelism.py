@@ -128,7 +128,7 @@ workbench.training.horovod_rank --epochs 1`; its first lines say where its setti
 record come from: `job_config` reads the job's `config.json` (or, by hand, the flags of
 `workbench run`), and `job_record` opens the run folder that the charts read (by hand, rank 0
 makes one and broadcasts its name). Started by the workbench, the rank runs inside a small
-wrapper (`workbench/jobs/rank_wrapper.py`) that keeps its pid file, log and exit record, so
+wrapper (`workbench/rank/wrapper.py`) that keeps its pid file, log and exit record, so
 that a failing or forgotten rank is always found and ended.
 """),
     code(r"""

@@ -1,0 +1,355 @@
+"""Warm ranks (`workbench.ranks`): real horovodrun and torchrun pools, one per engine.
+
+Each engine's pool is started once for this module (a torch import per rank costs seconds)
+and every test asks it many things. The functions are defined in this file, which the ranks
+cannot import: they travel by value, as from a notebook. The pools of the two engines never
+live at the same time (the fixture is parametrized by module), so neither waits in the
+host's core queue behind the other.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import workbench
+from workbench.launch.pool_call import PoolCall
+from workbench.launch.processes import rank_pids
+from workbench.records import list_runs, read_json
+from workbench.ui import RunPanel
+
+ROOT = Path(__file__).resolve().parents[2]
+SEEN = []  # a global the calls change: each call must start from a fresh copy
+
+
+def sum_of_ranks(steps):
+    """A collective of the engine, reports and a print: what a lesson's cell does."""
+    import torch
+
+    SEEN.append(workbench.rank())
+    t = torch.tensor([workbench.rank() + 1.0])
+    if os.environ.get("HOROVOD_RANK") is not None:
+        import horovod.torch as hvd
+
+        hvd.init()                       # already done by the pool: does nothing
+        t = hvd.allreduce(t, op=hvd.Sum)
+    else:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")  # already done by the pool: does nothing
+        dist.all_reduce(t)
+    for step in range(steps):
+        workbench.report(step=step, loss=1.0 / (step + 1), samples=4)
+    print("rank", workbench.rank(), "of", workbench.size(), "sum", t.item())
+    return {"rank": workbench.rank(), "sum": t.item(), "pid": os.getpid(), "seen": len(SEEN)}
+
+
+def _check_bad(x):
+    if workbench.rank() == 1:
+        raise ValueError(f"rank one dislikes {x}")
+
+
+def fails_on_rank_one(x):
+    _check_bad(x)
+    return x
+
+
+def counts_kept():
+    """Counts its calls in what the rank keeps on purpose, and in a global that it must not."""
+    SEEN.append(1)
+    kept = workbench.kept()
+    kept["calls"] = kept.get("calls", 0) + 1
+    return kept["calls"], len(SEEN)
+
+
+def leaves_its_peer_in_a_collective():
+    """Rank 1 raises; rank 0 goes on into an all-reduce that rank 1 never joins."""
+    import torch
+
+    if workbench.rank() == 1:
+        raise ValueError("rank one leaves before the all-reduce")
+    t = torch.ones(1)
+    if os.environ.get("HOROVOD_RANK") is not None:
+        import horovod.torch as hvd
+
+        hvd.allreduce(t)
+    else:
+        import torch.distributed as dist
+
+        dist.all_reduce(t)
+
+
+def sleeps():
+    workbench.report(step=0, loss=1.0)
+    time.sleep(600)
+
+
+def naps(seconds):
+    time.sleep(seconds)
+    return workbench.rank()
+
+
+@pytest.fixture(scope="module", params=["torch", "horovod"])
+def pool(request, tmp_path_factory):
+    """The module's pool. It binds no cores: holding the host's cores for minutes, it would
+    make every other test worker's job queue behind it (the cores a pool holds are
+    checked in a queue of their own below)."""
+    runs = tmp_path_factory.mktemp(f"runs-{request.param}")
+    pool = workbench.ranks(np=2, engine=request.param, runs_dir=str(runs), cpu_bind="none")
+    pool.wait_ready(240)
+    yield pool
+    pool.close()
+    assert pool.job.wait(30) in ("succeeded", "stopped")
+    assert not [p for p in psutil.process_iter() if _of_job(p, pool.job.run_id)]
+
+
+def _of_job(proc: psutil.Process, run_id: str) -> bool:
+    try:
+        return proc.environ().get("WORKBENCH_RUN_ID") == run_id
+    except psutil.Error:
+        return False
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _wait_call(job, timeout=60.0):
+    assert job.wait(timeout) in ("succeeded", "failed", "stopped"), job
+    return job.status
+
+
+@pytest.mark.timeout(300)
+def test_a_warm_call_is_a_job_on_record_with_results_reports_and_a_panel(pool):
+    first = pool.run(sum_of_ranks, 3)
+    assert isinstance(first, PoolCall)
+    assert _wait_call(first) == "succeeded", first.summary
+    values = first.results()
+    assert [v["rank"] for v in values] == [0, 1] and {v["sum"] for v in values} == {3.0}
+    second = pool.run(sum_of_ranks, 3)
+    assert _wait_call(second) == "succeeded", second.summary
+    again = second.results()
+    assert [v["pid"] for v in again] == [v["pid"] for v in values]  # the same warm ranks
+    assert [v["seen"] for v in again] == [1, 1]                     # a fresh namespace
+    assert list(rank_pids(second.run_dir).values()) == [v["pid"] for v in values]
+    steps = sorted((m["rank"], m["step"]) for m in second.metrics() if m["kind"] == "step")
+    assert steps == [(r, s) for r in (0, 1) for s in range(3)]
+    assert second.record().log(1).strip().endswith("rank 1 of 2 sum 3.0")
+    summary = read_json(second.run_dir / "summary.json")
+    assert summary["status"] == "succeeded" and summary["pool"] == pool.job.run_id
+    assert summary["steps_completed"] == 3 and summary["engine"] == pool.engine
+    assert {r.run_id for r in list_runs(pool.runs_dir)} >= {first.run_id, second.run_id,
+                                                            pool.job.run_id}
+    # launch() takes the idle pool of its engine and size: the same ranks, no launcher
+    launched = workbench.launch(sum_of_ranks, 2, np=2, engine=pool.engine, echo=False,
+                                runs_dir=pool.runs_dir)
+    assert isinstance(launched, PoolCall) and _wait_call(launched) == "succeeded"
+    assert [v["pid"] for v in launched.results()] == [v["pid"] for v in values]
+    # ... also while a call still runs there: it waits for that call, not for fresh ranks
+    # (which would queue behind the cores the pool holds)
+    napping = pool.run(naps, 1.0)
+    after_nap = workbench.launch(sum_of_ranks, 1, np=2, engine=pool.engine, echo=False,
+                                 runs_dir=pool.runs_dir)
+    assert napping.status == "succeeded" and napping.results() == [0, 1]
+    assert isinstance(after_nap, PoolCall) and _wait_call(after_nap) == "succeeded"
+    panel = RunPanel(pool.run(sum_of_ranks, 4))
+    try:
+        deadline = time.monotonic() + 60
+        while panel.running() and time.monotonic() < deadline:
+            panel.refresh()
+            time.sleep(0.1)
+        assert panel.sources["rank1"].data["loss"] == [1.0, 0.5, 1 / 3, 0.25]
+        assert "succeeded" in panel.status.value
+    finally:
+        panel.close()
+    with pytest.raises(workbench.ConfigError, match="cannot be pickled"):
+        pool.run(lambda lock: None, threading.Lock())
+    assert pool.restarts == []
+
+
+#: The training engines each pool runs: every torch.distributed engine on torchrun's ranks.
+TRAINED_ON = {"torch": ("torch", "zero1", "fsdp", "overlapped"), "horovod": ("horovod",)}
+
+
+@pytest.mark.timeout(300)
+def test_training_jobs_run_on_the_warm_ranks_and_match_fresh_ranks(pool):
+    """workbench.start() takes the waiting pool: the engine's own rank module on the same
+    ranks, a record like any job's, the traffic counted afresh each time; and the same
+    parameters, bit for bit, as the same job on ranks of its own."""
+    job = dict(np=2, model="mlp", width=32, dataset="digits", epochs=1, max_steps=4,
+               threads_per_rank=1, runs_dir=pool.runs_dir, cpu_bind="none")
+    pids = [p for _, p in sorted(pool._ranks.pids.items())]
+    warm = {}
+    for engine in TRAINED_ON[pool.engine] * 2:   # twice: a second job starts clean too
+        run = workbench.start(workbench.JobConfig(engine=engine, **job))
+        assert isinstance(run, PoolCall) and _wait_call(run) == "succeeded", run.summary
+        assert list(rank_pids(run.run_dir).values()) == pids
+        assert run.summary["steps_completed"] == 4 and run.summary["engine"] == engine
+        steps = [m for m in run.metrics() if m["kind"] == "step"]
+        assert len(steps) == 8 and all(m.get("sent_bytes", 1) > 0 for m in steps)
+        assert engine not in warm or run.summary["final_loss"] == warm[engine]["final_loss"]
+        warm[engine] = run.summary
+    last = run.record().model_state()
+    # cpu_bind is fixed when a rank starts: a job binding cores needs ranks of its own
+    bound = {**job, "cpu_bind": "core"}
+    with pytest.raises(workbench.ConfigError, match="cpu_bind, fixed when a rank"):
+        pool.start(workbench.JobConfig(engine=engine, **bound))
+    with pytest.raises(workbench.ConfigError, match="has 3 ranks and the pool 2"):
+        pool.start(workbench.JobConfig(engine=engine, **{**job, "np": 3}))
+    fresh = workbench.start(workbench.JobConfig(engine=engine, **bound))
+    assert not isinstance(fresh, PoolCall) and fresh.wait(240) == "succeeded", fresh.summary
+    state = fresh.record().model_state()
+    assert state.keys() == last.keys() and all((state[k] == last[k]).all() for k in state)
+    assert pool.restarts == []
+
+
+@pytest.mark.timeout(300)
+def test_a_pool_holds_its_cores_and_a_job_queued_behind_them_is_told(tmp_path, monkeypatch):
+    """A pool's ranks hold their cores in the host's queue while they live (here a queue of
+    its own: the suite's other workers must not wait behind it); a job of the same process
+    that then queues is told why, and starts once the pool is closed."""
+    from workbench.hosts.cpu import affinity
+
+    monkeypatch.setenv("WORKBENCH_SHARED_DIR", str(tmp_path / "shared"))
+    host = len(affinity())
+    threads = max(1, host // 2)       # the pool holds every core (all but one, if odd)
+    pool = workbench.ranks(np=2, engine="torch", runs_dir=str(tmp_path / "runs"),
+                           threads_per_rank=threads)
+    pool.wait_ready(240)
+    assert len(set(pool.job.cores)) == 2 * threads
+    with pytest.warns(UserWarning, match="waits for cores that your warm ranks hold") as said:
+        job = workbench.start(workbench.JobConfig(  # one core more than the pool leaves
+            engine="serial", np=1, model="logreg", epochs=1, max_steps=2,
+            threads_per_rank=host - 2 * threads + 1, runs_dir=str(tmp_path / "runs")))
+    assert {w.filename for w in said if "warm ranks" in str(w.message)} == {__file__}
+    assert job.status == "queued" and not isinstance(job, PoolCall)
+    pool.close()
+    assert job.wait(120) == "succeeded", job.summary
+
+
+@pytest.mark.timeout(300)
+def test_a_raising_rank_is_named_and_the_pool_runs_on(pool):
+    job = pool.run(fails_on_rank_one, 7)
+    assert _wait_call(job) == "failed"
+    failure = job.summary["failure"]
+    assert failure["rank"] == 1 and failure["error"] == "ValueError: rank one dislikes 7"
+    assert "_check_bad" in failure["traceback"] and "rank/pool.py" not in failure["traceback"]
+    assert "ValueError: rank one dislikes 7" in job.record().log(1)
+    assert job.summary["interrupted_ranks"] == []   # rank 0 returned by itself: no restart
+    ok = pool.run(sum_of_ranks, 1)
+    assert _wait_call(ok) == "succeeded" and pool.restarts == []
+    with pytest.raises(RuntimeError, match="is running"):
+        busy = pool.run(sleeps)
+        pool.run(sum_of_ranks, 1)
+    busy.stop()
+
+
+@pytest.mark.timeout(300)
+def test_nothing_leaks_from_call_to_call_but_what_is_kept_on_purpose(pool):
+    def done(call):
+        _wait_call(call)
+        return call
+
+    first, second = (done(pool.run(counts_kept)).results() for _ in range(2))
+    assert [kept for kept, _ in second] == [kept + 1 for kept, _ in first]   # kept()
+    assert [seen for _, seen in first + second] == [1, 1, 1, 1]              # not a global
+    assert done(pool.run_code("x = 1")).status == "succeeded"
+    plain = done(pool.run_code("print(x)"))                                  # fresh per cell
+    assert plain.status == "failed" and "NameError" in plain.summary["failure"]["error"]
+    assert done(pool.run_code("y = 41", keep=True)).status == "succeeded"
+    kept = done(pool.run_code("print(y + 1)", keep=True))                    # --keep cells
+    assert kept.status == "succeeded" and kept.record().log(0).strip().endswith("42")
+    assert done(pool.run_code("print(y)")).status == "failed", "plain cells never see them"
+
+
+@pytest.mark.timeout(300)
+def test_a_call_left_inside_a_collective_restarts_the_ranks(pool):
+    pool.wait_ready(240)
+    before = pool.run(sum_of_ranks, 1)
+    assert _wait_call(before) == "succeeded"
+    restarts = len(pool.restarts)
+    job = pool.run(leaves_its_peer_in_a_collective)
+    assert _wait_call(job, 90) == "failed"
+    failure = job.summary["failure"]
+    assert failure["rank"] == 1, failure
+    assert failure["error"] == "ValueError: rank one leaves before the all-reduce"
+    assert job.summary["interrupted_ranks"] == [0]     # rank 0 still waited for its peer
+    assert len(pool.restarts) == restarts + 1, pool.restarts
+    pool.wait_ready(240)
+    after = pool.run(sum_of_ranks, 1)                  # the next collective is whole again
+    assert _wait_call(after) == "succeeded", after.summary
+    assert {v["sum"] for v in after.results()} == {3.0}
+    assert not {v["pid"] for v in after.results()} & {v["pid"] for v in before.results()}
+
+
+@pytest.mark.timeout(400)
+def test_stop_interrupts_every_rank_and_a_killed_rank_is_named_and_replaced(pool):
+    pool.wait_ready(240)  # the previous test's stop restarted the ranks
+    job = pool.run(sleeps)
+    _until(lambda: len([m for m in job.metrics() if m["kind"] == "step"]) == 2, 60)
+    started = time.monotonic()
+    job.stop()
+    assert job.status == "stopped" and time.monotonic() - started < 10
+    for rank in (0, 1):  # interrupted inside time.sleep, on every rank
+        record = read_json(job.run_dir / "exit" / f"rank{rank}.json")
+        assert record["error"].startswith("KeyboardInterrupt"), record
+    assert job.summary["interrupted_ranks"] == [0, 1] and len(pool.restarts) >= 1
+    pool.wait_ready(240)
+    victim_job = pool.run(sleeps)
+    _until(lambda: len(rank_pids(victim_job.run_dir)) == 2, 60)
+    victim = rank_pids(victim_job.run_dir)[1]
+    os.kill(victim, signal.SIGKILL)
+    assert _wait_call(victim_job, 30) == "failed"
+    failure = victim_job.summary["failure"]
+    assert failure["rank"] == 1 and f"pid {victim}" in failure["error"], failure
+    assert "killed by a signal" in failure["error"]
+    pool.wait_ready(240)
+    after = pool.run(sum_of_ranks, 1)
+    assert _wait_call(after) == "succeeded"
+    assert victim not in [v["pid"] for v in after.results()]
+    assert any(f"pid {victim}" in why for why in pool.restarts), pool.restarts
+
+
+OWNER = """
+import sys, workbench
+pool = workbench.ranks(np=2, engine=sys.argv[2], runs_dir=sys.argv[1]).wait_ready(240)
+print(pool.job.run_id, flush=True)
+import time; time.sleep(600)
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("engine", ["horovod", "torch"])
+def test_a_killed_kernel_leaves_no_process(tmp_path, engine):
+    env = {**os.environ, "PYTHONPATH": str(ROOT),  # its own core queue: ours is taken
+           "WORKBENCH_SHARED_DIR": str(tmp_path / "shared")}
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path / "runs"), engine],
+                             stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        run_id = owner.stdout.readline().strip()
+        assert run_id, "the pool did not start"
+        tree = [p.pid for p in psutil.Process(owner.pid).children(recursive=True)]
+        assert len([p for p in psutil.process_iter() if _of_job(p, run_id)]) >= 2
+    finally:
+        owner.kill()
+        owner.wait()
+    _until(lambda: not [p for p in psutil.process_iter()
+                        if _of_job(p, run_id) or (p.pid in tree and _running(p))], 30)
+
+
+def _until(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

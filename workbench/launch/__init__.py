@@ -1,0 +1,32 @@
+"""The launcher's side: what runs in the notebook or the CLI (the rank's side: rank/).
+
+`start(cfg)`, `start_module(...)` and `launch(fn)` make a `Job` (job.py), which queues for
+this host's cores (cores.py), starts its ranks through a launcher (launchers.py, slurm.py),
+watches them (watch.py) and ends them (ending.py); `ranks()` keeps warm ones (pool.py).
+The package is also the function `launch` (`workbench.launch(fn, np=2)`: user_code.py).
+Why it is built so: docs/ARCHITECTURE.md, "The machinery".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from workbench import callable_package, lazy_names
+
+if TYPE_CHECKING:
+    from workbench.engines import ENGINES, Engine
+    from workbench.launch.job import FINAL_STATES, Job, stop_all
+    from workbench.launch.starting import apply_preset, start, start_module
+
+#: Imported when first used, as in workbench/__init__.py: importing one module of launch/
+#: (the core queue, say) does not load the job and its launchers.
+_WHERE = {"ENGINES": "workbench.engines", "Engine": "workbench.engines",
+          **dict.fromkeys(["FINAL_STATES", "Job", "stop_all"], "workbench.launch.job"),
+          **dict.fromkeys(["apply_preset", "start", "start_module"], "workbench.launch.starting")}
+__all__ = ["ENGINES", "FINAL_STATES", "Engine", "Job", "apply_preset", "start", "start_module",
+           "stop_all"]
+
+
+__getattr__ = lazy_names(globals(), _WHERE)
+
+callable_package(__name__, "workbench.launch.user_code")

@@ -1,0 +1,136 @@
+"""A function sent to the ranks by value, the launcher's side: pickled with its source.
+
+cloudpickle sends a function defined in a notebook cell, with the globals it uses, where
+plain pickle would send only its name. `pickle_function` first checks what would be sent
+(`check_payload`) and names what cannot be pickled; the rank unpickles it
+(rank/by_value.py). See docs/ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import sys
+import sysconfig
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from workbench.caller import warn_caller
+from workbench.config import ConfigError
+from workbench.rank.by_value import filled, functions_used, names_used
+
+
+def pickle_function(fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes:
+    """`(fn, args)` pickled by value, or a ConfigError naming what cannot be pickled."""
+    # Functions of your own modules (a test file, a script folder) may not be importable on
+    # the ranks: send their code along, like a notebook's (fn itself or passed as argument).
+    callables = [fn, *args, *(v for a in args if isinstance(a, dict) for v in a.values())]
+    names = {getattr(f, "__module__", None) for f in callables if callable(f)}
+    modules = [sys.modules[n] for n in names if n in sys.modules and _by_value(sys.modules[n])]
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps((fn, args, source_of(fn, *args)))
+    except Exception as exc:  # noqa: BLE001 - pickling fails with many exception types
+        name = getattr(fn, "__name__", "the function")
+        raise ConfigError(f"cannot send {name} to the ranks: {_culprit(fn, args)} cannot be "
+                          f"pickled ({type(exc).__name__}: {exc}); create it inside the "
+                          "function instead") from None
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+#: Above this many MiB of arrays sent with a function, launch() says so before pickling.
+WARN_PAYLOAD_MB = 32.0
+
+
+def check_payload(fn: Callable[..., Any], args: tuple[Any, ...], max_mb: float) -> float:
+    """MiB of arrays (tensors, NumPy arrays, bytes) that `fn` and `args` send to the ranks.
+
+    Measured before pickling, from the objects' own sizes: pickling and writing 400 MiB
+    take seconds, so launch() warns above WARN_PAYLOAD_MB, naming the largest, and refuses
+    above `max_mb` in one line at once.
+    """
+    sizes = [(label, _nbytes(value) / 2**20) for label, value in _sent(fn, args)]
+    total = sum(mb for _, mb in sizes)
+    if total <= WARN_PAYLOAD_MB:
+        return total
+    label, mb = max(sizes, key=lambda item: item[1])
+    what = (f"{getattr(fn, '__name__', 'the function')} sends {total:,.0f} MiB to the ranks "
+            f"({label}: {mb:,.0f} MiB)")
+    if total > max_mb:
+        raise ConfigError(f"{what}, more than max_payload_mb={max_mb:g}: load or create it "
+                          "inside the function (each rank reads it itself), or pass a larger "
+                          "max_payload_mb")
+    warn_caller(f"{what}: pickling it into the run folder takes a few seconds")
+    return total
+
+
+def _sent(fn: Any, args: tuple[Any, ...]) -> list[tuple[str, Any]]:
+    """(label, value) of what pickling `fn` with `args` sends: arguments, then the closure
+    variables and globals of `fn` and of the functions it uses."""
+    out: list[tuple[str, Any]] = [(f"argument {i + 1}", a) for i, a in enumerate(args)]
+    for f in functions_used(fn):
+        cells = f.__closure__ or ()
+        out += [(f"the variable '{n}' it uses", c.cell_contents)
+                for n, c in zip(f.__code__.co_freevars, cells, strict=False) if filled(c)]
+        out += [(f"the global '{n}'", f.__globals__[n]) for n in names_used(f.__code__)
+                if n in f.__globals__ and not inspect.ismodule(f.__globals__[n])]
+    return out
+
+
+def _nbytes(value: Any, depth: int = 0) -> int:
+    """Bytes of the arrays in `value` (a tensor, array, bytes, or a list/dict of them)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value)
+    nbytes = getattr(value, "nbytes", None)
+    if isinstance(nbytes, int) and not isinstance(value, type):
+        return nbytes
+    if depth < 3 and isinstance(value, (list, tuple, set)):
+        return sum(_nbytes(v, depth + 1) for v in list(value)[:10_000])
+    if depth < 3 and isinstance(value, dict):
+        return sum(_nbytes(v, depth + 1) for v in list(value.values())[:10_000])
+    return 0
+
+
+def source_of(*roots: Any) -> tuple[dict, dict]:
+    """Where the functions among `roots` (a function and its arguments) and the functions
+    they use were written, and those files' lines.
+
+    cloudpickle renames the file of every function it sends to "<dynamic-code>", and a
+    notebook cell exists only in this kernel; without this, a traceback on a rank could show
+    neither the file nor the line. Returns ({(name, first line): file}, {file: lines}); the
+    rank puts them back (`restore_source`).
+    """
+    files: dict[tuple[str, int], str] = {}
+    for f in functions_used(*roots):
+        files[(f.__code__.co_name, f.__code__.co_firstlineno)] = f.__code__.co_filename
+    return files, {name: linecache.getlines(name) for name in set(files.values())}
+
+
+def _by_value(module: Any) -> bool:
+    """True for a module of your own (a notebook, a test, a script folder); False for the
+    workbench and installed packages, which every rank imports by name."""
+    if module.__name__ == "__main__":
+        return False  # cloudpickle already sends __main__'s functions by value
+    if module.__name__.split(".")[0] == "workbench":
+        return False
+    file = getattr(module, "__file__", None)
+    if not file:
+        return False
+    installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
+    return not any(str(Path(file).resolve()).startswith(p) for p in installed)
+
+
+def _culprit(fn: Callable[..., Any], args: tuple[Any, ...]) -> str:
+    """Name the first argument, closure variable or global sent with `fn` that does not pickle."""
+    for label, value in _sent(fn, args):
+        try:
+            cloudpickle.dumps(value)
+        except Exception:  # noqa: BLE001
+            return f"{label} (a {type(value).__module__}.{type(value).__qualname__})"
+    return "something it refers to"

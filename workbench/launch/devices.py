@@ -1,0 +1,89 @@
+"""Which device a job's ranks compute on, checked before anything is launched.
+
+`device` is "cpu", "cuda" or "auto" (see `workbench.config.DEVICES`). The checks here catch,
+in the notebook and in one line, what would otherwise fail inside the ranks a minute later:
+
+- **One GPU per rank.** NCCL refuses two ranks on one GPU at its first collective
+  ("Duplicate GPU detected"), so with `cuda` the ranks of a host must not outnumber its
+  visible GPUs. With `--hosts` we can see only this host's GPUs, so every host is assumed to
+  have as many as this one (the usual cluster node).
+- **Horovod moves GPU tensors with NCCL only if it was built with NCCL.** A Horovod built
+  without it would copy every gradient to the CPU and back, so a cuda Horovod job is refused
+  with the command that rebuilds it.
+- **A cpu job never touches CUDA.** Its ranks start with ``CUDA_VISIBLE_DEVICES=""``, so
+  nothing in them (PyTorch, Horovod, NCCL) can create a CUDA context or take GPU memory on
+  a machine other people's jobs use.
+
+`gpu_count()` is the one place that asks how many GPUs are visible; tests replace it to
+play a machine with GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from workbench.config import ConfigError, JobConfig
+from workbench.engines import ENGINES
+
+
+def gpu_count() -> int:
+    """The NVIDIA GPUs this process may use (after CUDA_VISIBLE_DEVICES); 0 without CUDA.
+
+    `torch.cuda.device_count()` asks NVML first, so it does not create a CUDA context in
+    the notebook kernel (which would break any later fork of it).
+    """
+    import torch
+
+    return torch.cuda.device_count() if torch.version.cuda else 0
+
+
+def ranks_per_host(cfg: JobConfig) -> int:
+    """The most ranks that any one host runs (all of them without --hosts; with it, the
+    hosts are filled in the order given, as horovodrun fills them)."""
+    from workbench.launch.torch_hosts import allocate  # (not at import: it is a program too)
+
+    if cfg.hosts is None:
+        return cfg.world_size
+    return max((n for _, n in allocate(cfg.hosts, cfg.world_size)), default=0)
+
+
+def cuda_problem(cfg: JobConfig) -> tuple[str, str] | None:
+    """Why `cfg` cannot run on GPUs here and how to fix it (one line each), else None."""
+    engine = ENGINES[cfg.engine]
+    if engine.cpu_only:
+        return engine.cpu_only
+    gpus = gpu_count()
+    if gpus == 0:
+        return ("no CUDA GPU is visible here (a CPU build of PyTorch, no NVIDIA driver, or "
+                "CUDA_VISIBLE_DEVICES empty)", "use --device cpu")
+    per_host = ranks_per_host(cfg)
+    if per_host > gpus:
+        return (f"{per_host} ranks on one host but only {gpus} GPU(s) visible, and NCCL needs"
+                " a GPU of its own for every rank",
+                f"use --np {gpus} or fewer per host, or --device cpu")
+    return engine.gpu_problem()
+
+
+def resolve_device(cfg: JobConfig) -> tuple[JobConfig, str | None]:
+    """`cfg` with `device` settled to "cpu" or "cuda", and a note when "auto" chose the CPU.
+
+    Raises ConfigError (one line) when "cuda" was asked for and cannot work here.
+    """
+    if cfg.device == "cpu":
+        return cfg, None
+    problem = cuda_problem(cfg)
+    if cfg.launcher == "slurm":   # this host's GPUs say nothing about the compute nodes'
+        problem = ("the Slurm job requests no GPUs (and the nodes' GPUs cannot be counted "
+                   "from here)", "use --device cpu with --launcher slurm")
+    if cfg.device == "cuda":
+        if problem:
+            raise ConfigError(f"invalid --device 'cuda': {problem[0]}: {problem[1]}")
+        return cfg, None
+    if problem is None:
+        return replace(cfg, device="cuda"), None
+    return replace(cfg, device="cpu"), f"--device auto runs on the CPU: {problem[0]}"
+
+
+def rank_environment(cfg: JobConfig) -> dict[str, str]:
+    """Environment variables the ranks need for their device (see the module docstring)."""
+    return {"CUDA_VISIBLE_DEVICES": ""} if cfg.device == "cpu" else {}

@@ -1,0 +1,112 @@
+"""The launcher's guard: end the launcher when the process that started the job dies.
+
+A job's launcher (`horovodrun`, `torchrun`) runs in a session of its own (launchers.py), so a
+notebook kernel that is restarted or killed leaves it behind. Its ranks notice that their
+owner is gone and leave (the watchdog in rank/protocol.py), but nothing would end the
+launcher itself: `horovodrun` may then wait a long time on ranks it can no longer reach.
+So every launcher on the owner's host runs under this guard:
+
+    kernel (the owner) ── guard ── horovodrun ── ranks
+
+The guard starts the launcher as its child and watches its own parent: when a process dies,
+its children are adopted by init (or a subreaper), so `os.getppid()` changes. The guard then
+ends the launcher - SIGTERM, which horovodrun and torchrun pass on to their ranks, then
+SIGKILL after `GRACE_S` seconds. While the owner lives, it exits with the launcher's exit
+code (128 + N for a launcher killed by signal N, like a shell).
+
+A Slurm job has no launcher here (Slurm starts the ranks on its nodes), so its guard watches
+the owner alone and, within `POLL_S` of its death, `scancel`s the job by its name (the run
+id). It is started before `sbatch` (no job is ever queued unguarded), and ended by the job
+once the job has ended.
+
+Run as a file (`python .../guard.py`), not with `-m`, it imports the standard library only:
+a few tens of milliseconds per job, not the package's.
+
+Usage: guard.py OWNER_PID -- LAUNCHER [ARGS...]
+       guard.py OWNER_PID --scancel JOB_NAME
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import time
+
+POLL_S = 0.5   # how often the guard looks at its parent, in seconds
+GRACE_S = 5.0  # how long the launcher gets to end its ranks before SIGKILL, in seconds
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0].isdigit() and argv[1] == "--scancel":
+        return guard_slurm(int(argv[0]), argv[2])
+    if len(argv) < 3 or not argv[0].isdigit() or argv[1] != "--":
+        sys.stderr.write("usage: guard.py OWNER_PID -- LAUNCHER [ARGS...]\n"
+                         "       guard.py OWNER_PID --scancel JOB_NAME\n")
+        return 2
+    owner, cmd = int(argv[0]), argv[2:]
+    try:
+        launcher = subprocess.Popen(cmd)
+    except OSError as err:
+        sys.stderr.write(f"workbench: cannot start {cmd[0]!r}: {err.strerror or err}\n")
+        return 127
+    # Job.stop() signals the whole process tree; the launcher gets its own SIGTERM, and the
+    # guard stays to pass on its exit code.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    while True:
+        try:
+            return exit_code(launcher.wait(timeout=POLL_S))
+        except subprocess.TimeoutExpired:
+            pass
+        if os.getppid() != owner:
+            sys.stderr.write(f"workbench: the process that started the job (pid {owner}) "
+                             "is gone: ending the launcher\n")
+            return exit_code(end(launcher))
+
+
+def guard_slurm(owner: int, name: str) -> int:
+    """Wait for the owner's death, then cancel this user's Slurm jobs named `name`."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the job has ended: nothing to do
+    while os.getppid() == owner:
+        time.sleep(POLL_S)
+    sys.stderr.write(f"workbench: the process that started the job (pid {owner}) is gone: "
+                     f"cancelling Slurm job {name}\n")
+    cmd = ["scancel", f"--name={name}", f"--user={user_name()}"]
+    for _ in range(3):  # a busy controller may not answer the first time
+        try:
+            if subprocess.run(cmd, timeout=30).returncode == 0:
+                return 0
+        except (OSError, subprocess.TimeoutExpired) as err:
+            sys.stderr.write(f"workbench: {cmd[0]} failed: {err}\n")
+        time.sleep(2)
+    return 1
+
+
+def user_name() -> str:
+    """This user's name, as scancel's --user wants it."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def end(proc: subprocess.Popen[bytes]) -> int:
+    """SIGTERM `proc` (a launcher, or a Slurm job's guard), SIGKILL it after GRACE_S; return
+    its exit code."""
+    proc.terminate()
+    try:
+        return proc.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def exit_code(returncode: int) -> int:
+    """A launcher killed by signal N exits as 128 + N, as a shell reports it."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,353 @@
+"""Warm ranks: start N ranks once, then run a function on all of them in milliseconds.
+
+    import workbench
+
+    pool = workbench.ranks(np=2, engine="horovod")   # horovodrun starts 2 ranks, once
+    job = pool.run(fn, 3)                            # a Job, like workbench.launch(fn, 3)
+    job.wait(); job.results()                        # [rank 0's value, rank 1's value]
+    job = workbench.start(JobConfig(engine="horovod", np=2))  # training, on the pool too
+    pool.close()                                     # or let the kernel end it
+
+`workbench.launch()` starts fresh interpreters through `horovodrun` or `torchrun` each time:
+about five seconds, mostly `import torch` in every rank and the rendezvous, before your
+first line runs. A pool pays that once. Its ranks are an ordinary job (rank/pool.py),
+started through the same launcher, guard and core queue: they hold their cores while the
+pool lives and end with the kernel that started them. Each waits, with its process group
+joined, on a socket (rank/channel.py) for work sent by value, as `launch()` sends it. Each
+call is a run on record of its own, watched by the job's code (pool_call.py).
+
+Training jobs use the pool too. While a pool waits, `workbench.start(cfg)` runs a job of
+the same size on it when the job's engine launches like the pool's (torchrun: DDP and
+every torch.distributed engine of the workbench; horovodrun: Horovod) and the job sets
+nothing that is fixed when processes start (hosts, Slurm, `env`, threads, binding, a
+GPU, Horovod's timeline or cycle time); the ranks then run the engine's rank module, the
+same code, from the same record. `pool.start(cfg)` does it on purpose and says why not.
+
+Faults, as in any job: a rank that raises fails the call and is named with its traceback;
+the other ranks are interrupted. A rank that dies (`kill -9`) is named; the launcher ends
+the others and the pool starts new ones. The pool restarts its ranks whenever a call ended
+with a rank interrupted (Stop, or a peer's failure) or lost: a rank stopped inside a
+collective would leave its peers' next collective waiting until gloo's timeout (30
+minutes), and nothing outside the rank can tell whether it was in one. A call whose every
+rank returned or raised by itself leaves the pool as it is.
+
+While it waits, a torch pool's rank costs next to nothing (measured: 0.004 s of CPU per
+second); a Horovod rank about 0.1 s per second, as Horovod's background thread negotiates
+with its peers every cycle (HOROVOD_CYCLE_TIME) even with nothing to send. On a machine
+shared by a class, close a pool you no longer use (`pool.close()`): it also frees its
+cores, which other jobs of the same user (the per-user limit, cores.py) may wait for.
+
+This is what NERSC's interactive Jupyter set-up did with ipyparallel engines kept running
+under Horovod (Thomas et al., "Interactive Distributed Deep Learning with Jupyter
+Notebooks", ISC 2018 workshops); Hugging Face Accelerate's `notebook_launcher` forks the
+kernel instead, and records nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from workbench.config import ConfigError, JobConfig
+from workbench.launch.open_pools import POOL_RANK_MODULE, POOLS, folder
+from workbench.launch.pool_call import PoolCall
+from workbench.launch.starting import start_module
+from workbench.rank import channel
+
+ENGINES = ("horovod", "torch")
+#: Settings fixed when a rank's process starts: a job that changes one needs fresh ranks.
+AT_PROCESS_START = ("hosts", "env", "launcher", "timeline", "cycle_time_ms", "cpu_bind",
+                    "device")
+#: A pool's ranks write nothing while they wait for work: never call them stalled (s).
+IDLE_FOR_EVER_S = 86_400.0
+
+
+class _Ranks:
+    """One start of a pool's ranks: their job, their sockets, whether they are all there."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool, self.token = pool, channel.new_token()
+        # bound before the ranks start; over TCP when Slurm may place them on other hosts
+        self.server, self.address = channel.listen(
+            pool.np, tcp=pool.fields.get("launcher") == "slurm")
+        self.conns: dict[int, Any] = {}
+        self.lost: dict[int, int] = {}      # rank -> pid, of ranks whose channel closed
+        self.pids: dict[int, int] = {}
+        self.ready = threading.Event()
+        self.job = start_module(pool.engine, pool.np, POOL_RANK_MODULE,
+                                ["--address", self.address], name=f"pool-{pool.engine}",
+                                stall_timeout=IDLE_FOR_EVER_S,
+                                env=[f"{channel.ENV_TOKEN}={self.token}"], **pool.fields)
+        threading.Thread(target=self._accept, name=f"pool-{self.job.run_id}",
+                         daemon=True).start()
+
+    def _accept(self) -> None:
+        """Take every connection until each rank has one; greet each in a thread of its own
+        (a peer that says nothing holds up no one)."""
+        self.server.settimeout(0.2)
+        while len(self.conns) < self.pool.np and not self.job.done:
+            try:
+                conn, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._greet, args=(conn,), daemon=True).start()
+        self.server.close()
+
+    def _greet(self, conn: Any, hello_s: float = 30.0) -> None:
+        """Keep `conn` if its first message is a rank's hello with the pool's token, then
+        follow it; close it otherwise."""
+        conn.settimeout(hello_s)
+        hello = channel.receive(conn)
+        header = hello[0] if hello is not None else {}
+        rank = header.get("rank")
+        if (header.get("op") != "hello" or not channel.trusted(conn, header, self.token)
+                or not isinstance(rank, int) or not 0 <= rank < self.pool.np
+                or rank in self.conns):
+            conn.close()
+            return
+        conn.settimeout(None)
+        self.pids[rank], self.conns[rank] = header.get("pid", -1), conn
+        if len(self.conns) == self.pool.np:
+            self.ready.set()
+        self._follow(rank, conn)
+
+    def _follow(self, rank: int, conn: Any) -> None:
+        """Pass this rank's replies to its call; note when its channel closes."""
+        while (message := channel.receive(conn)) is not None:
+            header = message[0]
+            if header.get("op") == "done":
+                self.pool.replied(header["id"], rank, bool(header["ok"]))
+        self.lost[rank] = self.pids.get(rank, -1)
+        self.pool.lost(self)
+
+    def send_all(self, header: dict[str, Any], payload: bytes = b"",
+                 ranks: list[int] | None = None) -> None:
+        for rank in range(self.pool.np) if ranks is None else ranks:
+            with contextlib.suppress(OSError, KeyError):  # a lost rank is seen by the call
+                channel.send(self.conns[rank], header, payload)
+
+    def end(self) -> None:
+        """Ask the ranks to leave (they exit cleanly), then end the job for sure."""
+        self.send_all({"op": "quit"})
+        self.job.wait(3.0)
+        self.job.stop()
+        for conn in self.conns.values():
+            conn.close()
+        with contextlib.suppress(OSError):
+            self.server.close()
+
+
+class Pool:
+    """`np` warm ranks of `engine` ("horovod" or "torch"); see the module docstring."""
+
+    def __init__(self, np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
+                 threads_per_rank: int = 1, cpu_bind: str = "core",
+                 launcher: str = "local", **slurm: Any) -> None:
+        if engine not in ENGINES:
+            raise ConfigError(f"a pool of warm ranks runs on engine {' or '.join(ENGINES)}, "
+                              f"not {engine!r}")
+        if launcher not in ("local", "slurm"):
+            raise ConfigError(f"a pool of warm ranks runs on launcher local or slurm, not "
+                              f"{launcher!r}")
+        self.np, self.engine, self.runs_dir = np, engine, runs_dir
+        self.fields = {"runs_dir": runs_dir, "threads_per_rank": threads_per_rank,
+                       "cpu_bind": cpu_bind, "launcher": launcher, **slurm}
+        JobConfig(engine=engine, np=np, **self.fields).validate()  # one line for bad input
+        self.restarts: list[str] = []   # why the ranks were restarted, oldest first
+        self._lock = threading.Lock()
+        self._call: PoolCall | None = None
+        self._closed = False
+        self._ranks = _Ranks(self)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def job(self):
+        """The job of the pool's current ranks (its record holds their logs)."""
+        return self._ranks.job
+
+    @property
+    def ready(self) -> bool:
+        """True while every rank waits for work."""
+        return self._ranks.ready.is_set() and not self._ranks.job.done
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed
+
+    def _once_free(self) -> Pool:
+        """Wait for the call in progress, if any, to end; return the pool. (Ctrl-C stops
+        the waiting, not that call.)"""
+        call = self._call
+        if call is not None:
+            call._done.wait()
+        return self
+
+    def wait_ready(self, timeout: float | None = None) -> Pool:
+        """Block until every rank waits for work (the first start: seconds; later: at once).
+
+        Raises RuntimeError when the ranks fail to start, TimeoutError after `timeout` s.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.ready:
+            if self._closed:
+                raise RuntimeError("this pool is closed: start another with workbench.ranks()")
+            ranks = self._ranks
+            if ranks.job.done and not ranks.ready.is_set() and ranks is self._ranks:
+                failure = (ranks.job.summary or {}).get("failure") or {}
+                raise RuntimeError(f"the pool's ranks could not start ({ranks.job.status}, "
+                                   f"run {ranks.job.run_id}): {failure.get('error')}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"the pool's ranks were not ready after {timeout:g} s "
+                                   f"({ranks.job.status}: run {ranks.job.run_id})")
+            ranks.ready.wait(0.05)
+        return self
+
+    def run(self, fn: Callable[..., Any], *args: Any, name: str | None = None) -> PoolCall:
+        """Run `fn(*args)` on every rank; return the call (a `Job`) at once.
+
+        Like `workbench.launch(fn, *args)`, with `fn` sent by value. Waits first for the
+        ranks to be ready, and refuses a call while another one runs.
+        """
+        from workbench.launch.by_value import pickle_function
+        from workbench.launch.user_code import _safe_name
+
+        name = name or _safe_name(getattr(fn, "__name__", "function"))
+        return self._start("function", pickle_function(fn, args), name)
+
+    def run_pickled(self, payload: bytes, name: str) -> PoolCall:
+        """Run what `by_value.pickle_function` pickled (launch()'s fast path)."""
+        return self._start("function", payload, name)
+
+    def start(self, cfg: JobConfig) -> PoolCall:
+        """Run the training job `cfg` on these ranks; return it (a `Job`) at once.
+
+        Raises ConfigError, in one line, when the job needs ranks of its own (see `why_not`).
+        """
+        from workbench.launch.starting import start
+
+        return start(cfg, pool=self)
+
+    def why_not(self, cfg: JobConfig) -> str | None:
+        """Why the (validated) training job `cfg` cannot run on this pool; None if it can."""
+        from workbench.engines import ENGINES as ALL_ENGINES
+        from workbench.engines import TorchEngine
+
+        engine = ALL_ENGINES[cfg.engine]
+        family = "torch" if isinstance(engine, TorchEngine) else engine.name
+        mine = JobConfig(engine=self.engine, np=self.np, **self.fields)
+        if family != self.engine:
+            return f"--engine {cfg.engine} is not launched by this {self.engine} pool's launcher"
+        if cfg.world_size != self.np:
+            return f"the job has {cfg.world_size} ranks and the pool {self.np}"
+        if cfg.resolved_threads() != mine.resolved_threads():
+            return (f"the job asks {cfg.resolved_threads()} threads per rank and the pool's "
+                    f"ranks have {mine.resolved_threads()}")
+        if folder(cfg.runs_dir) != folder(self.runs_dir):
+            return f"the job's runs folder is {cfg.runs_dir}, the pool's {self.runs_dir}"
+        changed = [f for f in AT_PROCESS_START if getattr(cfg, f) != getattr(mine, f)]
+        if changed:
+            return f"the job sets {', '.join(changed)}, fixed when a rank's process starts"
+        return None
+
+    def _train(self, cfg: JobConfig, module: str) -> PoolCall:
+        """Run rank module `module` of the training job `cfg` (checked by `why_not`)."""
+        return self._start("module", module.encode(), cfg.name, cfg)
+
+    def run_code(self, code: str, name: str = "cell", keep: bool = False) -> PoolCall:
+        """Run Python source `code` on every rank (`%%ranks`), each in a fresh namespace; with
+        `keep`, in the namespace that every such cell shares on that rank (what one defines,
+        the next finds, until the pool restarts its ranks)."""
+        return self._start("kept code" if keep else "code", code.encode(), name)
+
+    def close(self) -> None:
+        """End the ranks and give back their cores (also done when Python exits)."""
+        self._closed = True
+        with self._lock:
+            ranks = self._ranks
+        if self._call is not None and not self._call.done:
+            self._call.stop()
+        ranks.end()
+        for key, pool in list(POOLS.items()):
+            if pool is self:
+                del POOLS[key]
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "ready" if self.ready else "starting"
+        return f"<Pool {self.engine} np={self.np} {state} ({self.job.run_id})>"
+
+    # ------------------------------------------------------------------ calls
+    def _start(self, kind: str, payload: bytes, name: str,
+               cfg: JobConfig | None = None) -> PoolCall:
+        if self._call is not None and not self._call.done:
+            raise RuntimeError(f"the pool is running {self._call.run_id}: wait for it "
+                               "(job.wait()) or stop it (job.stop()) first")
+        self.wait_ready()
+        cfg = cfg or JobConfig(engine=self.engine, np=self.np, name=name,
+                               **self.fields).validate()
+        with self._lock:
+            call = self._call = PoolCall(self, self._ranks, cfg, kind, payload)
+        call.send()  # after it is the pool's call: a reply may come back at once
+        return call
+
+    def replied(self, call_id: int, rank: int, ok: bool) -> None:
+        call = self._call
+        if call is not None and id(call) == call_id:
+            call.replied(rank, ok)
+
+    def lost(self, ranks: _Ranks) -> None:
+        """A rank of `ranks` closed its channel: tell the call; replace the ranks."""
+        if self._call is not None:
+            self._call.lost()
+        if not self._closed and ranks.ready.is_set():
+            pids = ", ".join(f"rank {r} (pid {p})" for r, p in sorted(ranks.lost.items()))
+            self.restart(f"lost {pids}", ranks)
+
+    def restart(self, why: str, ranks: _Ranks) -> None:
+        """Replace `ranks` (if they are still the current ones) by new ones."""
+        with self._lock:
+            if self._closed or ranks is not self._ranks:
+                return
+            self.restarts.append(why)
+            self._ranks = _Ranks(self)
+        threading.Thread(target=ranks.end, daemon=True).start()
+
+
+def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
+          threads_per_rank: int = 1, cpu_bind: str = "core", launcher: str = "local",
+          **slurm: Any) -> Pool:
+    """This process's pool of `np` warm ranks of `engine`: the running one, or a new one.
+
+    Returns at once; the first call waits until the ranks are ready (`pool.wait_ready()`).
+    With `cpu_bind="none"` the ranks hold no cores in the host's queue while they wait (and
+    serve jobs that bind none): the kernel places them among everyone's processes. With
+    `launcher="slurm"` Slurm places the ranks, as a job that waits in its queue like any
+    other (`slurm` takes the Slurm fields of JobConfig: `partition`, `nodes`, `time_limit`,
+    ...), and they reach this process over TCP (rank/channel.py).
+    """
+    key = (engine, np, folder(runs_dir), launcher)
+    pool = POOLS.get(key)
+    if pool is None or not pool.alive:
+        pool = POOLS[key] = Pool(np, engine, runs_dir, threads_per_rank, cpu_bind, launcher,
+                                 **slurm)
+    return pool
+
+
+def close_all() -> None:
+    """Close every pool of this process (when Python exits: before its jobs are stopped)."""
+    for pool in list(POOLS.values()):
+        pool.close()
+
+
+atexit.register(close_all)  # after job.py's stop_all: runs before it

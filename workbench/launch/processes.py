@@ -1,0 +1,99 @@
+"""Finding and ending every process of a job on this host.
+
+`horovodrun` starts each rank in a session of its own, so signalling the launcher's process
+group does not reach the ranks, and a launcher killed hard leaves them running. The
+workbench therefore finds a job's processes two ways and ends them all:
+
+1. the launcher and its descendants (psutil's process tree);
+2. any process whose environment carries this job's `WORKBENCH_RUN_ID`: the ranks, also
+   one still starting up that has not written its pid file yet (not one whose environment
+   this user may not read, or that started again with a clean one).
+
+Ranks on other hosts cannot be signalled from here (their pids belong to another process
+table): they end themselves when the owner's heartbeat says "stop" (records/liveness.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from workbench.rank.protocol import ENV_RUN_ID
+from workbench.records.liveness import heartbeat_path, read_beat, read_pid_file, this_host
+from workbench.records.liveness import process_alive as pid_alive  # zombies count as gone
+from workbench.records.store import CorruptRecord, read_json
+
+
+def exit_records(run_dir: Path, world_size: int) -> dict[int, dict[str, Any]]:
+    """{rank: exit record} of the ranks that have ended: from the rank's heartbeat (see
+    `known_ranks`), else `exit/rank<k>.json`; a corrupt record counts as that rank's error,
+    naming the file."""
+    out: dict[int, dict[str, Any]] = {}
+    for rank in range(world_size):
+        rec = (read_beat(heartbeat_path(run_dir, f"rank{rank}")) or {}).get("exit")
+        if not isinstance(rec, dict):
+            try:
+                rec = read_json(Path(run_dir) / "exit" / f"rank{rank}.json")
+            except CorruptRecord as exc:
+                rec = {"ok": False, "error": f"unreadable exit record: {exc}",
+                       "time": time.time()}
+        if isinstance(rec, dict):
+            out[rank] = rec
+    return out
+
+
+def rank_pids(run_dir: Path) -> dict[int, int]:
+    """{rank: pid} from the ranks' pid files, of those on this host (only their pids mean
+    anything here)."""
+    out = {}
+    for f in (Path(run_dir) / "pids").glob("rank*.pid"):
+        entry = read_pid_file(f)
+        if entry is not None and f.stem[4:].isdigit() and entry[1] == this_host():
+            out[int(f.stem[4:])] = entry[0]
+    return out
+
+
+def job_processes(run_id: str, run_dir: Path, launcher_pid: int | None) -> list[psutil.Process]:
+    """Every live process that belongs to the job (see the module docstring)."""
+    found: dict[int, psutil.Process] = {}
+    if launcher_pid is not None:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(launcher_pid)
+            found.update((p.pid, p) for p in [root, *root.children(recursive=True)])
+    for proc in psutil.process_iter():
+        if proc.pid in found or proc.pid == os.getpid():
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(ENV_RUN_ID) == run_id:
+                found[proc.pid] = proc
+    return [p for p in found.values() if _alive(p)]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def live_rank_pids(run_dir: Path) -> list[int]:
+    """Pids of the run's ranks on this host (from their pid files) that are still running."""
+    return [pid for pid in rank_pids(run_dir).values() if pid_alive(pid)]
+
+
+def terminate(procs: list[psutil.Process], grace_s: float = 2.0) -> list[psutil.Process]:
+    """SIGTERM, wait up to `grace_s`, then SIGKILL what is left; return any survivors."""
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    _, alive = psutil.wait_procs(alive, timeout=grace_s)
+    return [p for p in alive if _alive(p)]

@@ -1,0 +1,349 @@
+"""Running a job through Slurm: write a batch script, `sbatch` it, watch the queue, `scancel`.
+
+On a cluster nobody starts processes on the compute nodes by hand: the scheduler places the
+job, queues it until the nodes are free, starts its tasks, and cancels it. So with
+`launcher="slurm"` the workbench does not start ranks; it writes `slurm/job.sbatch` into
+the run folder (slurm_script.py) and submits it:
+
+    sbatch --parsable runs/<run_id>/slurm/job.sbatch      -> Slurm's job id, at once
+
+Inside the allocation the script starts the ranks the way each engine is started on a
+cluster (each engine's `slurm_lines`, in engines.py; you can read, and resubmit, the script
+that ran):
+
+- `torch`: `srun` starts one task per rank. Slurm numbers them (SLURM_PROCID over the job,
+  SLURM_LOCALID on each node, SLURM_NTASKS in all) and `slurm/task.sh` hands these numbers
+  to torch.distributed under its own names (RANK, LOCAL_RANK, WORLD_SIZE), with MASTER_ADDR
+  the allocation's first node. `--kill-on-bad-exit` ends every task when one fails.
+- `horovod`: `horovodrun --gloo` on the first node, with `-H` built from the nodes Slurm
+  gave (`scontrol show hostnames $SLURM_JOB_NODELIST`) and the tasks on each.
+- `serial`: one task.
+
+The ranks run on compute nodes, so they are not watched by pid but through what they write
+into the shared runs folder (metrics, exit records, and `tasks/rank<k>.json`, which
+`task.sh` writes when a rank ends, even one killed by a signal) and the job's state in
+Slurm's queue: PENDING (with Slurm's reason: Resources, Priority, ...), RUNNING, then gone.
+Accounting (`sacct`) is often off, so the batch script records its own exit code in
+`slurm/batch_exit.json`, and Slurm's final state is read with `scontrol show job` while
+Slurm still remembers the job (MinJobAge, 300 s by default).
+
+Faults: the job is submitted with `--no-requeue` (slurm_script.py), and a guard process
+(guard.py), started before `sbatch`, `scancel`s it by name if the process that submitted
+it dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.config import ConfigError, JobConfig
+from workbench.launch.guard import end as end_process
+from workbench.launch.guard import user_name
+from workbench.launch.launched import GUARD, Exits, Launched, Ranks
+from workbench.launch.slurm_script import (  # noqa: F401 (re-exported: the batch script, -H)
+    horovod_hosts,
+    print_hosts,
+    write_scripts,
+)
+from workbench.rank.protocol import ENV_OWNER
+from workbench.records import CorruptRecord, read_json, write_json_atomic
+from workbench.records.blame import Failure
+from workbench.records.liveness import this_host
+
+#: Slurm states in which the job still holds (or waits for) resources.
+ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
+                 "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "REQUEUE_HOLD",
+                 "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
+#: Seconds between two questions to Slurm's controller while nothing else has happened:
+#: every question is a process and an RPC, and the queue changes on the scheduler's
+#: time scale (seconds), not the watcher's (0.2 s).
+QUERY_EVERY_S = 1.0
+#: How long `sbatch` may take to answer, in seconds (a loaded controller takes seconds).
+SBATCH_TIMEOUT_S = 60.0
+
+
+def available() -> str | None:
+    """None when Slurm's client commands are here, else what is missing."""
+    if shutil.which("sbatch") is None:
+        return ("`sbatch` is not on PATH (Slurm's client commands are missing): run on the "
+                "cluster's login node or JupyterHub, or try scripts/local_slurm.sh up")
+    return None
+
+
+def check(cfg: JobConfig) -> None:
+    """Raise ConfigError (one line) if `cfg` cannot be submitted to this cluster."""
+    problem = available()
+    if problem:
+        raise ConfigError(f"--launcher slurm cannot run here: {problem}")
+    if cfg.partition is None:
+        return
+    try:
+        out = subprocess.run(["sinfo", "-h", "-a", "-o", "%R"], capture_output=True, text=True,
+                             timeout=15)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(f"Slurm could not list the partitions: {exc}") from None
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        raise ConfigError(f"Slurm could not list the partitions (sinfo: {last}); is SLURM_CONF "
+                          "right and the controller up?")
+    partitions = sorted(set(out.stdout.split()))
+    if cfg.partition not in partitions:
+        raise ConfigError(f"invalid --partition {cfg.partition!r}: this cluster's partitions "
+                          f"are {', '.join(partitions) or '(none)'}")
+
+
+def _sbatch(script: Path, run_id: str, run_dir: Path, env: dict[str, str]) -> str:
+    """`sbatch --parsable script`: Slurm's job id, or ConfigError in one line.
+
+    A `sbatch` that times out may have queued the job all the same (the controller took it,
+    its answer was lost): it is then found by its name, the run id, and cancelled.
+    """
+    cmd = ["sbatch", "--parsable", str(script)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                             timeout=SBATCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        cancel_by_name(run_id, env)
+        raise ConfigError(f"sbatch did not answer within {SBATCH_TIMEOUT_S:g} s (is the "
+                          f"controller busy or down?); any job it queued as {run_id} was "
+                          "cancelled: try again") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot run sbatch: {exc.strerror or exc}") from None
+    with open(run_dir / "logs" / "launcher.log", "a") as log:
+        log.write(f"{shlex.join(cmd)}\n{out.stdout}{out.stderr}")
+    if out.returncode != 0:  # nothing was queued, so nothing ran: leave no run behind
+        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        raise ConfigError(f"sbatch refused the job: {last}")
+    job_id = out.stdout.strip().split(";")[0]  # "id" or "id;cluster"
+    if not job_id.isdigit():
+        raise ConfigError(f"sbatch answered {out.stdout.strip()[:80]!r}, not a job id")
+    return job_id
+
+
+def cancel_by_name(name: str, env: dict[str, str], timeout: float = 15.0) -> None:
+    """`scancel` this user's jobs named `name`, and wait until squeue lists none of them."""
+    user = ["--name", name, "--user", user_name()]
+    end = time.time() + timeout
+    try:
+        subprocess.run(["scancel", *user], capture_output=True, env=env, timeout=30)
+        while time.time() < end:
+            left = subprocess.run(["squeue", "-h", "-o", "%i", *user], capture_output=True,
+                                  text=True, env=env, timeout=30)
+            if left.returncode == 0 and not left.stdout.strip():
+                return
+            time.sleep(0.5)
+    except (OSError, subprocess.TimeoutExpired):
+        pass  # the controller is down: nothing more to do from here
+
+
+# ---------------------------------------------------------------------- watching
+class SlurmBatch(Launched):
+    """A submitted batch job, seen by the watcher as it sees a launcher process: `poll()`
+    and `wait()` answer as `subprocess.Popen`'s; no local `pid` (the ranks run on compute
+    nodes). It adds Slurm's view: `state`, and `reason` (why it is PENDING)."""
+
+    def __init__(self, job_id: str, run_dir: Path, guard: subprocess.Popen[bytes],
+                 world_size: int) -> None:
+        self.job_id = job_id
+        self.run_dir = run_dir
+        self.guard = guard  # scancels the job if its owner dies (guard.py)
+        self.world_size = world_size
+        self.started = time.time()
+        self.state, self.reason = "PENDING", "None"
+        self.final: dict[str, str] = {}  # scontrol's JobState and ExitCode, once ended
+        self._asked = 0.0
+        self.returncode: int | None = None
+
+    @staticmethod
+    def ticket(run_id: str, cfg: JobConfig, sharing: Any) -> SlurmTicket:
+        """No place in this host's queue: the job waits in Slurm's, for the cluster's cores."""
+        return SlurmTicket()
+
+    @staticmethod
+    def start(cfg: JobConfig, run_id: str, run_dir: Path, module: str, args: list[str],
+              env: dict[str, str], cores_held: list[int]) -> SlurmBatch:
+        """Write the scripts and `sbatch` them; returns as soon as Slurm has queued the job.
+
+        sbatch hands the job `env` (--export=ALL, its default), less the owner's pid (no pid
+        watchdog on the compute nodes: the ranks leave when the owner's heartbeat says "stop")
+        and the variables of an allocation we may run in (a notebook started by a Slurm job),
+        but for SLURM_CONF, which names the cluster to talk to.
+        """
+        script = write_scripts(cfg, run_id, run_dir, module, args)
+        env = {k: v for k, v in env.items()
+               if k != ENV_OWNER and (not k.startswith("SLURM_") or k == "SLURM_CONF")}
+        # The guard scancels the job if this process dies (guard.py); started before sbatch,
+        # so that no job is ever queued without one.
+        with open(run_dir / "logs" / "launcher.log", "ab") as log:
+            guard = subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()), "--scancel",
+                                      run_id], stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        try:
+            job_id = _sbatch(script, run_id, run_dir, env)
+        except BaseException:
+            end_process(guard)
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing was queued (or it was cancelled)
+            raise
+        write_json_atomic(run_dir / "slurm" / "job.json", {"slurm_job_id": job_id})
+        return SlurmBatch(job_id, run_dir, guard, cfg.world_size)
+
+    @property
+    def pending_reason(self) -> str | None:
+        """Why Slurm still queues the job (its reason: "Resources", "Priority", ...), or None
+        once it runs. Slurm says "None" in the moment before its scheduler looks at a job."""
+        if self.state != "PENDING":
+            return None
+        return "waiting for the scheduler" if self.reason == "None" else self.reason
+
+    def poll(self, now: bool = False) -> int | None:
+        """None while Slurm lists the job as active, else its exit code (see `ending`)."""
+        if self.returncode is not None:
+            return self.returncode
+        due = time.time() - self._asked >= QUERY_EVERY_S
+        if not (now or due or (self.run_dir / "slurm" / "batch_exit.json").exists()):
+            return None
+        self._asked = time.time()
+        state = queue_state(self.job_id)
+        if state == UNKNOWN:
+            return None  # the controller did not answer this time: ask again later
+        if state is not None and state[0] in ACTIVE_STATES:
+            self.state, self.reason = state
+            return None
+        self.final = _final_state(self.job_id)
+        self.state = self.final.get("JobState", "ENDED")
+        batch = _batch_exit(self.run_dir)
+        code = self.final.get("ExitCode", "0:0").split(":")
+        self.returncode = int(batch.get("rc", code[0] if code[1] == "0" else 128 + int(code[1])))
+        if self.state not in ("COMPLETED", "ENDED") and self.returncode == 0:
+            self.returncode = 1  # cancelled, timed out, node failure: not a success
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until Slurm no longer lists the job; raise TimeoutExpired after `timeout` s."""
+        end = None if timeout is None else time.time() + timeout
+        while (rc := self.poll(now=True)) is None:
+            if end is not None and time.time() > end:
+                raise subprocess.TimeoutExpired(f"slurm job {self.job_id}", timeout or 0)
+            time.sleep(0.2)
+        return rc
+
+    def end(self, timeout: float = 10.0) -> None:
+        """`scancel` the job (SIGTERM to every task, SIGKILL after Slurm's KillWait), wait
+        until Slurm has ended it, and end the guard."""
+        try:
+            if self.poll(now=True) is None:
+                subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30)
+                # (on a timeout, the caller's sweep of local processes and summary still run)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.wait(timeout)
+        finally:  # the job has ended, or has just been cancelled
+            end_process(self.guard)
+
+    def ending(self, rc: int) -> str:
+        """How the job ended, in words, for a failure report."""
+        return (f"Slurm job {self.job_id} ended {self.state} (exit code "
+                f"{self.final.get('ExitCode', self.returncode)})")
+
+    def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
+        """Ranks that ended (their task wrote tasks/rank<k>.json) without an exit record."""
+        here = this_host()  # (only a pid of this host means anything here)
+        pids = {rank: pid for rank, (pid, host) in ranks.items() if host == here}
+        ended_tasks = sorted((rec.get("time", 0.0), int(f.stem[4:]))
+                             for f in (self.run_dir / "tasks").glob("rank*.json")
+                             if (rec := read_json(f)) is not None)
+        return [Failure(rank, "vanished", self.started,
+                        f"rank {rank} (pid {pids.get(rank)}) ended without reporting (its Slurm "
+                        "task recorded its end): killed by a signal or out of memory")
+                for _, rank in ended_tasks if rank not in exits]
+
+    def undecided(self, exits: Exits, ranks: Ranks, since: float) -> bool:
+        """A killed task's record (tasks/) may land moments after a peer's error, which its
+        death caused."""
+        return len(exits) < self.world_size
+
+    def facts(self) -> dict[str, Any]:
+        return {"slurm_job_id": self.job_id, "slurm_state": self.state}
+
+
+class SlurmTicket:
+    """The gate's answer for a Slurm job: go. It waits in Slurm's queue, for the cluster's
+    cores, not in this host's queue for this host's cores."""
+
+    cores: list[int] = []
+    warning: str | None = None
+    position = 0
+
+    def poll(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing to give back here: Slurm frees the job's cores."""
+
+
+#: What `queue_state` returns when squeue could not answer (controller busy or down).
+UNKNOWN = ("UNKNOWN", "")
+
+
+def queue_state(job_id: str) -> tuple[str, str] | None:
+    """(state, reason) of a job that Slurm's queue lists now, None if it lists it no more.
+
+    squeue lists a job from submission until shortly after it ends, then says "Invalid job
+    id" (the job is over). Any other failure is UNKNOWN: a busy controller must not make a
+    running job look finished.
+    """
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T|%r"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return UNKNOWN
+    if out.returncode != 0:
+        return None if "Invalid job id" in out.stderr else UNKNOWN
+    line = out.stdout.strip()
+    if not line:
+        return None
+    state, _, reason = line.partition("|")
+    return state, reason
+
+
+def _final_state(job_id: str) -> dict[str, str]:
+    """JobState, Reason and ExitCode ("exit:signal") from `scontrol show job`, or {}."""
+    try:
+        out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    fields = dict(re.findall(r"(\w+)=(\S*)", out))
+    return {k: fields[k] for k in ("JobState", "Reason", "ExitCode") if k in fields}
+
+
+def run_status(run_dir: Path) -> str | None:
+    """"pending (<reason>)" for a run whose Slurm job is queued now, else None.
+
+    For `workbench runs`: the record of a queued job has no metrics yet, so only Slurm can
+    tell it from a running one.
+    """
+    job = read_json(Path(run_dir) / "slurm" / "job.json")
+    if not job:
+        return None
+    state = queue_state(str(job["slurm_job_id"]))
+    if state is None or state[0] != "PENDING":
+        return None
+    return f"pending ({state[1]})"
+
+
+def _batch_exit(run_dir: Path) -> dict[str, Any]:
+    """The batch script's own record of its exit code, or {} (then Slurm's ExitCode counts):
+    there is none yet, or a script killed while writing it left it empty."""
+    try:
+        return read_json(run_dir / "slurm" / "batch_exit.json") or {}
+    except CorruptRecord:
+        return {}

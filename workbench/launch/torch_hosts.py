@@ -1,0 +1,133 @@
+"""Start a DistributedDataParallel job on several hosts: one `torchrun` per host, over ssh.
+
+    python -m workbench.launch.torch_hosts --hosts a:2,b:2 --np 4 --rdzv-id RUN -- -m MODULE
+
+This is what `horovodrun -H` does for Horovod, and no more: for each host it runs
+
+    ssh HOST 'cd CWD; exec env -i K=V ... python -m torch.distributed.run
+              --nnodes=N --nproc-per-node=SLOTS --rdzv-backend=c10d
+              --rdzv-endpoint=FIRST_HOST:PORT --rdzv-id=RUN -m MODULE'
+
+and waits. The torchruns meet in a c10d rendezvous hosted by the first host's, which
+assigns the ranks. If one host's torchrun fails, the others are ended (as horovodrun does).
+
+The rendezvous cannot be squatted: the first host's torchrun hosts it (`--rdzv-conf
+is_host=true`; the others `is_host=false`), on a port that the first host's operating
+system gave as free a moment before (asked there, over ssh if it is remote). Without
+`is_host`, a torchrun that cannot bind its port becomes a client of whatever listens
+there; with it, a port taken meanwhile is an error that fails the job at once.
+
+`env -i` gives the remote command only the variables this launcher got, the job's
+allow-list (launch/environment.py): no secret of the notebook reaches the remote host or `ps`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+
+from workbench.hosts.lists import parse_hosts
+
+SSH = ["ssh", "-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no"]
+FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
+
+
+def free_port(host: str) -> int:
+    """A TCP port that `host`'s operating system gives as free (asked there, over ssh)."""
+    try:
+        out = subprocess.run(host_command(host, [sys.executable, "-c", FREE_PORT]),
+                             capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise SystemExit(f"torch_hosts: cannot ask {host} for a free port: {err}") from None
+    words = out.stdout.split()
+    if out.returncode != 0 or not words or not words[-1].isdigit():
+        why = (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
+        raise SystemExit(f"torch_hosts: cannot ask {host} for a free port: {why}")
+    return int(words[-1])
+
+
+def allocate(hosts: str, np: int) -> list[tuple[str, int]]:
+    """(host, ranks) in host order, filling each host's slots until `np` ranks are placed."""
+    out, left = [], np
+    for host, slots in parse_hosts(hosts).items():
+        if left == 0:
+            break
+        out.append((host, min(slots, left)))
+        left -= out[-1][1]
+    return out
+
+
+def is_local(host: str) -> bool:
+    """True when `host` names this machine (then torchrun runs without ssh)."""
+    try:
+        address = socket.gethostbyname(host)
+    except (OSError, UnicodeError):  # not resolvable, or not a valid name ("a..b")
+        return False
+    local = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
+    return address in local or address.startswith("127.")
+
+
+def torchrun_command(nnodes: int, nproc: int, endpoint: str, rdzv_id: str,
+                     program: list[str], is_host: bool) -> list[str]:
+    """One host's torchrun; `is_host`: this one hosts the rendezvous (and must bind)."""
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+            f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-id={rdzv_id}", f"--rdzv-conf=is_host={str(is_host).lower()}", *program]
+
+
+def host_command(host: str, command: list[str]) -> list[str]:
+    """The command that runs `command` on `host` with only the allow-listed environment."""
+    if is_local(host):
+        return command
+    env = [f"{k}={v}" for k, v in sorted(os.environ.items())]  # the job's allow-listed set
+    remote = (f"cd {shlex.quote(os.getcwd())} >/dev/null 2>&1; "
+              f"exec env -i {shlex.join(env)} {shlex.join(command)}")
+    return [*SSH, host, remote]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", required=True)
+    parser.add_argument("--np", type=int, required=True)
+    parser.add_argument("--rdzv-id", required=True)
+    parser.add_argument("program", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    plan = allocate(args.hosts, args.np)
+    endpoint = f"{plan[0][0]}:{free_port(plan[0][0])}"
+    print(f"torch_hosts: rendezvous at {endpoint}, hosted by the torchrun on {plan[0][0]} "
+          "(is_host=true)", file=sys.stderr, flush=True)
+    procs = [subprocess.Popen(host_command(host, torchrun_command(
+        len(plan), n, endpoint, args.rdzv_id, program, is_host=i == 0)),
+        stdin=subprocess.DEVNULL) for i, (host, n) in enumerate(plan)]
+
+    def end_all() -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+
+    signal.signal(signal.SIGTERM, lambda *_: (end_all(), sys.exit(143)))
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [c for c in codes if c not in (None, 0)]
+        if failed:
+            print(f"torch_hosts: a host's torchrun exited with code {failed[0]}; ending the "
+                  "others", file=sys.stderr, flush=True)
+            end_all()
+            return failed[0]
+        if all(c == 0 for c in codes):
+            return 0
+        time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

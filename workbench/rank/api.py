@@ -1,0 +1,101 @@
+"""What your own code can ask and tell while it runs as one rank of a job.
+
+    import workbench
+
+    def train(steps):
+        for step in range(steps):
+            loss = ...                                   # your training step
+            workbench.report(step=step, loss=loss)       # a live point in the panel's charts
+        return workbench.rank()                          # collected by job.results()
+
+    job = workbench.launch(train, 100, np=2)
+
+- `rank()`, `size()`, `local_rank()` read the variables that the launchers set for every
+  process they start (horovodrun: `HOROVOD_RANK`, ...; torchrun: `RANK`, ...). So they work
+  on every engine, before `hvd.init()` or `init_process_group()`, and outside a job they
+  are 0, 1 and 0: the same function also runs unchanged in a notebook cell.
+- `report(**metrics)` appends one line to the rank's `metrics/rank<k>.jsonl`, which every
+  panel and `workbench show` read (docs/ARCHITECTURE.md). Outside a job it does nothing.
+- `kept()` is the one place a rank keeps things from one call to the next on purpose: on a
+  pool of warm ranks, where every call starts from a fresh namespace, `kept()["model"] =
+  model` in one call is there in the next (until the pool restarts its ranks). Under
+  `launch()` each process runs one call, so it starts empty.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from workbench.rank.protocol import current, launcher_identity
+
+#: What this rank keeps between calls on purpose (see `kept`).
+_kept: dict[str, Any] = {}
+
+
+def kept() -> dict[str, Any]:
+    """A dict that lives as long as this rank's process: what one call of a pool leaves
+    there, the next call finds (nothing else leaks from call to call)."""
+    return _kept
+
+
+def _identity() -> tuple[int, int, int]:
+    """(rank, size, local rank): the attached context's, else the launcher's variables."""
+    ctx = current()
+    return launcher_identity() if ctx is None else (ctx.rank, ctx.size, ctx.local_rank)
+
+
+def rank() -> int:
+    """This process's rank in the job: 0 .. size()-1 (0 outside a job)."""
+    return _identity()[0]
+
+
+def size() -> int:
+    """How many ranks the job has (1 outside a job, and on the serial engine)."""
+    return _identity()[1]
+
+
+def local_rank() -> int:
+    """This process's rank among the ranks on its own host: which GPU or cores are its own."""
+    return _identity()[2]
+
+
+def report(**metrics: Any) -> None:
+    """Write one line of metrics for the live charts, e.g. `report(step=s, loss=l)`.
+
+    A call with `epoch` and no `step` writes an *epoch* line, any other a *step* line. Every
+    value must be a number (a one-element tensor is converted with `float()`). The charts
+    know `loss`, `accuracy` and `samples` (this rank's samples in this step, for samples/s);
+    other names are kept too. Missing fields of the record format are filled in: `step`
+    counts up from 0, `epoch` stays at the last one reported, `step_time_s` is the time
+    since this rank's previous report, in seconds (0 for its first: when that step began is
+    unknown, and the time since the start would count imports and data loading).
+    """
+    ctx = current()
+    if ctx is None:
+        return
+    values = {name: _number(name, value) for name, value in metrics.items()}
+    last = ctx.reported
+    now = ctx.now()
+    kind = "epoch" if "epoch" in values and "step" not in values else "step"
+    if kind == "step":
+        step = int(values.pop("step", last["step"] + 1))
+        epoch = int(values.pop("epoch", last["epoch"]))
+        line = {"epoch": epoch, "step": step, "loss": math.nan, "accuracy": math.nan,
+                "samples": 0, "step_time_s": 0.0 if last["time"] is None else now - last["time"],
+                **values}
+        last.update(step=step, epoch=epoch, time=now)
+    else:
+        epoch = int(values.pop("epoch"))
+        line = {"epoch": epoch, "loss": math.nan, "accuracy": math.nan, **values}
+        last.update(epoch=epoch)
+    ctx.metric(kind, **line)
+
+
+def _number(name: str, value: Any) -> float:
+    """`value` as a float, or a TypeError that says how to fix the call."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"report({name}=...) takes a number, not {type(value).__name__} "
+                        f"{value!r:.60}: pass one value, e.g. loss.item()") from None

@@ -1,0 +1,196 @@
+"""One warm rank of a pool (started by `workbench.ranks`): imported, joined, waiting for work.
+
+    torchrun --standalone --nproc-per-node 2 -m workbench.rank.wrapper \
+        --module workbench.rank.pool --address ADDR
+    horovodrun -np 2 --gloo -H localhost:2 python -m workbench.rank.wrapper \
+        --module workbench.rank.pool --address ADDR
+
+It is a rank of an ordinary job (the pool's run, see rank/protocol.py) that imports torch,
+joins the process group once (`hvd.init()` or `init_process_group("gloo")`), connects to its
+owner (rank/channel.py) and then runs calls, one at a time. A call costs milliseconds because
+it skips a fresh interpreter, `import torch` (about 2.4 s of CPU) and the rendezvous.
+
+Each call is a run of its own: its folder gets this rank's pid, log, metrics, exit record
+and return value exactly as under `workbench.launch` (rank/wrapper.py). Each call starts
+from a fresh namespace (a function unpickled anew, a cell's code in a new dict); what is
+kept is kept on purpose, in `workbench.kept()` (rank/api.py) or, for cells run with `keep`
+(`%%ranks --keep`), in the one namespace those cells share.
+
+The process group stays up between calls, so your code's `init_process_group()`,
+`hvd.init()`, `destroy_process_group()` and `hvd.shutdown()` do nothing here: code written
+for `launch()` runs unchanged.
+
+A training job on the pool (pool.py) is a call too: the rank runs the engine's own rank
+module (`ddp_rank`, `horovod_rank`, ...), whose `job_config()` and `job_record()`
+(rank/context.py) find the call's context, already open.
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import importlib
+import linecache
+import os
+import queue
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from workbench.rank import channel
+from workbench.rank.by_value import unpickle_call
+from workbench.rank.context import this_rank
+from workbench.rank.protocol import RankContext, attach
+from workbench.rank.wrapper import save_result, user_traceback
+
+#: The file name tracebacks give to the code of a `%%ranks` cell.
+CELL_FILE = "<ranks cell>"
+
+
+class CallContext(RankContext):
+    """A rank's context for one call: the call's run folder, without a second watchdog
+    (the pool's rank has one); output goes to the call's log until `restore()`."""
+
+    durable = False  # the exit record is renamed into place, not fsynced (write_json_atomic)
+
+    def _supervise(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._saved = (os.dup(1), os.dup(2), sys.stdout, sys.stderr)
+        self._redirect_output()
+
+    def restore(self) -> None:
+        """Send output back to the pool's own log and close the call's files."""
+        log = sys.stdout
+        log.flush()
+        out, err, sys.stdout, sys.stderr = self._saved
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.close(out)
+        os.close(err)
+        log.close()
+        os.close(self._metrics_fd)
+
+
+class Rank:
+    """The serving loop of one warm rank."""
+
+    def __init__(self, ctx: RankContext, address: str) -> None:
+        self.ctx = ctx
+        self.conn = channel.connect(address)
+        self.token = os.environ.pop(channel.ENV_TOKEN, "")  # not for the calls' code
+        self.calls: queue.Queue[tuple[dict[str, Any], bytes] | None] = queue.Queue()
+        self.running: int | None = None  # the id of the call in progress
+        signal.signal(signal.SIGINT, self._on_interrupt)
+
+    def serve(self) -> None:
+        channel.send(self.conn, {"op": "hello", "rank": self.ctx.rank, "pid": os.getpid(),
+                                      "token": self.token})
+        threading.Thread(target=self._read, name="pool-reader", daemon=True).start()
+        while (message := self.calls.get()) is not None:
+            header, payload = message
+            ok = self.run_call(header, payload)
+            channel.send(self.conn, {"op": "done", "id": header["id"],
+                                          "rank": self.ctx.rank, "ok": ok})
+
+    def _read(self) -> None:
+        """Messages from the owner: calls queue up; an interrupt stops the running call."""
+        while (message := channel.receive(self.conn)) is not None:
+            header, payload = message
+            if header["op"] == "call":
+                self.calls.put((header, payload))
+            elif header["op"] == "interrupt" and self.running == header["id"]:
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            elif header["op"] == "quit":
+                break
+        self.calls.put(None)  # the owner has gone or asked us to: leave
+
+    def _on_interrupt(self, *_: Any) -> None:
+        if self.running is not None:  # between calls there is nothing to interrupt
+            raise KeyboardInterrupt("stopped by the pool's owner")
+
+    def run_call(self, header: dict[str, Any], payload: bytes) -> bool:
+        """Run one call in its own run folder; True when it returned."""
+        ctx = self.ctx
+        self.ctx.metric("event", message="call", run_id=header["run_id"])
+        call = CallContext(Path(header["dir"]), ctx.rank, ctx.size, ctx.local_rank,
+                           t0=header["t0"])
+        try:
+            with call:
+                attach(call)
+                self.running = header["id"]
+                try:
+                    value = execute(header, payload, call)
+                except BaseException as exc:
+                    # A training module's traceback starts at the module; your code's at
+                    # your own first frame (see RankContext.__exit__).
+                    exc.rank_traceback = user_traceback(exc, header["kind"] != "module")
+                    raise
+                finally:
+                    self.running = None
+                save_result(call.run_dir, ctx.rank, value)
+            return True
+        except BaseException:  # noqa: BLE001 - in the call's exit record and log
+            return False
+        finally:
+            attach(ctx)
+            call.restore()
+
+
+#: The namespace that the cells run with `keep` share, for this rank process's life.
+KEPT_CELLS: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+
+
+def execute(header: dict[str, Any], payload: bytes, call: RankContext) -> Any:
+    """Run the call's function, a training job's rank module (returns None), or the cell's
+    code (returns None): in a fresh namespace, or for "kept code" in KEPT_CELLS."""
+    if header["kind"] == "function":
+        fn, args = unpickle_call(payload)
+        return fn(*args)
+    if header["kind"] == "module":   # its context is the call's, attached already
+        importlib.import_module(payload.decode()).main()
+        return None
+    code = payload.decode()
+    lines = code.splitlines(keepends=True)
+    linecache.cache[CELL_FILE] = (len(code), None, lines, CELL_FILE)
+    fresh = {"__name__": "__main__", "__builtins__": builtins}
+    exec(compile(code, CELL_FILE, "exec"), KEPT_CELLS if header["kind"] == "kept code" else fresh)
+    return None
+
+
+def join_group(engine: str) -> None:
+    """Join the process group once, and make your code's own join and leave do nothing."""
+    if engine == "horovod":
+        import horovod.torch as hvd
+
+        hvd.init()
+        hvd.init = hvd.shutdown = _nothing
+        return
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    leave = dist.destroy_process_group
+    dist.init_process_group = _nothing
+    dist.destroy_process_group = lambda group=None: None if group is None else leave(group)
+
+
+def _nothing(*_: Any, **__: Any) -> None:
+    """What a second `hvd.init()` or `init_process_group()` does in a pool: nothing."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--address", required=True,
+                        help="the owner's abstract socket name, or tcp:HOST:PORT")
+    args = parser.parse_args(argv)
+    ctx = this_rank()
+    import torch  # noqa: F401 - the point of a warm rank: imported once
+
+    join_group(ctx.config.engine)
+    Rank(ctx, args.address).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+"""The rank protocol: what every process of a job does so the launcher can look after it.
+
+The rank wrapper (rank/wrapper.py) opens each rank's `RankContext` before the rank
+module's first line and closes it after its last, so the module stays a plain script
+(context.py: how it finds its context). The context reads `config.json` or stops at once
+with one line naming the file (a runs folder not shared at the same path on every host,
+say), rather than train with defaults that differ from its peers'. On entry it writes the
+rank's pid and host (so the launcher can reap it although `horovodrun` puts ranks in
+sessions of their own), sends stdout/stderr to `logs/rank<k>.log` (ui/rank_output.py shows
+it) and starts a watchdog (`_watchdog`). On exit it writes `exit/rank<k>.json`: success,
+the error and its traceback, or that a SIGTERM ended it (`ended_by`): torchrun and
+horovodrun end every other rank that way once one has failed, and the launcher must not
+blame such a rank (records/blame.py). The same record goes into the rank's heartbeat, which
+the launcher's host can read on every host (records/liveness.py: on NFS a new file of ours
+may stay unseen for a minute). A plain launch's rank is unsupervised: no log redirection,
+no watchdog (context.py).
+
+`ctx.metric(...)` appends one whole JSON line (records/store.py `write_all`) to this rank's
+own `metrics/rank<k>.jsonl`: one writer per file (records/metrics.py says why).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from workbench.config import ConfigError, JobConfig
+from workbench.records.liveness import (
+    HEARTBEAT_PERIOD_S,
+    OWNER_STALE_S,
+    Staleness,
+    beat,
+    heartbeat_path,
+    process_alive,
+    read_beat,
+    started,
+    this_host,
+    write_pid_file,
+)
+from workbench.records.metrics import metrics_path
+from workbench.records.private import read_own
+from workbench.records.store import CorruptRecord, read_json, write_all, write_json_atomic
+
+#: Environment variables the launcher sets for every rank.
+ENV_RUN_DIR = "WORKBENCH_RUN_DIR"
+ENV_RUN_ID = "WORKBENCH_RUN_ID"
+ENV_OWNER = "WORKBENCH_OWNER"      # "host:pid:start" of the process that started the job
+ENV_FILE = "WORKBENCH_ENV_FILE"    # the job's secret variables: a 0600 file (environment.py)
+ENV_T0 = "WORKBENCH_T0"            # launch time, seconds since the epoch
+
+
+class Ended(SystemExit):
+    """Raised in a rank by SIGTERM: its launcher, or the job's stop, ends it (exit code
+    128 + 15, as for the signal itself)."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+def env_int(*names: str, default: int = 0) -> int:
+    """The first of `names` that is set, as an int (launchers use different names)."""
+    for name in names:
+        if os.environ.get(name, "") != "":
+            return int(os.environ[name])
+    return default
+
+
+def launcher_identity() -> tuple[int, int, int]:
+    """(rank, size, local rank) as the launcher set them: horovodrun, torchrun or mpirun each
+    under its own names; (0, 1, 0) for a process started by itself."""
+    return (env_int("HOROVOD_RANK", "RANK", "OMPI_COMM_WORLD_RANK"),
+            env_int("HOROVOD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", default=1),
+            env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"))
+
+
+#: The context of the rank this process is, once its wrapper (or a plain launch) opened it.
+_current: RankContext | None = None
+
+
+def attach(ctx: RankContext | None) -> None:
+    """Make `ctx` this process's context: the one `current()` and `workbench.report()` use."""
+    global _current
+    _current = ctx
+
+
+def current() -> RankContext | None:
+    """This process's rank context; None in a process that is no rank of a job."""
+    return _current
+
+
+class RankContext:
+    """One rank's view of its job: identity, run folder, configuration and reporting.
+
+    `supervised`: the launcher looks after this rank (log redirection, owner watchdog);
+    False for a rank of a plain launch, whose launcher is the command the user typed.
+    """
+
+    #: Whether the exit record is fsynced (see `write_json_atomic`).
+    durable = True
+
+    def __init__(self, run_dir: Path, rank: int, size: int, local_rank: int,
+                 t0: float | None = None, supervised: bool = True) -> None:
+        self.run_dir, self.supervised = run_dir, supervised
+        self.ended = False  # set when a SIGTERM ended the rank
+        self.rank, self.size, self.local_rank = rank, size, local_rank
+        self.t0 = t0 if t0 is not None else float(os.environ.get(ENV_T0, time.time()))
+        self._exit: dict[str, Any] | None = None   # the exit record, once there is one
+        self._beating = threading.Lock()
+        self.config = self._load_config()
+        self._metrics_fd = -1
+        self._closing_since: float | None = None  # set while __exit__ writes the exit record
+        #: The last step, epoch and time `workbench.report()` wrote here (rank/api.py).
+        self.reported: dict[str, float | None] = {"epoch": 0, "step": -1, "time": None}
+
+    def _load_config(self) -> JobConfig:
+        """This job's configuration, or exit at once with one line (see the module docstring)."""
+        path = self.run_dir / "config.json"
+        try:
+            data = read_json(path)
+            if data is None:
+                raise CorruptRecord(f"{path}: no such file (is the runs folder shared at the "
+                                    f"same path on host {this_host()}?)")
+            return JobConfig.from_dict(data)
+        except (CorruptRecord, ConfigError, TypeError) as exc:
+            message = f"rank {self.rank} cannot read its configuration: {exc}"
+        try:  # tell the launcher, if the run folder is writable from here at all
+            (self.run_dir / "exit").mkdir(parents=True, exist_ok=True)
+            self._record_exit({"rank": self.rank, "ok": False, "time": time.time(),
+                               "host": this_host(), "error": message})
+        except OSError:
+            pass
+        sys.stderr.write(f"workbench: {message}\n")
+        raise SystemExit(2)
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> RankContext:
+        for sub in ("logs", "pids", "exit", "metrics", "heartbeat"):
+            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        write_pid_file(self.run_dir / "pids" / f"rank{self.rank}.pid")
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+            signal.signal(signal.SIGTERM, self._on_sigterm)  # so that __exit__ records it
+        if self.supervised:
+            self._supervise()
+        self._metrics_fd = os.open(metrics_path(self.run_dir, self.rank),
+                                   os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.metric("event", message="start", host=socket.gethostname(), pid=os.getpid())
+        return self
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        self.ended = True
+        raise Ended
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self._closing_since = time.monotonic()  # the watchdog lets us finish the record
+        record: dict[str, Any] = {"rank": self.rank, "ok": exc is None, "time": time.time()}
+        if isinstance(exc, Ended):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends us at once
+            record.update(ended_by="SIGTERM", error=(
+                f"rank {self.rank} was ended by SIGTERM: its launcher ends every rank once "
+                "one has failed, and a stop ends them all"))
+            self._record_exit(record)  # now: a second SIGTERM may come before the end
+            sys.stderr.write(f"workbench: {record['error']}\n")
+        elif exc is not None:
+            record["error"] = f"{exc_type.__name__}: {exc}"
+            # A user's own code (workbench.launch) sets `rank_traceback`: its frames only.
+            record["traceback"] = getattr(exc, "rank_traceback", None) or "".join(
+                traceback.format_exception(exc_type, exc, tb))
+            sys.stderr.write(record["traceback"])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._record_exit(record, self.durable)
+        return False
+
+    def _record_exit(self, record: dict[str, Any], durable: bool = True) -> None:
+        """How this rank ended: `exit/rank<k>.json`, and the same in its heartbeat."""
+        self._exit = record
+        write_json_atomic(self.run_dir / "exit" / f"rank{self.rank}.json", record, durable)
+        self._beat()
+
+    def _beat(self) -> None:
+        """Rewrite this rank's heartbeat: host, pid and, once it has one, its exit record."""
+        with self._beating:
+            beat(heartbeat_path(self.run_dir, f"rank{self.rank}"), host=this_host(),
+                 pid=os.getpid(), **({"exit": self._exit} if self._exit else {}))
+
+    def _supervise(self) -> None:
+        """Output to the rank's log, and the owner watchdog."""
+        self._redirect_output()
+        threading.Thread(target=self._watchdog, name="workbench-watchdog", daemon=True).start()
+
+    def _redirect_output(self) -> None:
+        """Send stdout and stderr (fd 1 and 2 too) to the rank's log file."""
+        log = open(self.run_dir / "logs" / f"rank{self.rank}.log", "a", buffering=1)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        sys.stdout = sys.stderr = log
+
+    def _watchdog(self, period_s: float = 0.5) -> None:
+        """Keep this rank's heartbeat fresh; exit when the owner (the process that started
+        the job) asks it to stop or is gone: by pid on the owner's host, elsewhere by the
+        owner's heartbeat file (records/liveness.py)."""
+        owner = _parse_owner(os.environ.get(ENV_OWNER, ""))
+        owner_file = Staleness(heartbeat_path(self.run_dir, "owner"))
+        last_beat = 0.0
+        while True:
+            if time.monotonic() - last_beat >= HEARTBEAT_PERIOD_S:
+                self._beat()
+                last_beat = time.monotonic()
+            if (read_beat(owner_file.path) or {}).get("state") == "stop":
+                self._leave("the job was stopped")
+            if owner is not None:
+                host, pid, created = owner
+                if host == this_host():
+                    if not process_alive(pid, created):
+                        self._leave(f"the process that started the job (pid {pid}) is gone")
+                elif owner_file.age() > OWNER_STALE_S:
+                    self._leave(f"no heartbeat from the job's owner on {host} for "
+                                f"{OWNER_STALE_S:g} s")
+            time.sleep(period_s)
+
+    def _leave(self, why: str, grace_s: float = 5.0) -> None:
+        """Exit now (from the watchdog thread), saying why in the rank's log; unless the
+        rank is writing its exit record (for at most `grace_s`), which must not be lost."""
+        if self._closing_since is not None and time.monotonic() - self._closing_since < grace_s:
+            return
+        sys.stderr.write(f"workbench: rank exiting: {why}\n")
+        sys.stderr.flush()
+        os._exit(3)
+
+    # ------------------------------------------------------------------ reporting
+    def now(self) -> float:
+        """Seconds since the job was launched."""
+        return time.time() - self.t0
+
+    def metric(self, kind: str, **fields: Any) -> None:
+        """Append one metrics line: {"kind", "rank", "time", **fields}."""
+        line = json.dumps({"kind": kind, "rank": self.rank, "time": round(self.now(), 6),
+                           **fields})
+        write_all(self._metrics_fd, (line + "\n").encode())
+
+    def write_result(self, result: dict[str, Any]) -> None:
+        """Rank 0's result of the job (final metrics, benchmark rows...): result.json."""
+        write_json_atomic(self.run_dir / "result.json", result)
+
+
+def load_env_file(environ: dict[str, str] | None = None) -> None:
+    """Add the variables of the file ENV_FILE names to os.environ. The file must be ours
+    and readable by no one else (records/private.py), else the rank ends with one line."""
+    environ = os.environ if environ is None else environ
+    name = environ.get(ENV_FILE)
+    if not name:
+        return
+    path = Path(name)
+    try:
+        data = read_own(path, path.parent, secret=True)
+        environ.update({str(k): str(v) for k, v in json.loads(data).items()})
+    except (OSError, ValueError, AttributeError) as exc:
+        raise SystemExit(f"workbench: cannot read the job's variables from {path}: {exc}") from None
+
+
+def owner_id() -> str:
+    """This process as a job owner (the value of ENV_OWNER): "host:pid:start", the start
+    as `started()` counts it."""
+    return f"{this_host()}:{os.getpid()}:{started()}"
+
+
+def _parse_owner(text: str) -> tuple[str, int, float] | None:
+    """(host, pid, start) from ENV_OWNER (see `owner_id`); None if it is not that."""
+    try:
+        host, pid, start = text.rsplit(":", 2)
+        return host, int(pid), float(start)
+    except ValueError:
+        return None

@@ -1,0 +1,217 @@
+"""Every rank the workbench starts runs here: the rank wrapper.
+
+    python -m workbench.rank.wrapper --module workbench.training.ddp_rank  # a rank module
+    python -m workbench.rank.wrapper --script train.py a b  # train.py, argv [train.py, a, b]
+    python -m workbench.rank.wrapper                        # the function in user/function.pkl
+    python -m workbench.rank.wrapper --fork 3               # the function on 3 forked ranks
+
+The launcher (torchrun, horovodrun, ssh, Slurm or python) starts this module, never a rank
+module itself. It opens the rank's context (rank/protocol.py: pid file, log, owner
+watchdog, exit record) around the code it runs, so the workbench's rank modules, a
+student's script and a function of `workbench.launch` are looked after the same way, and
+the rank modules stay plain scripts that also run under the plain launchers
+(rank/context.py). What it adds:
+
+- `workbench.report()` and `workbench.rank()` work inside it (rank/api.py);
+- a function's return value goes to `results/rank<k>.pkl`, which `job.results()` reads;
+- if your code raises, the exit record carries *your* frames only: the workbench's frames
+  and the importers' (runpy, importlib) in front of them would only hide where it is;
+- with the `fork` engine it is also its own launcher (`fork_ranks`): the labs' workers
+  (workers.py) and `launch(fn, engine="fork")` start in a fraction of a second.
+
+Your code does its own `hvd.init()` or `dist.init_process_group()`, as it would under
+horovodrun or torchrun: the point is to write those lines yourself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+import cloudpickle
+
+from workbench.rank.by_value import PAYLOAD, load_function, run_function
+from workbench.rank.protocol import (
+    ENV_RUN_DIR,
+    RankContext,
+    attach,
+    launcher_identity,
+    load_env_file,
+)
+from workbench.records.store import atomic_file
+
+#: Files whose frames, in front of your code, are the machinery that runs it: the workbench
+#: (its launching, and an exercise's checker around your function), and runpy or importlib,
+#: which import a script or module (`python -m`, a pool rank's `import_module`). When the
+#: code itself is the workbench's (a lab's function, a rank module), only the launching
+#: frames are cut: this folder's and the importers'.
+_WORKBENCH = os.path.join(Path(__file__).resolve().parents[1], "")  # ends in a separator
+#: The importers' frames: their files, or "<frozen ...>" where Python freezes them (3.11).
+_IMPORTERS = (runpy.__file__, "<frozen runpy>", os.path.join(Path(importlib.__file__).parent, ""),
+              "<frozen importlib")
+_LAUNCHING = (os.path.join(Path(__file__).resolve().parent, ""), *_IMPORTERS)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--fork"]:
+        fork_ranks(int(argv[1]))
+    if argv[:1] == ["--module"]:
+        run_rank(lambda ctx: run_module(argv[1], argv[2:]), own_code=False)
+    elif argv[:1] == ["--script"]:
+        run_rank(lambda ctx: run_script(argv[1], argv[2:]))
+    else:
+        run_rank(lambda ctx: run_function(ctx.run_dir / PAYLOAD, ctx.run_dir))
+
+
+def run_rank(body: Callable[[RankContext], Any], own_code: bool = True) -> None:
+    """One rank: `body(ctx)` inside the rank protocol. For your own code (`own_code`), its
+    return value is saved and a traceback shows only your frames; a rank module of the
+    workbench returns nothing, and its traceback starts at the module."""
+    if ENV_RUN_DIR not in os.environ:
+        raise SystemExit("workbench.rank.wrapper runs the ranks of a workbench job; "
+                         "start a rank module by hand with python -m MODULE")
+    load_env_file()  # the job's secret --env values, from their 0600 file
+    rank, size, local_rank = launcher_identity()
+    with RankContext(Path(os.environ[ENV_RUN_DIR]), rank, size, local_rank) as ctx:
+        attach(ctx)
+        try:
+            value = body(ctx)
+        except BaseException as exc:
+            exc.rank_traceback = user_traceback(exc, own_code)  # see RankContext.__exit__
+            raise
+        finally:
+            attach(None)  # the context closes next: nothing may report into it after
+        _leave_process_group()
+        if own_code:
+            save_result(ctx.run_dir, ctx.rank, value)
+
+
+def fork_ranks(size: int) -> NoReturn:
+    """The `fork` engine's launcher (`--fork N`): load the function once, fork N ranks.
+
+    Most of a rank's start-up is `import torch` (about 2.7 s of CPU here), paid again by each
+    rank and by torchrun itself; the labs start many short runs on 2-core machines. Forked
+    from this process, each rank starts with torch and the function's modules loaded.
+    Forking is safe because this fresh interpreter has started no thread and touched no GPU.
+    The limits: one host, CPU tensors only. Exits 0 when every rank did, else 1; ending the
+    others when one fails is the `Job`'s business, as for every engine.
+    """
+    import torch.distributed  # noqa: F401  (imported once here, not once per rank)
+
+    run_dir = Path(os.environ[ENV_RUN_DIR])
+    fn, args = load_function(run_dir / PAYLOAD, run_dir)
+    children = {}
+    for rank in range(size):
+        pid = os.fork()
+        if pid == 0:
+            os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank))
+            _forked(lambda ctx: fn(*args))
+        children[pid] = rank
+    failed = False
+    while children:
+        pid, status = os.wait()
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            print(f"rank {children[pid]} (pid {pid}) exited with code {code}", flush=True)
+            failed = True
+        del children[pid]
+    sys.exit(1 if failed else 0)
+
+
+def _forked(body: Callable[[RankContext], Any]) -> NoReturn:
+    """A forked rank: `run_rank(body)`, then `os._exit`, never a return into the loop above."""
+    code, entered = 1, []
+
+    def started(ctx: RankContext) -> Any:
+        entered.append(True)      # from here on, the exit record says why it failed
+        return body(ctx)
+
+    try:
+        run_rank(started)
+        code = 0
+    except BaseException:
+        if not entered:           # failed before its exit record could say why: say it here
+            traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def run_script(path: str, args: list[str]) -> None:
+    """Run a script as `python path args...` would: as `__main__`, with its folder on sys.path."""
+    sys.argv = [path, *args]
+    sys.path.insert(0, str(Path(path).parent))
+    with _exit_zero_is_success():
+        runpy.run_path(path, run_name="__main__")
+
+
+def run_module(module: str, args: list[str]) -> None:
+    """Run a module as `python -m module args...` would (a rank module of the workbench)."""
+    sys.argv = [module, *args]
+    with _exit_zero_is_success():
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+@contextmanager
+def _exit_zero_is_success() -> Iterator[None]:
+    """`sys.exit(0)` (or no exit at all) is success; any other exit code fails the rank."""
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+
+
+def save_result(run_dir: Path, rank: int, value: Any) -> None:
+    """Pickle the return value to results/rank<k>.pkl (temporary file + rename: atomic)."""
+    try:
+        data = cloudpickle.dumps(value)
+    except Exception as exc:
+        raise TypeError(f"rank {rank} returned a {type(value).__name__} that cannot be pickled"
+                        f" ({exc}): return numbers, lists, dicts or tensors") from None
+    path = run_dir / "results" / f"rank{rank}.pkl"
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    with atomic_file(path) as f:
+        f.write(data)
+
+
+def user_traceback(exc: BaseException, own_code: bool = True) -> str:
+    """The traceback of `exc` without the leading frames of the machinery that called it:
+    from the first frame of your own code, or, for the workbench's own code (`own_code`
+    False), from the first frame past the launching."""
+    stack = traceback.extract_tb(exc.__traceback__)
+    first = next((i for i, frame in enumerate(stack) if own_code and
+                  not frame.filename.startswith((_WORKBENCH, *_IMPORTERS))), None)
+    if first is None:   # the workbench's own code failed: keep it, from the first frame past
+        first = next((i for i, frame in enumerate(stack)   # the launching machinery
+                      if not frame.filename.startswith(_LAUNCHING)), 0)  # (or it failed: all)
+    report = traceback.TracebackException.from_exception(exc)
+    report.stack = traceback.StackSummary.from_list(stack[first:])
+    return "".join(report.format())
+
+
+def _leave_process_group() -> None:
+    """Close a torch.distributed process group the code left open, as torchrun expects."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException as error:
+        if not hasattr(error, "rank_traceback"):
+            raise
+        # Already in the exit record and the log, without the workbench's frames: a second,
+        # full traceback from Python would bury it.
+        sys.exit(error.code if isinstance(error, SystemExit) else 1)
