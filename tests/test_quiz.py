@@ -276,6 +276,33 @@ def test_the_key_is_shown_only_after_an_answer_is_committed():
     assert quiz.cards["efficiency-from-times"].input.disabled     # committed: locked
 
 
+def sent_to_browser(widget: widgets.Widget) -> str:
+    """Every text of a widget and its children, hidden ones included: what the page holds."""
+    texts = [str(v) for k, v in widget.get_state().items()
+             if isinstance(v, str | list | tuple) and k != "children"]
+    return "\n".join(texts + [sent_to_browser(c) for c in getattr(widget, "children", ())])
+
+
+def test_the_page_holds_no_key_before_an_answer_is_committed():
+    quiz = Quiz()
+    page = html.unescape(sent_to_browser(quiz))
+    for q in BANK.values():
+        card = html.unescape(sent_to_browser(quiz.cards[q.id].box))
+        for secret in (q.explanation, q.model_answer, *q.why.values(),
+                       *(p.point for p in q.rubric), *(p.earns for p in q.rubric)):
+            assert not secret or secret not in card, (q.id, secret)
+    # the example beside every number box is no question's answer
+    examples = [parse_number(x) for x in re.findall(r"e\.g\. (\S+) or (\S+)['\"]?", page)[0]]
+    assert examples[0] == examples[1]
+    assert all(abs(examples[0] - q.answer) > q.tolerance for q in BANK.values()
+               if q.kind == "numeric")
+    written = BANK["review-efficiency"]
+    quiz.answer(written.id, "Devices work in parallel.")
+    quiz.check(written.id)
+    shown = sent_to_browser(quiz.cards[written.id].rubric_box)
+    assert all(p.point in shown for p in written.rubric)       # once committed, to tick
+
+
 def test_a_written_answer_scores_the_points_it_makes_however_many_are_ticked():
     quiz = Quiz(ids=["review-efficiency"])
     card = quiz.cards["review-efficiency"]

@@ -191,6 +191,9 @@ DECIMAL_RE = r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$"
 FRACTION_RE = r"^[-+]?\d+/\d+$"
 #: Commas that group thousands, as in 1,600 or 12,000.5; any other comma is a decimal comma.
 THOUSANDS_RE = r"^[-+]?[1-9]\d{0,2}(,\d{3})+(\.\d+)?$"
+#: How a number may be written, as the quiz shows it: two forms of a value that is no
+#: question's answer, since an example next to every answer box would give that one away.
+NUMBER_EXAMPLES = ("0.6", "3/5")
 
 
 def parse_number(text: Any) -> float | None:
@@ -271,7 +274,8 @@ def _grade_multiple(q: Question, response: Any) -> Grade:
 def _grade_numeric(q: Question, response: Any) -> Grade:
     value = parse_number(response)
     if value is None:
-        return Grade(False, 0.0, f"Enter a number, such as 0.75 or 3/4 (got {response!r}).")
+        return Grade(False, 0.0, f"Enter a number, such as {' or '.join(NUMBER_EXAMPLES)} "
+                     f"(got {response!r}).")
     right = abs(value - float(q.answer)) <= q.tolerance + 1e-12
     answer = f"{q.answer:g}"
     head = "Correct. " if right else f"Not quite: you entered {value:g}, the answer is {answer}. "

@@ -38,7 +38,15 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.quiz import record
-from workbench.quiz.bank import TOPICS, Grade, Question, grade, load_bank, parse_number
+from workbench.quiz.bank import (
+    NUMBER_EXAMPLES,
+    TOPICS,
+    Grade,
+    Question,
+    grade,
+    load_bank,
+    parse_number,
+)
 from workbench.quiz.order import in_learner_order
 from workbench.quiz.sheet import inline, paragraphs
 
@@ -75,8 +83,10 @@ class _Card:
             f"<b>Question {number}.</b> <span style='color:#666'>({topic})</span>"
             + paragraphs(q.prompt))
         self.input, input_row = self._make_input()
-        self.rubric = [widgets.Checkbox(value=False, description=p.point, indent=False)
-                       for p in q.rubric]
+        # named only once an answer is committed (restore): a hidden widget is still
+        # in the page, and its points would outline the model answer before the student's
+        self.rubric = [widgets.Checkbox(value=False, description="", indent=False)
+                       for _ in q.rubric]
         for box in self.rubric:
             box.observe(self._rubric_changed, names="value")
         self.rubric_box = widgets.VBox(self.rubric, layout=widgets.Layout(display="none"))
@@ -96,7 +106,7 @@ class _Card:
     def _make_input(self) -> tuple[Any, widgets.Widget]:
         q = self.q
         if q.kind == "numeric":
-            field = widgets.Text(placeholder="a number, e.g. 0.75 or 3/4",
+            field = widgets.Text(placeholder="a number, e.g. " + " or ".join(NUMBER_EXAMPLES),
                                  description="Answer:")
             return field, field
         if q.kind == "explain":
@@ -150,7 +160,7 @@ class _Card:
         """Why the input is no answer yet ('' when it is one): such a check commits nothing."""
         value = self.response()
         if self.q.kind == "numeric" and parse_number(value) is None:
-            return f"Enter a number, such as 0.75 or 3/4 (got {value!r})."
+            return grade(self.q, value).feedback          # "Enter a number, such as ..."
         if self.q.kind == "explain" and not str(value or "").strip():
             return "Write your answer in the box first."
         if not value:
@@ -169,8 +179,8 @@ class _Card:
         if self.q.kind == "explain" and not found.revealed:
             self._restoring = True
             try:
-                for i, box in enumerate(self.rubric):
-                    box.value = i in found.covered
+                for i, (box, point) in enumerate(zip(self.rubric, self.q.rubric, strict=True)):
+                    box.value, box.description = i in found.covered, point.point
             finally:
                 self._restoring = False
             self.rubric_box.layout.display = "flex"
