@@ -4,8 +4,10 @@ scores, explains and resets when driven headlessly."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import ipywidgets as widgets
@@ -25,6 +27,7 @@ from workbench.synchronization.checkpoint_interval import young_interval
 from workbench.tensor_parallel import traffic
 
 BANK = {q.id: q for q in load_bank()}
+BANK_ITEMS = tuple(BANK.values())
 REPO = Path(__file__).resolve().parents[1]
 
 REVIEW_IDS = ("review-efficiency", "review-synchronization", "review-parallelism")
@@ -62,14 +65,14 @@ def test_the_three_review_questions_of_the_course_are_there():
 # The bank's numeric answers, recomputed with the course's formulas.
 EXPECTED = {
     "speedup-from-times": metrics.speedup(120, 40),
-    "efficiency-from-times": metrics.efficiency(metrics.speedup(120, 40), 4),
+    "efficiency-from-times": metrics.efficiency(metrics.speedup(150, 25), 8),
     "efficiency-from-throughput": metrics.efficiency(
         metrics.speedup_from_throughput(1640, 1000), 2),
     "amdahl-value": metrics.amdahl(8, 0.9),
     "amdahl-limit": metrics.amdahl(1e12, 0.95),
     "gustafson-value": metrics.gustafson(8, 0.9),
-    "karp-flatt-value": metrics.karp_flatt(3, 4),
-    "ring-time": costmodel.ring_allreduce_time(400e6, 5, 0.0, 1 / 1e9),
+    "karp-flatt-value": metrics.karp_flatt(5, 8),
+    "ring-time": costmodel.ring_allreduce_time(500e6, 5, 0.0, 1 / 1e9),
     "ring-bytes-per-worker": costmodel.ring_allreduce_time(100, 4, 0.0, 1.0),  # MB at β = 1
     "ring-messages": costmodel.ring_allreduce_time(1, 8, 1.0, 0.0),          # count of α
     "halving-doubling-rounds": costmodel.rabenseifner_allreduce_time(1, 64, 1.0, 0.0),  # α
@@ -78,7 +81,7 @@ EXPECTED = {
     "bubble-at-4p": idle_fraction(4, 16),
     "consistency-update": 1.0 - 0.1 * (2 + 4) / 2,
     "training-memory": 3e9 * 16 / 1e9,
-    "global-batch": 8 * 32,
+    "global-batch": 16 * 32,
     "linear-scaling-rule": 0.1 * 1024 / 256,
     "staleness-value": 13 - 10,
     "staleness-learning-rate": 0.12 / 4,
@@ -271,7 +274,7 @@ def test_the_key_is_shown_only_after_an_answer_is_committed():
     assert quiz.score == 0 and quiz.checked == 0
     quiz.answer("efficiency-from-times", "0.75")
     quiz.check("efficiency-from-times")
-    assert "three GPUs' worth of work" in html.unescape(
+    assert "six GPUs' worth of work" in html.unescape(
         quiz.cards["efficiency-from-times"].output.value)
     assert quiz.cards["efficiency-from-times"].input.disabled     # committed: locked
 
@@ -493,6 +496,34 @@ def test_no_knowledge_free_strategy_beats_chance_by_more_than_10_points():
     assert kinds == {"single", "multiple", "numeric", "explain"}
     right, wrong = fairness.absolute_rates(questions)
     assert abs(right - wrong) <= 0.10, (right, wrong)
+
+
+def shown_beside(q, bank: Iterable = BANK_ITEMS) -> list[float]:
+    """The numbers within `q`'s tolerance of its answer that the other questions of its
+    quizzes (its lesson's, its topic's) show: their prompts and choices at once, their
+    explanations and notes once answered."""
+    return [v for o in bank if o.id != q.id and (o.lesson == q.lesson or o.topic == q.topic)
+            for v in fairness.numbers(" ".join([o.prompt, *o.choices, o.explanation,
+                                                 *o.why.values(), o.model_answer]))
+            if abs(v - q.answer) <= q.tolerance + 1e-12]
+
+
+@pytest.mark.parametrize("qid", sorted(q.id for q in BANK.values() if q.kind == "numeric"
+                                       and not (float(q.answer).is_integer()
+                                                and 1 <= q.answer <= 9)))
+def test_no_question_shows_the_number_another_one_asks_for(qid):
+    """Answer one question, read its explanation, type the number it gives into the next:
+    no numeric answer is printed by another question of the same quiz. Answers from 1 to 9
+    are left out: prompts count workers and ranks with these digits, and "8 ranks" cannot
+    be told from "8 MiB" by machine (they were checked by hand)."""
+    assert shown_beside(BANK[qid]) == [], f"{qid}: another question shows its answer"
+
+
+def test_a_number_shown_beside_its_question_is_caught():
+    leaky = dataclasses.replace(BANK["efficiency-definition"], explanation="$E = 0.75$ ...")
+    bank = [leaky if q.id == leaky.id else q for q in BANK.values()]
+    assert shown_beside(BANK["efficiency-from-times"], bank) == [0.75]
+    assert 86400 in fairness.numbers("$M = 86{,}400$ s") and 0.16 in fairness.numbers("16%")
 
 
 def single(prompt: str, choices: tuple[str, ...], answer: str = "a"):

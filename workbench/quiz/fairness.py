@@ -145,14 +145,20 @@ MULTIPLE: dict[str, Callable[[Question], set[str]]] = {
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?%?|\.\d+%?")
 
 
-def prompt_numbers(q: Question) -> set[float]:
-    """Every number printed in the prompt (10^9 gives 10 and 9; 95% gives 95 and 0.95)."""
+def numbers(text: str) -> set[float]:
+    """Every number printed in `text` (10^9 gives 10 and 9; 95% gives 95 and 0.95; LaTeX's
+    86{,}400 is 86400)."""
     found = set()
-    for text in _NUMBER.findall(q.prompt):
-        value = parse_number(text.rstrip(","))
+    for written in _NUMBER.findall(text.replace("{,}", ",")):
+        value = parse_number(written.rstrip(","))
         if value is not None:
-            found |= {value, value * 100} if text.endswith("%") else {value}
+            found |= {value, value * 100} if written.endswith("%") else {value}
     return found
+
+
+def prompt_numbers(q: Question) -> set[float]:
+    """Every number printed in the prompt."""
+    return numbers(q.prompt)
 
 
 def _numeric_in_prompt(q: Question) -> float:
