@@ -5,6 +5,7 @@ this host's cores (cores.py), starts its ranks through a launcher (launchers.py,
 watches them (watch.py) and ends them (ending.py); `ranks()` keeps warm ones (pool.py).
 The package is also the function `launch` (`workbench.launch(fn, np=2)`: user_code.py).
 Why it is built so: docs/ARCHITECTURE.md, "The machinery".
+Lessons it serves: notebooks/02_data_parallelism_horovod.ipynb and every lesson that starts a job.
 """
 
 from __future__ import annotations

@@ -13,5 +13,5 @@ live here:
   turns into ``notebooks/0*.ipynb``.
 
 Lessons it serves: notebooks/00_welcome.ipynb to
-notebooks/08_tensor_parallelism_buckets_accumulation.ipynb.
+notebooks/09_review.ipynb.
 """
