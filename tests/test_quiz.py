@@ -156,10 +156,11 @@ def test_single_choice_right_wrong_and_blank():
 
 def test_multiple_choice_names_missing_and_false_statements():
     q = BANK["data-parallel-properties"]
-    assert grade(q, ["c", "b", "a"]).correct
+    assert grade(q, ["c", "b"]).correct
     g = grade(q, ["a", "d"])
     assert not g.correct
     assert "(d) is false. Sharded data parallelism (ZeRO-3, FSDP) is still" in g.feedback
+    assert "(a) is false. Each replica trains on a shard of its own" in g.feedback
     assert "(b) is true as well" in g.feedback and "(c) is true as well" in g.feedback
 
 
@@ -542,7 +543,10 @@ def test_the_fairness_strategies_see_what_they_claim():
         "the 3rd longest option": 0.0, "the 4th longest option": 0.0,
         "the fewest absolute words": 0.5, "the most hedged": 1.0,
         "the most words shared with the question": 1.0,
-        "the most words shared with the other options": 0.25, "the most mathematics": 0.0}
+        "the most words shared with the other options": 0.25, "the most mathematics": 0.0,
+        "the most words": 1.0, "the fewest words": 0.0,
+        "the fewest words shared with the other options": 0.25,
+        "a number of the prompt repeated": 0.25}
     assert fairness.absolute("It cannot fit.") and not fairness.absolute("It fits.")
     assert fairness.chance(q) == 0.25
 
@@ -551,7 +555,8 @@ def test_a_bank_that_gives_its_keys_away_fails_the_fairness_test():
     """The mutants a careless writer makes: each must show up as unfair."""
     longest = [single(f"q{i}", ("a long, careful and fully qualified right answer",
                                 "short", "brief one", "tiny")) for i in range(10)]
-    assert [r.strategy for r in fairness.unfair(longest)] == ["the 1st longest option"]
+    assert [r.strategy for r in fairness.unfair(longest)] == ["the 1st longest option",
+                                                             "the most words"]
     hedged = [single(f"h{i}", ("It usually helps.", "It helps.", "It hurts.", "It waits."))
               for i in range(10)]
     assert "the most hedged" in {r.strategy for r in fairness.unfair(hedged)}
@@ -567,6 +572,102 @@ def test_a_bank_that_gives_its_keys_away_fails_the_fairness_test():
                           "It always helps.")) for i in range(5)]
     assert "tick all without an absolute word" in {
         r.strategy for r in fairness.unfair(plain)}
+
+
+def multiple(qid: str, choices: tuple[str, ...], answer: list[str]):
+    from workbench.quiz.bank import Question
+    return Question(id=qid, topic="metrics", kind="multiple", prompt="Which are true?",
+                    answer=answer, explanation="", choices=choices)
+
+
+def test_a_bank_whose_statements_are_mostly_true_fails_the_fairness_test():
+    """The bank as it was: 9 of 11 keys three statements true, most of them three of four,
+    the false one the odd one out or the absolute one. A student who has seen that ticks
+    three, or all but the odd one, and beats chance by far: 15-25% against 5%."""
+    three_of_four = [multiple(f"m{i}", (
+        "It helps the replicas agree.", "It helps the replicas stay in step.",
+        "It helps the replicas agree on the weights.", "It never works with asynchronous SGD."),
+        ["a", "b", "c"]) for i in range(5)]
+    unfair = {r.strategy for r in fairness.unfair(three_of_four)}
+    assert {"tick 3 at random", "tick all but the most absolute", "tick all but the odd one out",
+            "tick the 3 with the fewest absolute words"} <= unfair, unfair
+    sizes = [len(q.answer) for q in BANK.values() if q.kind == "multiple"]
+    assert max(sizes.count(n) for n in set(sizes)) <= len(sizes) * 0.6, sizes
+
+
+def test_the_usual_number_of_true_statements_is_the_banks():
+    mixed = [multiple("x", ("a", "b", "c", "d"), ["a"]),
+             multiple("y", ("a", "b", "c", "d"), ["a", "b"]),
+             multiple("z", ("a", "b", "c", "d"), ["c", "d"])]
+    assert fairness.usual_size(mixed) == 2
+    credit = fairness.SIZED["tick n at random"]
+    assert credit(mixed[1], 2) == pytest.approx(1 / 6) and credit(mixed[0], 2) == 0
+
+
+@pytest.mark.parametrize("qid", sorted(q.id for q in BANK.values() if q.kind == "numeric"
+                                       and not (float(q.answer).is_integer()
+                                                and 1 <= q.answer <= 9)))
+def test_no_question_of_the_bank_prints_a_numeric_answer_beside_its_words(qid):
+    """The review quizzes the whole bank at once: no sentence anywhere in it that shares two
+    words or more with a numeric question's prompt prints that question's answer (ZeRO-3's
+    1.5 times the traffic was in an explanation of data parallelism and a model answer)."""
+    q = BANK[qid]
+    assert fairness.NUMERIC["answer a number printed beside the prompt's words"](
+        q, BANK_ITEMS) == 0, f"{qid}: another question prints its answer beside its words"
+
+
+def test_a_number_printed_beside_the_prompts_words_is_caught():
+    q = BANK["zero3-traffic-ratio"]
+    leaky = dataclasses.replace(BANK["data-parallel-properties"], explanation=(
+        "ZeRO-3 all-gathers each block's parameters again, for 1.5 times the bytes sent."))
+    assert fairness.NUMERIC["answer a number printed beside the prompt's words"](
+        q, [q, leaky]) > 0
+
+
+# --- written answers: what a test-wise student writes scores nothing ----------------------------
+
+@pytest.mark.parametrize("qid", REVIEW_IDS)
+def test_a_list_of_terms_or_pasted_course_text_scores_nothing_whatever_is_ticked(qid):
+    """Wins before these rules, every box ticked: the bank's most frequent terms listed
+    (0.4-1.0 of the points), the explanations of the topic's other questions pasted
+    (0.6-1.0), an answer longer than any model answer made of the whole bank's explanations
+    (0.8-1.0)."""
+    q, bank, every = BANK[qid], list(BANK.values()), range(len(BANK[qid].rubric))
+    for name, strategy in fairness.EXPLAIN.items():
+        assert strategy(q, bank) == 0, name
+    pasted = " ".join(o.explanation for o in bank if o.id != qid)
+    assert grade(q, pasted, every).score == 0
+    assert "keep it to 250" in grade(q, pasted, every).feedback
+    listed = "Parallel split memory speedup faster, bandwidth straggler stale checkpoint."
+    assert grade(q, listed, every).score == 0
+    assert "in sentences" in grade(q, listed, every).feedback
+
+
+def test_a_sentence_pasted_from_another_question_does_not_count_and_ones_own_does():
+    q = BANK["review-synchronization"]
+    every = range(len(q.rubric))
+    pasted = BANK["communication-overhead"].choices[1]   # "Every step also spends time ..."
+    own = "Each step ends with an exchange whose network time grows with the workers."
+    assert fairness.words(pasted) and grade(q, pasted, every).score == 0
+    g = grade(q, f"{pasted} {own}", every)
+    assert g.score == pytest.approx(1 / len(q.rubric))
+    assert "1 of your sentences repeat the course's text word for word" in g.feedback
+    assert grade(q, q.model_answer, every).score == 1    # its own model answer is no copy
+
+
+def test_a_written_answer_that_cannot_be_marked_is_not_committed(tmp_path, monkeypatch):
+    """A list of terms is refused before anything is kept: the key stays hidden, and the
+    student may write sentences instead."""
+    monkeypatch.setenv("WORKBENCH_LEARNER_DIR", str(tmp_path))
+    quiz = Quiz(ids=["review-efficiency"], seed="s")
+    quiz.answer("review-efficiency", "parallel split memory speedup faster")
+    g = quiz.check("review-efficiency")
+    assert quiz.first_grade("review-efficiency") is None and "in sentences" in g.feedback
+    assert "Model answer" not in g.feedback and not (tmp_path / "quiz-answers.json").exists()
+    quiz.answer("review-efficiency", "The devices work in parallel, so it takes less time.")
+    quiz.check("review-efficiency")
+    assert quiz.first_grade("review-efficiency") is not None
+
 
 
 # --- each question in the lesson that teaches it, the review last ------------------------------

@@ -12,8 +12,10 @@ Kinds of question:
 * ``explain``  a short written explanation, compared with a ``model_answer`` and a
   ``rubric``: a list of points, each with what earns it and its key terms. The student ticks
   the points their answer makes, and a ticked point counts only when the answer uses one of
-  its key terms that the question itself does not (:func:`addresses`): an empty answer, or
-  the question copied back, earns nothing whatever is ticked.
+  its key terms that the question itself does not (:func:`addresses`), in a sentence of the
+  student's own: an empty answer, the question copied back, a list of terms or text pasted
+  from the course earns nothing whatever is ticked (:func:`written_problem`,
+  :func:`own_sentences`).
 
 Each question names the ``lesson`` that teaches it (a notebook's file name without its
 number), so that lesson's quiz holds it.
@@ -23,6 +25,7 @@ The order in which each learner sees the choices is :mod:`workbench.quiz.order`'
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -194,6 +197,19 @@ THOUSANDS_RE = r"^[-+]?[1-9]\d{0,2}(,\d{3})+(\.\d+)?$"
 #: How a number may be written, as the quiz shows it: two forms of a value that is no
 #: question's answer, since an example next to every answer box would give that one away.
 NUMBER_EXAMPLES = ("0.6", "3/5")
+#: The longest written answer marked, in words: "a few sentences"; the model answers hold
+#: 120 to 190, and a longer one is mostly text pasted from elsewhere.
+MAX_WORDS = 250
+#: The words that hold sentences together. Prose has one in five words or more of them (the
+#: model answers, one in three), a list of terms next to none.
+GLUE = frozenset(
+    "a an the of to in on at by for from with into as than and or but not no so if when "
+    "because which that this these those it its they their them there is are was were be "
+    "been has have had can will would does do each more".split())
+MIN_GLUE = 0.2
+#: Words in a row that a sentence shares with the text the course shows (prompts, options,
+#: explanations, the other model answers) to be a copy of it rather than the student's own.
+COPY_RUN = 8
 
 
 def parse_number(text: Any) -> float | None:
@@ -282,8 +298,63 @@ def _grade_numeric(q: Question, response: Any) -> Grade:
     return Grade(right, 1.0 if right else 0.0, head + q.explanation)
 
 
+def written_problem(text: str) -> str:
+    """Why a written answer cannot be marked ('' when it can): it is empty, longer than
+    :data:`MAX_WORDS`, or a list of terms rather than sentences (fewer than one word in five
+    of :data:`GLUE`). Such an answer is not committed; marked anyway, it scores nothing."""
+    words = re.findall(r"[a-z']+", str(text).lower())
+    if not words:
+        return "Write your answer in the box first."
+    if len(words) > MAX_WORDS:
+        return (f"Your answer has {len(words)} words: keep it to {MAX_WORDS} at most, a few "
+                "sentences of your own.")
+    if sum(w in GLUE for w in words) < MIN_GLUE * len(words):
+        return ("Write your answer in sentences: a list of terms does not explain how they "
+                "connect.")
+    return ""
+
+
+def _runs(text: str) -> set[tuple[str, ...]]:
+    """Every :data:`COPY_RUN` words in a row of `text`; a shorter text whole."""
+    words = tuple(re.findall(r"[a-z0-9]+", text.lower()))
+    if len(words) < COPY_RUN:
+        return {words} if len(words) >= 5 else set()
+    return {words[i:i + COPY_RUN] for i in range(len(words) - COPY_RUN + 1)}
+
+
+def _copied(runs: set[tuple[str, ...]], shown: str) -> bool:
+    """Whether one of `runs` appears, word for word, in `shown` (words joined by spaces)."""
+    return any(f" {' '.join(run)} " in shown for run in runs)
+
+
+@functools.lru_cache(maxsize=4)
+def _course_text(path: Path | str) -> dict[str, str]:
+    """The bank's text by question id, as words joined by spaces: prompts, options,
+    explanations, notes, model answers and rubrics."""
+    return {q.id: " " + " | ".join(" ".join(re.findall(r"[a-z0-9]+", text.lower())) for text in (
+        q.prompt, *q.choices, q.explanation, *q.why.values(), q.model_answer,
+        *(p.earns for p in q.rubric))) + " " for q in load_bank(path=path)}
+
+
+def own_sentences(q: Question, text: str) -> tuple[str, list[str]]:
+    """(the sentences of `text` that repeat no :data:`COPY_RUN` words in a row of the
+    course's text but `q`'s model answer, shown only after an answer; those that do)."""
+    course = _course_text(BANK_PATH)
+    own = dict(course).pop(q.id, "")
+    shown = "".join(text for qid, text in course.items() if qid != q.id) + " | ".join(
+        part for part in own.split(" | ")[:1 + len(q.choices)]) + " "   # its prompt, options
+    mine, copied = [], []
+    for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
+        (copied if _copied(_runs(sentence), shown) else mine).append(sentence)
+    return " ".join(mine), [c for c in copied if c.strip()]
+
+
 def _grade_explain(q: Question, text: str, covered: Any) -> Grade:
     ticked = sorted({int(i) for i in covered or ()} & set(range(len(q.rubric))))
+    problem = written_problem(text) if _normalise(text) else ""
+    if problem:
+        return Grade(False, 0.0, f"Not marked: {problem}", tuple(p.point for p in q.rubric))
+    text, copied = own_sentences(q, text)
     made = [addresses(p, text, q.prompt) for p in q.rubric]
     counted = [i for i in ticked if made[i]]
     score = len(counted) / len(q.rubric)
@@ -293,7 +364,10 @@ def _grade_explain(q: Question, text: str, covered: Any) -> Grade:
     for i, p in enumerate(q.rubric):
         mark = "[x]" if i in counted else "[ticked, not counted]" if i in ticked else "[ ]"
         lines.append(f"{mark} {p.point}: {p.earns} (key terms: {', '.join(p.keywords)})")
-    if not _normalise(text):
+    if copied:
+        lines.append(f"{len(copied)} of your sentences repeat the course's text word for "
+                     "word; their key terms do not count: " + " / ".join(copied))
+    if not _normalise(text) and not copied:
         lines.insert(0, "Your answer is empty: it scores nothing. Write it in the box first.")
     elif hints:
         lines.append("A ticked point counts only when your answer uses one of its key terms "

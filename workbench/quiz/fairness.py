@@ -8,30 +8,41 @@ most :data:`MARGIN` above that chance::
     python -m workbench.quiz.fairness        # every strategy's score beside chance
 
 Single choice (chance: 1/k for k options): the option of each length rank (1st, 2nd, 3rd,
-4th longest), the one with the fewest absolute words ("always", "only", ...), the most hedged
-("usually", "about", ...), the one sharing the most words with the question or with the other
-options, the one with the most mathematics. Ties share the credit: a strategy that cannot tell
-2 options apart, one of them right, scores 1/2 on that question.
+4th longest), the most and the fewest words, the one with the fewest absolute words
+("always", "only", ...), the most hedged ("usually", "about", ...), the one sharing the most
+words with the question, the most or the fewest with the other options (the odd one out),
+the one with the most mathematics, the one repeating a number of the prompt. Ties share the
+credit: a strategy that cannot tell 2 options apart, one of them right, scores 1/2 on that
+question.
 
 Multiple choice is marked all or nothing (the exact set of true options), and the widget
 refuses an empty answer, so a blind guess is one of the 2**k - 1 non-empty sets: chance is
 1/(2**k - 1). Strategies: tick all, all but the shortest, all but the longest, all without
-an absolute word.
+an absolute word, all but the odd one out, all but the most absolute; and, for a student who
+has noticed how many statements are usually true (the bank's most common number, n), n
+ticked at random, the n longest, the n most hedged, the n with the fewest absolute words,
+the n sharing the most words with the others (ties broken at random, as by a student).
 
-Numeric (chance 0: the answer is a number to type): answer a number printed in the prompt.
+Numeric (chance 0: the answer is a number to type): answer a number printed in the prompt;
+answer a number that another question prints beside the prompt's words (the whole bank is
+one quiz in the review), one of them at random when several are.
 
-Written answers (chance 0): an empty answer with every rubric box ticked, and the question
-copied back with every box ticked (see :func:`workbench.quiz.bank.grade`: a ticked point
-counts only when the answer uses one of its key terms that the question does not).
+Written answers (chance 0): an empty answer with every rubric box ticked, the question copied
+back, the bank's most frequent terms listed, and the explanations of its topic's other
+questions pasted (as many words as an answer may hold), every box ticked (see
+:func:`workbench.quiz.bank.grade`: a ticked point counts only when the answer, in sentences of
+its own, uses one of its key terms that the question does not).
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from workbench.quiz.bank import Question, grade, load_bank, parse_number
+from workbench.quiz.bank import MAX_WORDS, Question, grade, load_bank, parse_number
 
 #: How far above chance a knowledge-free strategy may score (a share: 0.10 = 10 points).
 MARGIN = 0.10
@@ -114,11 +125,16 @@ def _with_others(q: Question, option: str) -> float:
 SINGLE: dict[str, Callable[[Question], float]] = {
     **{f"the {n} longest option": _length_rank(i)
        for i, n in enumerate(("1st", "2nd", "3rd", "4th"), 1)},
+    "the most words": _by(lambda q, c: len(words(c)), max),
+    "the fewest words": _by(lambda q, c: len(words(c)), min),
     "the fewest absolute words": _by(lambda q, c: count(c, ABSOLUTE), min),
     "the most hedged": _by(lambda q, c: count(c, HEDGES), max),
     "the most words shared with the question": _by(lambda q, c: shared_words(c, q.prompt), max),
     "the most words shared with the other options": _by(_with_others, max),
+    "the fewest words shared with the other options": _by(_with_others, min),
     "the most mathematics": _by(lambda q, c: mathematics(c), max),
+    "a number of the prompt repeated": _by(
+        lambda q, c: len(numbers(c) & numbers(q.prompt)), max),
 }
 
 
@@ -134,13 +150,58 @@ def _without_absolute(q: Question) -> set[str]:
     return plain or set(q.letters)   # nothing to tick is refused: then the student ticks all
 
 
+def _all_but_top(score: Callable[[Question, str], float]) -> Callable[[Question], set[str]]:
+    """Tick all but the option that scores highest (the first of equals, in the bank's
+    order: these strategies are scored on sets, see :data:`SIZED` for random tie-breaks)."""
+    def ticks(q: Question) -> set[str]:
+        scores = [score(q, c) for c in q.choices]
+        return set(q.letters) - {q.letters[scores.index(max(scores))]}
+    return ticks
+
+
 #: Multiple-choice strategies: name -> the letters it ticks.
 MULTIPLE: dict[str, Callable[[Question], set[str]]] = {
     "tick all": lambda q: set(q.letters),
     "tick all but the shortest": _all_but(min),
     "tick all but the longest": _all_but(max),
     "tick all without an absolute word": _without_absolute,
+    "tick all but the odd one out": _all_but_top(lambda q, c: -_with_others(q, c)),
+    "tick all but the most absolute": _all_but_top(lambda q, c: count(c, ABSOLUTE)),
 }
+
+
+def _top(score: Callable[[Question, str], float]) -> Callable[[Question, int], float]:
+    """The strategy "tick the n options that score highest": its chance of ticking exactly
+    the true ones when options that score the same are drawn at random."""
+    def credit(q: Question, n: int) -> float:
+        scores = [score(q, c) for c in q.choices]
+        if len(q.answer) != n or n > len(scores):
+            return 0.0
+        cut = sorted(scores, reverse=True)[n - 1]
+        above = {x for x, s in zip(q.letters, scores, strict=True) if s > cut}
+        tied = {x for x, s in zip(q.letters, scores, strict=True) if s == cut}
+        rest = set(q.answer) - above
+        if not above <= set(q.answer) or not rest <= tied:
+            return 0.0
+        return 1 / math.comb(len(tied), len(rest))
+    return credit
+
+
+#: Multiple-choice strategies of a student who ticks as many options as are usually true
+#: (the bank's most common number of true statements, n): name -> credit given n.
+SIZED: dict[str, Callable[[Question, int], float]] = {
+    "tick n at random": _top(lambda q, c: 0),
+    "tick the n longest": _top(lambda q, c: len(c)),
+    "tick the n most hedged": _top(lambda q, c: count(c, HEDGES)),
+    "tick the n with the fewest absolute words": _top(lambda q, c: -count(c, ABSOLUTE)),
+    "tick the n sharing the most words with the others": _top(_with_others),
+}
+
+
+def usual_size(questions: Sequence[Question]) -> int:
+    """How many statements of a multiple-choice question are most often true (1 if none)."""
+    sizes = Counter(len(q.answer) for q in questions if q.kind == "multiple")
+    return sizes.most_common(1)[0][0] if sizes else 1
 
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?%?|\.\d+%?")
 
@@ -166,15 +227,52 @@ def _numeric_in_prompt(q: Question) -> float:
                      for v in prompt_numbers(q)))
 
 
-NUMERIC: dict[str, Callable[[Question], float]] = {
-    "answer a number printed in the prompt": _numeric_in_prompt,
+def _sentences(text: str) -> list[str]:
+    return [s for s in re.split(r"(?<=[.!?;:])\s+|\n+", text) if s.strip()]
+
+
+def _numeric_beside_its_words(q: Question, bank: Sequence[Question]) -> float:
+    """Credit of "answer a number another question prints in a sentence sharing two words or
+    more with the prompt", one of those numbers at random (1/how many there are)."""
+    asked = content_words(q.prompt)
+    found = {round(v, 9) for o in bank if o.id != q.id
+             for text in (o.prompt, *o.choices, o.explanation, *o.why.values(), o.model_answer)
+             for sentence in _sentences(text) if len(content_words(sentence) & asked) >= 2
+             for v in numbers(sentence)}
+    right = [v for v in found if abs(v - float(q.answer)) <= q.tolerance + 1e-12]
+    return len(right) / len(found) if found else 0.0
+
+
+NUMERIC: dict[str, Callable[[Question, Sequence[Question]], float]] = {
+    "answer a number printed in the prompt": lambda q, bank: _numeric_in_prompt(q),
+    "answer a number printed beside the prompt's words": _numeric_beside_its_words,
 }
 
-EXPLAIN: dict[str, Callable[[Question], float]] = {
-    "an empty answer, every box ticked": lambda q: grade(
-        q, "", range(len(q.rubric))).score,
-    "the question copied back, every box ticked": lambda q: grade(
-        q, q.prompt, range(len(q.rubric))).score,
+
+def _frequent_terms(q: Question, bank: Sequence[Question]) -> str:
+    """The bank's most frequent terms, as a list: what the sheet shows before any answer."""
+    found = Counter(w for o in bank for text in (o.prompt, *o.choices)
+                    for w in words(text) if w not in _STOP and len(w) > 3)
+    return " ".join(w for w, _ in found.most_common(MAX_WORDS))
+
+
+def _pasted(q: Question, bank: Sequence[Question]) -> str:
+    """The explanations the other questions of its topic show once answered, pasted, cut to
+    the longest answer allowed."""
+    text = " ".join(o.explanation for o in bank if o.topic == q.topic and o.id != q.id)
+    return " ".join(text.split()[:MAX_WORDS])
+
+
+def _ticked(make: Callable[[Question, Sequence[Question]], str]
+            ) -> Callable[[Question, Sequence[Question]], float]:
+    return lambda q, bank: grade(q, make(q, bank), range(len(q.rubric))).score
+
+
+EXPLAIN: dict[str, Callable[[Question, Sequence[Question]], float]] = {
+    "an empty answer, every box ticked": _ticked(lambda q, bank: ""),
+    "the question copied back, every box ticked": _ticked(lambda q, bank: q.prompt),
+    "the bank's most frequent terms, every box ticked": _ticked(_frequent_terms),
+    "its topic's explanations pasted, every box ticked": _ticked(_pasted),
 }
 
 
@@ -202,25 +300,34 @@ class Row:
         return self.score <= self.chance + MARGIN + 1e-9
 
 
-def _score(q: Question, strategy: Callable) -> float:
-    if q.kind == "multiple":
-        return float(strategy(q) == set(q.answer))
-    return strategy(q)
+def _credits(questions: Sequence[Question]) -> dict[str, dict[str, Callable[[Question], float]]]:
+    """Every strategy as a credit on one question, by kind; those that look at the rest of
+    the bank (the usual number of true statements, the other questions' text) see it."""
+    n = usual_size(questions)
+    return {
+        "single": SINGLE,
+        "multiple": {
+            **{name: (lambda q, pick=pick: float(pick(q) == set(q.answer)))
+               for name, pick in MULTIPLE.items()},
+            **{name.replace(" n ", f" {n} "): (lambda q, f=f: f(q, n))
+               for name, f in SIZED.items()}},
+        "numeric": {name: (lambda q, f=f: f(q, questions)) for name, f in NUMERIC.items()},
+        "explain": {name: (lambda q, f=f: f(q, questions)) for name, f in EXPLAIN.items()},
+    }
 
 
 def table(questions: Sequence[Question] | None = None) -> list[Row]:
     """Every strategy's score on the bank's items of its kind, beside chance."""
     questions = load_bank() if questions is None else questions
     rows = []
-    for kind, strategies in (("single", SINGLE), ("multiple", MULTIPLE),
-                             ("numeric", NUMERIC), ("explain", EXPLAIN)):
+    for kind, strategies in _credits(questions).items():
         items = [q for q in questions if q.kind == kind]
         if not items:
             continue
         base = sum(chance(q) for q in items) / len(items)
         rows += [Row(kind, name, len(items),
-                     sum(_score(q, strategy) for q in items) / len(items), base)
-                 for name, strategy in strategies.items()]
+                     sum(credit(q) for q in items) / len(items), base)
+                 for name, credit in strategies.items()]
     return rows
 
 
@@ -248,8 +355,8 @@ def absolute_rates(questions: Sequence[Question]) -> tuple[float, float]:
 def report(questions: Sequence[Question] | None = None) -> str:
     """The table as text: each strategy's score, chance, and whether it is within the bar."""
     questions = load_bank() if questions is None else questions
-    lines = [f"{'kind':<9}{'strategy':<46}{'items':>6}{'score':>8}{'chance':>8}"]
-    lines += [f"{r.kind:<9}{r.strategy:<46}{r.items:>6}{r.score:>8.1%}{r.chance:>8.1%}"
+    lines = [f"{'kind':<9}{'strategy':<52}{'items':>6}{'score':>8}{'chance':>8}"]
+    lines += [f"{r.kind:<9}{r.strategy:<52}{r.items:>6}{r.score:>8.1%}{r.chance:>8.1%}"
               + ("" if r.fair else f"   over chance + {MARGIN:.0%}") for r in table(questions)]
     right, wrong = absolute_rates(questions)
     lines.append(f"absolute words in {right:.1%} of right options, {wrong:.1%} of wrong ones")

@@ -13,9 +13,9 @@ another quiz holding the same question shows the first grade and counts it. Choo
 answer needs no Python: only *Check* runs code. Prompts and feedback are ``HTMLMath``
 widgets, so $...$ mathematics is typeset by JupyterLab's MathJax.
 
-A written answer is scored by the rubric points the student ticks, each counted only when
-the committed text uses one of that point's key terms that the question does not
-(:func:`workbench.quiz.bank.addresses`).
+A written answer scores the rubric points the student ticks that its own sentences make
+(:func:`workbench.quiz.bank.grade`); an empty or overlong one, or a list of terms, is not
+committed (:func:`workbench.quiz.bank.written_problem`).
 
 Choices appear in each learner's own order (:mod:`workbench.quiz.order`); pass ``seed=`` to
 choose the order, or ``shuffle=False`` for the bank's. Without a kernel, use
@@ -46,6 +46,7 @@ from workbench.quiz.bank import (
     grade,
     load_bank,
     parse_number,
+    written_problem,
 )
 from workbench.quiz.order import in_learner_order
 from workbench.quiz.sheet import inline, paragraphs
@@ -59,7 +60,7 @@ RULES = ("Your <b>first</b> answer to each question is the one scored: <b>Check<
          "it and shows the answer with its explanation. <b>Try again</b> lets you practise; "
          "it does not change the score. For a written answer, tick the rubric points it "
          "makes: a ticked point counts only when your answer uses one of its key terms "
-         "(words the question does not already use).")
+         "(words the question does not already use) in a sentence of your own.")
 
 
 class _Card:
@@ -161,8 +162,8 @@ class _Card:
         value = self.response()
         if self.q.kind == "numeric" and parse_number(value) is None:
             return grade(self.q, value).feedback          # "Enter a number, such as ..."
-        if self.q.kind == "explain" and not str(value or "").strip():
-            return "Write your answer in the box first."
+        if self.q.kind == "explain":
+            return written_problem(str(value or ""))   # empty, too long, or no sentences
         if not value:
             return "Pick one answer first." if self.q.kind == "single" else \
                 "Tick at least one answer first."
