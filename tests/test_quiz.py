@@ -669,6 +669,13 @@ def test_a_written_answer_that_cannot_be_marked_is_not_committed(tmp_path, monke
     assert quiz.first_grade("review-efficiency") is not None
 
 
+def test_a_printed_question_shows_no_key():
+    """``quiz.questions`` in a cell prints the questions: their keys stay out."""
+    for q in BANK.values():
+        shown = repr(q)
+        assert "answer=" not in shown and "explanation=" not in shown, q.id
+        assert all(text[:30] not in shown for text in q.why.values()), q.id
+
 
 # --- each question in the lesson that teaches it, the review last ------------------------------
 

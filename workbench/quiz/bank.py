@@ -81,13 +81,15 @@ class Question:
     topic: str
     kind: str
     prompt: str
-    answer: Any
-    explanation: str
+    # the key and what explains it stay out of the printed form (``quiz.questions`` in a
+    # cell): shown only once an answer is committed, and by the teacher's sheet
+    answer: Any = field(repr=False)
+    explanation: str = field(repr=False)
     choices: tuple[str, ...] = ()
-    why: dict[str, str] = field(default_factory=dict)
+    why: dict[str, str] = field(default_factory=dict, repr=False)
     tolerance: float = 0.0
-    model_answer: str = ""
-    rubric: tuple[RubricPoint, ...] = ()
+    model_answer: str = field(default="", repr=False)
+    rubric: tuple[RubricPoint, ...] = field(default=(), repr=False)
     lesson: str = ""
 
     @property
