@@ -27,9 +27,9 @@ def step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, k: int, b: int) -> 
     returned, the marks its timer took and how often it called the lab's hook."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     timer, hooked = StepTimer(WallClock()), []
-    out, loss = train_step(model, optimizer, Synchronizer(), x, y, k, b, timer,
-                           contextlib.nullcontext, lambda: hooked.append(1))
-    return out, loss, len(timer.marks), len(hooked)
+    outs, losses = train_step(model, optimizer, Synchronizer(), x, y, k, b, timer,
+                              contextlib.nullcontext, lambda: hooked.append(1))
+    return torch.cat(outs), sum(losses), len(timer.marks), len(hooked)
 
 
 def test_the_step_is_sgd_and_k_micro_batches_step_like_one_batch_of_k_b() -> None:
@@ -62,3 +62,30 @@ def test_steps_per_epoch_are_equal_on_every_rank_capped_and_refused_when_none_fi
     assert steps_to_run(ctx(2, batch_size=10, max_steps=1), 100) == 1
     with pytest.raises(ValueError, match="fewer than one global batch of 4 ranks x 1 micro"):
         steps_to_run(ctx(4, batch_size=32), 100)
+
+
+def test_the_step_log_writes_each_steps_line_from_its_own_tensors_a_batch_later() -> None:
+    """Three steps of k = 2 micro-batches of 2, logged in batches of one step (every_s 0):
+    each line's loss is the sum of its micro-batches', its accuracy its own right answers,
+    its times from its own marks, and it is written only once the next step is added."""
+    from workbench.training.timing import StepLog
+
+    lines: list[dict] = []
+    ctx = SimpleNamespace(metric=lambda kind, *rows: lines.extend(rows))
+    log = StepLog(ctx, WallClock())
+    log.every_s = 0.0
+    y = torch.tensor([0, 1, 1, 0])
+    right = [torch.tensor([[5.0, 0.0], [0.0, 5.0]]), torch.tensor([[0.0, 5.0], [5.0, 0.0]])]
+    wrong = [o.flip(1) for o in right]
+    steps = [(right, [0.25, 0.5]), ([right[0], wrong[1]], [1.0, 2.0]), (wrong, [3.0, 4.0])]
+    for s, (outs, losses) in enumerate(steps):
+        log.add({"step": s}, outs, [torch.tensor(v) for v in losses], y,
+                [10.0 * s, 10.0 * s + 0.5, 10.0 * s + 0.75, 10.0 * s + 1.0], lambda: 0.125)
+        assert [line["step"] for line in lines] == list(range(s))   # a step later
+    assert log.close() == (10.75, 6)                                  # the epoch's sums
+    assert [line["loss"] for line in lines] == [0.75, 3.0, 7.0]
+    assert [line["accuracy"] for line in lines] == [1.0, 0.5, 0.0]
+    for line in lines:
+        assert (line["step_time_s"], line["compute_s"], line["sync_s"]) == pytest.approx(
+            (1.0, 0.375, 0.375))
+    assert log.close() == (0.0, 0)                                    # nothing left

@@ -243,11 +243,13 @@ class RankContext:
         """Seconds since the job was launched."""
         return time.time() - self.t0
 
-    def metric(self, kind: str, **fields: Any) -> None:
-        """Append one metrics line: {"kind", "rank", "time", **fields}."""
-        line = json.dumps({"kind": kind, "rank": self.rank, "time": round(self.now(), 6),
-                           **fields})
-        write_all(self._metrics_fd, (line + "\n").encode())
+    def metric(self, kind: str, *rows: dict[str, Any], **fields: Any) -> None:
+        """Append one metrics line: {"kind", "rank", "time", **fields}; given `rows`, one
+        line per row, in one write (the training loop's step lines, training/timing.py)."""
+        now = round(self.now(), 6)
+        lines = [json.dumps({"kind": kind, "rank": self.rank, "time": now, **row}) + "\n"
+                 for row in rows or [fields]]
+        write_all(self._metrics_fd, "".join(lines).encode())
 
     def write_result(self, result: dict[str, Any]) -> None:
         """Rank 0's result of the job (final metrics, benchmark rows...): result.json."""

@@ -25,6 +25,7 @@ rank holds and sends (sharded/memory.py, traffic.py), beside the sharded engines
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -90,15 +91,15 @@ class DDPSync(Synchronizer):
         sent, self.sent = self.sent, 0
         return sent
 
-    def backward_wait_s(self) -> float:
+    def backward_wait_s(self) -> Callable[[], float]:
         """Time from the last bucket's launch (compute done) to the last allreduce's end
-        (DDP launches the buckets in order); the marks are cleared once read."""
+        (DDP launches the buckets in order); the marks are taken now, read later."""
         launched, completed = self.launched, self.completed
         self.launched, self.completed = [], []
         if not launched or not completed:
-            return 0.0
-        self.clock.settle(completed[-1])
-        return max(0.0, self.clock.seconds(launched[-1], completed[-1]))
+            return lambda: 0.0
+        return lambda: self.clock.settle(completed[-1]) or max(
+            0.0, self.clock.seconds(launched[-1], completed[-1]))
 
 
 def join(cfg: JobConfig, local_rank: int) -> torch.device:

@@ -17,7 +17,9 @@ Horovod's `backward_passes_per_step`): k times fewer bytes per sample.
 
 Each step records how long it *computed* (forward + backward) and how long it then waited
 for synchronization not hidden behind the backward pass (timing.py: the wall clock on
-CPUs, CUDA events on a GPU); the metrics are written after the step. What a rank builds
+CPUs, CUDA events on a GPU); its metrics line is computed and written with the others of
+the last half second, later, so that reading them costs a step nothing and never leaves a
+GPU idle (timing.py's `StepLog`). What a rank builds
 first: setup.py; the held-out evaluation and the saved results: evaluation.py.
 """
 
@@ -30,6 +32,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from workbench.config import JobConfig
@@ -41,7 +44,7 @@ from workbench.training.lab_hooks import LabHooks
 from workbench.training.setup import Batches, ModelAndData
 from workbench.training.sharding import epoch_order, shard, steps_per_epoch
 from workbench.training.synchronizer import Synchronizer
-from workbench.training.timing import StepTimer
+from workbench.training.timing import StepLog, StepTimer
 
 
 def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimizer,
@@ -54,23 +57,26 @@ def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimize
     steps = steps_to_run(ctx, n_train)
     lab = LabHooks(cfg, ctx.rank, ctx.size, steps, optimizer)
     announce_ready(ctx, setup, steps)
-    timer, held_out = StepTimer(setup.clock), None
+    timer, log, held_out = StepTimer(setup.clock), StepLog(ctx, setup.clock), None
     for epoch in range(setup.first_epoch, cfg.epochs):
-        order = setup.train_idx[epoch_order(n_train, cfg.seed, epoch)]
-        epoch_start, loss_sum, correct = time.perf_counter(), 0.0, 0
-        for step in range(steps):
-            global_step = epoch * steps + step
-            lab.before_step(global_step)         # a fault on purpose, a warm-up's rate
-            x, y = batches(shard(order, step, ctx.rank, ctx.size, k * b))
-            out, loss = train_step(model, optimizer, sync, x, y, k, b, timer,
-                                   lambda: autocast(cfg, setup.device), lab.after_backward)
-            hits, step_loss = int((out.argmax(1) == y).sum()), loss.item()
-            loss_sum, correct = loss_sum + step_loss, correct + hits
-            synced = sync.synced_bytes()
-            ctx.metric("step", epoch=epoch, step=global_step, loss=step_loss,
-                       accuracy=hits / len(y), samples=len(y),
-                       **({} if synced is None else {"synced_bytes": synced}),
-                       **timer.split(sync.backward_wait_s), **sync.footprint())
+        # Where the samples live (on a GPU: one copy an epoch, not one that waits each step).
+        order = setup.train_idx[epoch_order(n_train, cfg.seed, epoch)].to(batches.x.device)
+        epoch_start = time.perf_counter()
+        try:
+            for step in range(steps):
+                global_step = epoch * steps + step
+                lab.before_step(global_step)         # a fault on purpose, a warm-up's rate
+                x, y = batches(shard(order, step, ctx.rank, ctx.size, k * b))
+                outs, losses = train_step(model, optimizer, sync, x, y, k, b, timer,
+                                          lambda: autocast(cfg, setup.device),
+                                          lab.after_backward)
+                synced = sync.synced_bytes()     # counted on the host: nothing to wait for
+                log.add({"time": round(ctx.now(), 6), "epoch": epoch, "step": global_step,
+                         "samples": len(y), **sync.footprint(),
+                         **({} if synced is None else {"synced_bytes": synced})},
+                        outs, losses, y, timer.marks, sync.backward_wait_s())
+        finally:                                     # every step's line, even on a fault
+            loss_sum, correct = log.close()
         elapsed = time.perf_counter() - epoch_start  # training only: evaluation comes after
         held_out = end_epoch(ctx, setup, sync, optimizer, epoch, steps,
                              {"loss": loss_sum / steps, "correct": correct, "seconds": elapsed})
@@ -80,12 +86,12 @@ def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimize
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Synchronizer,
                xs: torch.Tensor, ys: torch.Tensor, k: int, b: int, timer: StepTimer,
                precision: Callable[[], AbstractContextManager[Any]],
-               after_backward: Callable[[], None]) -> tuple[torch.Tensor, torch.Tensor]:
+               after_backward: Callable[[], None]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """One step of synchronous data-parallel SGD, the whole of it, on this rank's k·b
-    samples `xs`, `ys` (k micro-batches of b); returns (the outputs, the loss). The timer
-    marks the end of the backward passes (compute), of the wait for the averaged gradients
-    (synchronization not hidden behind backward) and of the update."""
-    loss_fn = nn.CrossEntropyLoss()      # mean over the batch: the invariant needs the mean
+    samples `xs`, `ys` (k micro-batches of b); returns the outputs and the losses of the
+    micro-batches (the step's loss is their sum). The timer marks the end of the backward
+    passes (compute), of the wait for the averaged gradients (synchronization not hidden
+    behind backward) and of the update."""
     timer.start()
     optimizer.zero_grad()
     outs, losses = [], []
@@ -94,7 +100,8 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Synchro
         with sync.accumulating(model, last=micro == k - 1):
             with precision():            # bf16 where --precision bf16
                 out = model(x)           # forward
-                loss = loss_fn(out, y) / k  # the mean over the k·b samples
+                loss = F.cross_entropy(out, y)  # the mean over the micro-batch ...
+                loss = loss / k if k > 1 else loss  # ... and over the k·b (the invariant's)
             loss.backward()              # DDP averages gradients during the last
         outs.append(out.detach())
         losses.append(loss.detach())
@@ -105,7 +112,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Synchro
     with sync.stepping(optimizer):
         optimizer.step()                 # the same update on every rank
     timer.mark()
-    return torch.cat(outs), torch.stack(losses).sum()
+    return outs, losses
 
 
 def autocast(cfg: JobConfig, device: torch.device) -> AbstractContextManager[Any]:

@@ -47,16 +47,17 @@ ON_GPU_MAX_SHARE = 0.25
 class Batches:
     """Gathers this rank's batch (sample indices -> inputs, labels) on the training device.
 
-    On the CPU it is plain indexing. On a GPU a small dataset lives on the GPU; a large one
-    stays in host memory, and each batch is gathered into a page-locked
-    ("pinned") buffer, from which the copy to the GPU runs asynchronously (`non_blocking`):
-    from ordinary pageable memory CUDA would first copy it to a pinned buffer itself, and
-    the host would wait. One buffer is enough: the loop waits for each step's last kernel.
+    On the CPU it is plain indexing. On a GPU a small dataset lives on the GPU (and so do
+    the indices: loop.py moves each epoch's order there); a large one stays in host memory,
+    and each batch is gathered into a page-locked ("pinned") buffer, from which the copy to
+    the GPU runs asynchronously (`non_blocking`): from ordinary pageable memory CUDA would
+    first copy it to a pinned buffer itself, and the host would wait. A new buffer each
+    step, from PyTorch's caching host allocator, which hands a buffer out again only once
+    the copy from it is done: the host runs steps ahead of the GPU (loop.py).
     """
 
     def __init__(self, data: Dataset, device: torch.device) -> None:
         self.device, self.x, self.y = device, data.x, data.y
-        self.pinned: tuple[torch.Tensor, torch.Tensor] | None = None
         if device.type != "cuda":
             return
         size = self.x.nbytes + self.y.nbytes
@@ -67,14 +68,11 @@ class Batches:
         if self.x.device == self.device:     # the CPU, or a dataset that lives on the GPU
             idx = idx.to(self.device)
             return self.x[idx], self.y[idx]
-        n = len(idx)
-        if self.pinned is None or len(self.pinned[1]) != n:
-            self.pinned = (torch.empty((n, *self.x.shape[1:]), dtype=self.x.dtype).pin_memory(),
-                           torch.empty(n, dtype=self.y.dtype).pin_memory())
-        torch.index_select(self.x, 0, idx, out=self.pinned[0])
-        torch.index_select(self.y, 0, idx, out=self.pinned[1])
-        return (self.pinned[0].to(self.device, non_blocking=True),
-                self.pinned[1].to(self.device, non_blocking=True))
+        x = torch.empty((len(idx), *self.x.shape[1:]), dtype=self.x.dtype, pin_memory=True)
+        y = torch.empty(len(idx), dtype=self.y.dtype, pin_memory=True)
+        torch.index_select(self.x, 0, idx, out=x)
+        torch.index_select(self.y, 0, idx, out=y)
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
 
 def build(cfg: JobConfig, device: torch.device) -> ModelAndData:

@@ -27,11 +27,11 @@ class Synchronizer:
         """The context `optimizer.step()` runs in (Horovod: skip a second allreduce)."""
         return nullcontext()
 
-    def backward_wait_s(self) -> float:
-        """Seconds the last backward pass itself was blocked on communication (DDP), else 0;
-        read once the step's clock has settled: on a GPU the marks are CUDA events that
-        complete only when the GPU gets there (timing.py)."""
-        return 0.0
+    def backward_wait_s(self) -> Callable[[], float]:
+        """Seconds the last backward pass itself was blocked on communication (DDP), else 0:
+        a function called once the step's clock has settled: on a GPU the marks are CUDA
+        events that complete only when the GPU gets there (timing.py)."""
+        return lambda: 0.0
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         """`values` summed over every rank (one rank: itself). Every rank must call it."""

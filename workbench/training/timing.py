@@ -1,9 +1,9 @@
 """Timing a step: how long a rank computed, and how long it then waited for gradients.
 
 On the CPU the clock is the wall clock. A GPU runs asynchronously (the host only queues
-kernels), so there the clock is CUDA events on the GPU's own timeline, read once per step
-after the step's last kernel: see `CudaClock`. A `StepTimer` marks the clock between the
-lines of `loop.train_step`.
+kernels), so there the clock is CUDA events on the GPU's own timeline, read with the step
+lines, later (`StepLog`): see `CudaClock`. A `StepTimer` marks the clock between the lines
+of `loop.train_step`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ class CudaClock:
     host time says nothing about GPU work, and `torch.cuda.synchronize()` waits for *every*
     stream, NCCL's included, so it would count queued allreduces as compute. An event
     records when the GPU reached that point of its stream; `settle()` waits for one event
-    (not the whole device) once per step, so the GPU can otherwise run ahead of the host.
+    (not the whole device), once for many steps, when later steps are queued (`StepLog`),
+    so the GPU computes while the host waits.
     """
 
     what = "CUDA events (GPU timeline)"
@@ -61,12 +62,7 @@ def clock_for(device: torch.device) -> WallClock | CudaClock:
 
 
 class StepTimer:
-    """Four clock marks per step: start, backward done, gradients averaged, step done.
-
-    `split()` turns them into the step's metrics, in seconds: `step_time_s`, `compute_s`
-    (forward + backward, less the time the backward pass was blocked on communication) and
-    `sync_s` (time blocked on gradients: inside the backward pass, and after it).
-    """
+    """Four clock marks per step: start, backward done, gradients averaged, step done."""
 
     def __init__(self, clock: WallClock | CudaClock) -> None:
         self.clock = clock
@@ -78,12 +74,75 @@ class StepTimer:
     def mark(self) -> None:
         self.marks.append(self.clock.mark())
 
-    def split(self, backward_wait_s: Callable[[], float]) -> dict[str, float]:
-        """The step's times; `backward_wait_s` is read only once the clock has settled."""
-        start, computed, averaged, stepped = self.marks
-        self.clock.settle(stepped)  # on a GPU: wait for this step's last kernel (once a step)
-        busy_s = self.clock.seconds(start, computed)
-        in_backward = min(backward_wait_s(), busy_s)
-        return {"step_time_s": self.clock.seconds(start, stepped),
-                "compute_s": busy_s - in_backward,
-                "sync_s": in_backward + self.clock.seconds(computed, averaged)}
+
+def split(clock: WallClock | CudaClock, marks: list[Any], backward_wait_s: float,
+          ) -> dict[str, float]:
+    """A step's times from its settled marks, in seconds: `step_time_s`, `compute_s`
+    (forward + backward, less the time the backward pass was blocked on communication) and
+    `sync_s` (time blocked on gradients: inside the backward pass, and after it)."""
+    start, computed, averaged, stepped = marks
+    busy_s = clock.seconds(start, computed)
+    in_backward = min(backward_wait_s, busy_s)
+    return {"step_time_s": clock.seconds(start, stepped), "compute_s": busy_s - in_backward,
+            "sync_s": in_backward + clock.seconds(computed, averaged)}
+
+
+class StepLog:
+    """A rank's step lines, computed and written together every `every_s` seconds.
+
+    Reading a step's loss, right answers or clock on a GPU waits for the GPU to get there,
+    and a few tensor operations per step cost a visible share of a millisecond's step. So
+    a step only leaves its tensors and marks here; every `every_s` the log queues the right
+    answers of all the steps since, in one operation, and their copy to the host, then
+    writes the lines it queued the time before, whose copy (and clock) is done by then.
+    """
+
+    #: Seconds between writes: a live chart is up to twice that behind.
+    every_s = 0.5
+
+    def __init__(self, ctx: Any, clock: WallClock | CudaClock) -> None:
+        self.ctx, self.clock, self.last = ctx, clock, time.monotonic()
+        self.steps: list[tuple] = []       # the steps not queued yet
+        self.queued: tuple | None = None   # (steps, losses, right answers, copied mark)
+        self.loss_sum, self.correct = 0.0, 0
+
+    def add(self, fields: dict[str, Any], outs: list[torch.Tensor],
+            losses: list[torch.Tensor], y: torch.Tensor, marks: list[Any],
+            backward_wait_s: Callable[[], float]) -> None:
+        """A step: its line's `fields` so far, its micro-batches' outputs and losses, its
+        labels, its clock marks and the reader of its wait inside backward."""
+        self.steps.append((fields, outs, losses, y, marks, backward_wait_s))
+        if time.monotonic() - self.last >= self.every_s:
+            self.write()
+            self.queue()
+
+    def queue(self) -> None:
+        steps, self.steps, self.last = self.steps, [], time.monotonic()
+        if steps:
+            outs = torch.cat([o for step in steps for o in step[1]])
+            right = outs.argmax(1) == torch.cat([step[3] for step in steps])
+            losses = torch.stack([v for step in steps for v in step[2]])
+            self.queued = (steps, *(t.view(len(steps), -1).sum(1).to("cpu", non_blocking=True)
+                                    for t in (losses, right)), self.clock.mark())
+
+    def write(self) -> None:
+        if self.queued is None:
+            return
+        (steps, losses, right, copied), self.queued = self.queued, None
+        self.clock.settle(copied)  # on a GPU: long done (one event read)
+        rows = [{**fields, "loss": loss, "accuracy": hits / len(y),
+                 **split(self.clock, marks, waited())}
+                for (fields, _, _, y, marks, waited), loss, hits
+                in zip(steps, losses.tolist(), right.tolist(), strict=True)]
+        self.ctx.metric("step", *rows)
+        self.loss_sum += sum(losses.tolist())
+        self.correct += sum(right.tolist())
+
+    def close(self) -> tuple[float, int]:
+        """Write every line (at the epoch's end, or a failure); return the sums of their
+        losses and right answers since the last `close()`."""
+        self.write()
+        self.queue()
+        self.write()
+        totals, self.loss_sum, self.correct = (self.loss_sum, self.correct), 0.0, 0
+        return totals
