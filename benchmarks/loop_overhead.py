@@ -7,8 +7,8 @@ What a student measures should be the engine, not the workbench. Each round runs
 engine and number of ranks, in alternating order:
 
 - the workbench: a real job (`workbench.start`), the engine's rank module with all its
-  bookkeeping: metrics lines, the compute/sync clock, bytes held and sent, the comm hook
-  (DDP), the heartbeat, the checks;
+  bookkeeping: metrics lines, the compute/sync clock (DDP: a hook on each gradient), bytes
+  held and sent, the heartbeat, the checks;
 - by hand: the same training as a plain script would write it, started by the same launcher
   (`workbench.launch(fn)`, torchrun or horovodrun): DDP, or Horovod's DistributedOptimizer,
   with the same model, data, sharding, batch, threads and cores, and nothing else.
@@ -16,9 +16,9 @@ engine and number of ranks, in alternating order:
 Both time each epoch on rank 0 with the wall clock; the first epoch (warm-up) is left out.
 It prints samples/s of each, and the ratio workbench / by hand of each round and their
 median: 1.00 means the bookkeeping costs nothing; the target is at least 0.95. The default
-step (an MLP of width 128 on 32 features, batch 64, one thread per rank) took 0.36 to 0.6 ms
-by hand with DDP at np=1 on the shared 2-core machine, 0.3 ms with Horovod; --width and
---batch-size change it.
+step, the smallest the target names (about 1 ms by hand at np=1: an MLP of width 256 on 32
+features, batch 64, one thread per rank), took 0.75 to 1.2 ms by hand on the shared 2-core
+machine; --width and --batch-size change it, and each round prints it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import workbench
 from workbench.config import JobConfig
 from workbench.records import of_kind
 
-SETTINGS = dict(model="mlp", width=128, dataset="synthetic", features=32, samples=65536,
+SETTINGS = dict(model="mlp", width=256, dataset="synthetic", features=32, samples=65536,
                 batch_size=64, lr=0.05, optimizer="sgd", threads_per_rank=1, val_fraction=0.0,
                 eval_every=0)
 

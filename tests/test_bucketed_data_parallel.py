@@ -86,8 +86,8 @@ def test_accumulation_equals_serial_with_batch_nkb(warm, serial, engine):
     """DDP's no_sync() and Horovod's backward_passes_per_step: 2 ranks × 2 × 8 ≡ 1 × 32."""
     job = warm_job(warm, engine=engine, batch_size=8, accumulate=2)
     assert worst_gap(job, serial(32)) < 1e-5
-    # Counted where the gradients leave (DDP's comm hook, Horovod's compressor): every
-    # gradient once per step of k micro-batches, so the bytes per sample fall by k.
+    # Every gradient once per step of k micro-batches (counted from the gradients' sizes,
+    # as DDP's buckets and Horovod's allreduces take them): the bytes per sample fall by k.
     assert {s["synced_bytes"] for s in steps_of(job)} == {PARAM_BYTES}
 
 

@@ -5,6 +5,7 @@ on both engines, and the Horovod timeline. Each job is small (a few seconds on 2
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -120,16 +121,25 @@ def test_horovod_timeline_gantt_and_breakdown(tmp_path: Path):
 
 
 def test_compute_sync_breakdown_of_a_ddp_run(warm):
+    """Rank 1 straggles (0.05 s more per step, after its backward pass): DDP's reducer
+    holds rank 0's next backward pass until rank 1's gradients arrive, which rank 0's
+    lines show as synchronization, and rank 1's as computing."""
     runs = warm("torch") / "runs"  # on warm ranks (conftest.py): the steps are the same
     job = workbench.start(workbench.JobConfig(
         engine="torch", np=2, model="mlp", dataset="digits", epochs=1, max_steps=10,
-        threads_per_rank=1, cpu_bind="none", runs_dir=str(runs)))
+        threads_per_rank=1, cpu_bind="none", runs_dir=str(runs), straggler_rank=1,
+        straggler_delay=0.05))
     assert job.wait(180) == "succeeded", job.summary
     assert job.summary.get("pool"), "a call on the warm ranks"
     metrics = job.metrics()
     cols = tl.step_breakdown(metrics)
     assert cols["step"] == list(range(1, 11))
     assert all(c > 0 for c in cols["compute_s"]) and all(s >= 0 for s in cols["sync_s"])
+    later = [m for m in metrics if m.get("kind") == "step" and m["step"] > 0]
+    fast, slow = ([m for m in later if m["rank"] == r] for r in (0, 1))
+    assert statistics.fmean(m["sync_s"] for m in fast) > 0.03
+    assert statistics.fmean(m["compute_s"] for m in fast) < 0.03
+    assert statistics.fmean(m["compute_s"] for m in slow) > 0.05
     ranks = tl.rank_breakdown(metrics)
     assert list(ranks) == ["rank 0", "rank 1"]
     # the per-rank totals are the sums of that rank's step lines

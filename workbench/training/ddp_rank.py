@@ -17,20 +17,22 @@ arXiv:2006.15704):
    overlapping communication with the backward pass.
 5. Shard the data: each rank trains on its own slice of every global batch.
 
-A communication hook (`DDPSync`) times each bucket's allreduce, so a step splits into
-computing and time blocked on synchronization. Each step line also gives the bytes this
-rank holds and sends (sharded/memory.py, traffic.py), beside the sharded engines' figures.
+DDP averages with its own reducer; `DDPSync` times what `backward()` waits for it, so a
+step splits into computing and time blocked on synchronization. Each step line also gives
+the bytes this rank holds and sends (sharded/memory.py, traffic.py), beside the sharded
+engines' figures.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench.config import JobConfig
@@ -38,7 +40,7 @@ from workbench.models import make_optimizer
 from workbench.rank.context import from_rank0, job_config, job_record
 from workbench.rank.protocol import launcher_identity
 from workbench.sharded.memory import Footprint
-from workbench.sharded.traffic import Traffic
+from workbench.sharded.traffic import SENDS
 from workbench.training.checkpoint import restore
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
@@ -49,57 +51,69 @@ from workbench.training.timing import CudaClock, WallClock
 
 
 class DDPSync(Synchronizer):
-    """Times DDP's bucket allreduces through a communication hook.
+    """DDP's own reducer averages the gradients (in C++, bucket by bucket, during
+    `backward()`); this times the wait it leaves and counts what it sends.
 
-    Each bucket's allreduce is bracketed by two clock marks: one when DDP hands the bucket
-    over (its gradients are computed), one when the averaged bucket is ready. On a GPU the
-    marks are CUDA events: the NCCL future completes as soon as the allreduce is *queued*,
-    but a mark taken in its `then` callback runs on a stream that waits for the allreduce,
-    so it records when the GPU really had the average.
+    The wait: from the moment the backward pass has computed its last gradient (a hook on
+    each parameter's accumulated gradient; the last to fire marks it, before DDP launches
+    the last bucket) to the moment `backward()` returns, which DDP holds back until every
+    bucket is averaged (on a GPU: until the compute stream waits for NCCL's). On a GPU the
+    marks are CUDA events, read later (timing.py's `StepLog`). The bytes: every step
+    all-reduces each gradient once, in DDP's buckets (in bf16 under `bf16_hook`).
     """
 
-    def __init__(self, clock: WallClock | CudaClock, compress: bool = False) -> None:
-        self.clock = clock
-        self.compress = compress  # send bf16 gradients, as DDP's bf16_compress_hook
-        self.launched: list[Any] = []
-        self.completed: list[Any] = []
-        self.sent = 0   # bytes handed to allreduce since the last step was read
+    def __init__(self, model: nn.Module, clock: WallClock | CudaClock, compress: bool) -> None:
+        self.clock, self.world = clock, dist.get_world_size()
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.bytes = sum(p.numel() * (2 if compress else p.element_size()) for p in params)
+        self.ready: Any = None          # a clock mark: the backward pass's last gradient
+        self.returned: Any = None       # a clock mark: backward() returned
+        self.left = 0                   # gradients this backward pass has still to compute
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._accumulated)
+        self.n = len(params)
 
-    def hook(self, _state, bucket):  # no annotations: DDP checks them, and ours are strings
-        """Average one bucket (a dist.GradBucket) of gradients, as DDP does, noting when."""
-        self.launched.append(self.clock.mark())
-        buffer = bucket.buffer()
-        sent = buffer.to(torch.bfloat16) if self.compress else buffer  # half the bytes
-        self.sent += sent.numel() * sent.element_size()
-        fut = dist.all_reduce(sent.div_(dist.get_world_size()), async_op=True).get_future()
-
-        def done(f: torch.futures.Future) -> torch.Tensor:
-            self.completed.append(self.clock.mark())
-            return buffer.copy_(f.value()[0]) if self.compress else f.value()[0]
-
-        return fut.then(done)
+    def _accumulated(self, _param: torch.Tensor) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.ready = self.clock.mark()
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(values)  # in place, summing: what DDP's hook does, before dividing
         return values
 
-    def accumulating(self, model: DDP, last: bool) -> AbstractContextManager[Any]:
-        """`no_sync()` on all but the last micro-batch: DDP then only accumulates."""
-        return nullcontext() if last else model.no_sync()
+    @contextmanager
+    def accumulating(self, model: DDP, last: bool) -> Iterator[None]:
+        """`no_sync()` on all but the last micro-batch: DDP then only accumulates. The last
+        one's backward pass is timed: from its last gradient to its return."""
+        if not last:
+            with model.no_sync():
+                yield
+            return
+        self.left, self.ready = self.n, None
+        yield
+        self.returned = self.clock.mark()
 
     def synced_bytes(self) -> int | None:
-        sent, self.sent = self.sent, 0
-        return sent
+        return self.bytes
+
+    def sent_bytes(self) -> int:
+        """What a ring all-reduce of the gradients sends from this rank (traffic.py)."""
+        return round(SENDS["all_reduce"][3](self.world) * self.bytes)
 
     def backward_wait_s(self) -> Callable[[], float]:
-        """Time from the last bucket's launch (compute done) to the last allreduce's end
-        (DDP launches the buckets in order); the marks are taken now, read later."""
-        launched, completed = self.launched, self.completed
-        self.launched, self.completed = [], []
-        if not launched or not completed:
-            return lambda: 0.0
-        return lambda: self.clock.settle(completed[-1]) or max(
-            0.0, self.clock.seconds(launched[-1], completed[-1]))
+        """The marks are taken now, read later (once settled, on a GPU)."""
+        ready, returned = self.ready, self.returned
+        return lambda: self.clock.seconds(ready, returned) if ready is not None else 0.0
+
+
+def bf16_hook(_state, bucket):  # no annotations: DDP checks them, and ours are strings
+    """What torch's `bf16_compress_hook` does, which it allows on NCCL only: each bucket of
+    gradients (a dist.GradBucket) averaged in bf16, half the bytes, then cast back."""
+    buffer = bucket.buffer()
+    sent = buffer.to(torch.bfloat16).div_(dist.get_world_size())
+    fut = dist.all_reduce(sent, async_op=True).get_future()
+    return fut.then(lambda f: buffer.copy_(f.value()[0]))
 
 
 def join(cfg: JobConfig, local_rank: int) -> torch.device:
@@ -118,7 +132,6 @@ def join(cfg: JobConfig, local_rank: int) -> torch.device:
 def main() -> None:
     cfg = job_config("torch")  # the launcher's config.json, or `workbench run`'s flags
     local_rank = launcher_identity()[2]  # this rank's number on its host (LOCAL_RANK)
-    traffic = Traffic().install()  # counts the bytes the hook's allreduces send
 
     # Step 1: take this rank's device (a GPU, or CPU cores), then join the process group.
     device = join(cfg, local_rank)
@@ -130,17 +143,17 @@ def main() -> None:
     setup = build(cfg, device)
 
     # Steps 3-4: DDP broadcasts rank 0's parameters and averages gradients in backward().
-    sync = DDPSync(setup.clock, compress=cfg.grad_compression == "bf16")
+    sync = DDPSync(setup.model, setup.clock, compress=cfg.grad_compression == "bf16")
     ddp_model = DDP(setup.model, device_ids=[device.index] if device.type == "cuda" else None)
-    ddp_model.register_comm_hook(None, sync.hook)
+    if cfg.grad_compression == "bf16":  # each bucket sent in bf16: half the bytes
+        ddp_model.register_comm_hook(None, bf16_hook)
     optimizer = make_optimizer(cfg.optimizer, ddp_model.parameters(), cfg.lr,
                                cfg.momentum, cfg.weight_decay)
     setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
 
     # Step 5: train on this rank's shards (the loop calls ddp_model through setup.model).
     setup.model = ddp_model
-    sync.measure = Footprint(setup.module, optimizer, traffic.take)
-    traffic.take()  # DDP's start-up broadcast is no step's traffic
+    sync.measure = Footprint(setup.module, optimizer, sync.sent_bytes)
     held_out = train(ctx, setup, optimizer, sync)
     evaluate_and_save(ctx, setup, sync, held_out)
     dist.destroy_process_group()

@@ -38,23 +38,6 @@ from workbench.training.setup import build
 from workbench.training.synchronizer import Synchronizer
 
 
-class CountingCompressor:
-    """Horovod's `compressor` (`Compression.none`, or `Compression.fp16`: each gradient cast
-    to 16 bits before its allreduce, half the bytes), counting the bytes of every tensor
-    that `DistributedOptimizer` hands to allreduce: the traffic, measured where it leaves."""
-
-    def __init__(self, compressor: type[hvd.Compression.none]) -> None:
-        self.compressor, self.sent = compressor, 0
-
-    def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        compressed, ctx = self.compressor.compress(tensor)
-        self.sent += compressed.numel() * compressed.element_size()
-        return compressed, ctx
-
-    def decompress(self, tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
-        return self.compressor.decompress(tensor, ctx)
-
-
 class HorovodSync(Synchronizer):
     """Horovod's wrapped optimizer averages the gradients; this says when to wait for them.
 
@@ -65,17 +48,18 @@ class HorovodSync(Synchronizer):
     it ends once `synchronize()` has returned, that is once the NCCL allreduces are done.
     """
 
-    def __init__(self, compression: CountingCompressor) -> None:
-        self.compression = compression
+    def __init__(self, model: torch.nn.Module, fp16: bool) -> None:
+        # Every gradient once per step (with `backward_passes_per_step`: after the last
+        # micro-batch); Compression.fp16 casts the floating-point ones to 16 bits.
+        self.bytes = sum(p.numel() * (2 if fp16 and p.is_floating_point() else p.element_size())
+                         for p in model.parameters() if p.requires_grad)
 
     def wait_for_gradients(self, optimizer: hvd.DistributedOptimizer) -> None:
         optimizer.synchronize()  # blocks until every gradient's allreduce is done
 
     def synced_bytes(self) -> int | None:
-        """Bytes handed to allreduce since the last step (none on all but the last of
-        `backward_passes_per_step` micro-batches)."""
-        sent, self.compression.sent = self.compression.sent, 0
-        return sent
+        """Bytes of gradients handed to allreduce in a step."""
+        return self.bytes
 
     def stepping(self, optimizer: hvd.DistributedOptimizer) -> AbstractContextManager[Any]:
         return optimizer.skip_synchronize()
@@ -110,11 +94,10 @@ def main() -> None:
     hvd.broadcast_parameters(setup.model.state_dict(), root_rank=0)
 
     # Step 4: average gradients across ranks with allreduce during backward().
-    compression = CountingCompressor(  # --grad-compression fp16: half the bytes
-        hvd.Compression.fp16 if cfg.grad_compression == "fp16" else hvd.Compression.none)
+    fp16 = cfg.grad_compression == "fp16"  # each gradient sent in 16 bits: half the bytes
     optimizer = hvd.DistributedOptimizer(
         optimizer, named_parameters=setup.model.named_parameters(), op=hvd.Average,
-        compression=compression,
+        compression=hvd.Compression.fp16 if fp16 else hvd.Compression.none,
         backward_passes_per_step=cfg.accumulate)  # k micro-batches: one allreduce
 
     # Resuming: load the checkpoint now, not before step 4. DistributedOptimizer is a new
@@ -129,7 +112,7 @@ def main() -> None:
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     # Step 5: train, each rank on its own shard of every global batch (see sharding.py).
-    sync = HorovodSync(compression)
+    sync = HorovodSync(setup.model, fp16)
     held_out = train(ctx, setup, optimizer, sync)
     evaluate_and_save(ctx, setup, sync, held_out)
     hvd.shutdown()
