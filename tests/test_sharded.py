@@ -265,3 +265,49 @@ def test_engines_run_and_count_on_a_torch_before_the_renamed_collectives(tmp_pat
     assert {row["rank"] for row in rows} == {0, 1}
     for row in rows:
         assert abs(row["ratio"] - 1) <= 0.05, row
+
+
+#: Loaded first by every process of a job (PYTHONPATH): a gloo whose reduce-scatter sums
+#: where it is asked to average, as torch 2.7 and 2.8's did (PyTorch issue 162338); each
+#: process that met it writes its pid to `summed`.
+GLOO_SUMS_FOR_AVG = """
+import os, pathlib
+import torch.distributed as dist
+
+def summing(original):
+    def reduce_scatter(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        if op == dist.ReduceOp.AVG:
+            with open(pathlib.Path(__file__).with_name("summed"), "a") as out:
+                out.write(f"{os.getpid()}\\n")
+            op = dist.ReduceOp.SUM
+        return original(output, input, op=op, group=group, async_op=async_op)
+    return reduce_scatter
+
+for name in ("reduce_scatter_single", "reduce_scatter_tensor"):
+    if hasattr(dist, name):
+        setattr(dist, name, summing(getattr(dist, name)))
+"""
+
+
+def test_fsdp_averages_on_a_gloo_whose_reduce_scatter_sums(tmp_path):
+    """FSDP2 on 2 fresh ranks whose gloo sums where FSDP2 asks it to average: the engine
+    finds it out and has FSDP2 sum and divide (sharded/fsdp.py), so 8 steps of SGD with batch
+    16 end with the parameters of one process taking batch 32, as on a sound gloo; a sum in
+    place of the average doubles every step, 0.1 apart here. About 15 s."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(GLOO_SUMS_FOR_AVG)
+    common = dict(model="mlp", width=32, dataset="digits", epochs=1, max_steps=8,
+                  threads_per_rank=1, optimizer="sgd", lr=0.1, runs_dir=str(tmp_path / "runs"))
+    params = {}
+    for engine, np, env in (("serial", 1, []), ("fsdp", 2, [f"PYTHONPATH={site}"])):
+        job = workbench.start(workbench.JobConfig(engine=engine, np=np, batch_size=32 // np,
+                                                  env=env, **common))
+        assert job.wait(300) == "succeeded", job.summary
+        params[engine] = job.record().model_state()
+    pids = {int(p.read_text().split()[0]) for p in  # "<pid> <host>"
+            (job.record().run_dir / "pids").glob("rank*.pid")}
+    assert len(pids) == 2 and pids <= set(map(int, (site / "summed").read_text().split()))
+    worst = max(float((params["fsdp"][k] - params["serial"][k]).abs().max())
+                for k in params["serial"])
+    assert worst < 1e-5, f"parameters differ by {worst:g}"

@@ -9,7 +9,9 @@ torch 2.13 renamed two collectives, `all_gather_into_tensor` and `reduce_scatter
 (both since torch 1.13), to `all_gather_single` and `reduce_scatter_single`, and the old names
 warn (FutureWarning) from then on. The functions below call whichever this torch has, looked
 up at each call, so that the traffic counter (sharded/traffic.py), which wraps them where
-they live in `torch.distributed`, counts them.
+they live in `torch.distributed`, counts them. `reduce_scatter_averages` finds out whether
+a reduce-scatter asked to average does, which gloo's did not in torch 2.7 and 2.8, so that
+the fsdp engine (sharded/fsdp.py) can divide where it summed.
 """
 
 from __future__ import annotations
@@ -45,7 +47,25 @@ def all_gather_into_tensor(output: Any, input: Any, group: Any = None,
 
 
 def reduce_scatter_tensor(output: Any, input: Any, group: Any = None,
-                          async_op: bool = False) -> Any:
-    """`output` (1/N of `input`) gets the sum over the ranks of this rank's slice of `input`."""
+                          async_op: bool = False, op: Any = None) -> Any:
+    """`output` (1/N of `input`) gets the sum over the ranks of this rank's slice of `input`
+    (or their `op`, a `ReduceOp`)."""
+    import torch.distributed as dist
+
     scatter = _collective("reduce_scatter_single", "reduce_scatter_tensor")
-    return scatter(output, input, group=group, async_op=async_op)
+    op = dist.ReduceOp.SUM if op is None else op
+    return scatter(output, input, op=op, group=group, async_op=async_op)
+
+
+def reduce_scatter_averages(device: Any, group: Any = None) -> bool:
+    """Whether a reduce-scatter asked to average (`ReduceOp.AVG`) averages, on this group's
+    back-end: one collective of N values on `device`. gloo's summed instead, silently, in
+    torch 2.7 and 2.8 (PyTorch issue 162338)."""
+    import torch
+    import torch.distributed as dist
+
+    n = dist.get_world_size(group)
+    mine = torch.empty(1, device=device)
+    reduce_scatter_tensor(mine, torch.ones(n, device=device), group=group,
+                          op=dist.ReduceOp.AVG)
+    return mine.item() == 1.0          # the sum would be n

@@ -25,6 +25,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from workbench.torch_versions import reduce_scatter_averages
+
 
 def shard_model(model: nn.Module, device: torch.device, compress: bool = False) -> nn.Module:
     """Apply FSDP2 to `model` in place: each block holding parameters, then the root.
@@ -34,7 +36,7 @@ def shard_model(model: nn.Module, device: torch.device, compress: bool = False) 
     `compress`: reduce-scatter the gradients in bf16 (FSDP2's `MixedPrecisionPolicy`).
     """
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
     policy = MixedPrecisionPolicy(reduce_dtype=torch.bfloat16 if compress else None)
@@ -42,4 +44,13 @@ def shard_model(model: nn.Module, device: torch.device, compress: bool = False) 
         if any(p.requires_grad for p in block.parameters()):
             fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
+    # FSDP2 asks the reduce-scatter to average the gradients (ReduceOp.AVG). gloo's summed
+    # instead, silently, in torch 2.7 and 2.8 (PyTorch issue 162338), so each step was N
+    # times too large. There, the hook FSDP2 runs on each reduce-scatter's output (before
+    # the gradients are kept) divides it by N.
+    if device.type == "cpu" and not reduce_scatter_averages(device):
+        world = torch.distributed.get_world_size()
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.set_all_reduce_hook(lambda reduced: reduced.div_(world))
     return model
