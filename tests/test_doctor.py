@@ -209,9 +209,9 @@ def test_doctor_says_whether_torch_is_in_the_supported_range(report: dict[str, A
         Path(__file__).parents[1] / "pyproject.toml").read_text().replace(" ", "")
     check = verdicts.torch_check(report["torch"])
     assert check.status == "ok" and f"supported: torch{supported}" in check.detail
-    for inside in ("2.13.0+cu128", "2.14.1"):
+    for inside in ("2.7.0", "2.11.0+cu130", "2.14.1"):
         assert verdicts.torch_check({**report["torch"], "version": inside}).status == "ok"
-    older = verdicts.torch_check({**report["torch"], "version": "2.11.0+cu130"})
+    older = verdicts.torch_check({**report["torch"], "version": "2.6.0+cu124"})
     assert older.status == "warn" and f"torch{supported}" in older.detail + older.fix
     assert "--engine fsdp on CPUs" in older.detail and "on GPUs" not in older.detail
     assert "tensor parallelism" not in older.detail

@@ -1,6 +1,6 @@
 """The torch releases the workbench runs on, and the collectives they name differently.
 
-pyproject.toml declares the supported range (`torch>=2.13,<2.15`); `constraints.txt` pins the
+pyproject.toml declares the supported range (`torch>=2.7,<2.15`); `constraints.txt` pins the
 release the set-up installs and the tests run with. The range's lower end is the newest of
 `NEEDS`, the parts of the workbench that need more than an older torch has (tests check the
 two agree); `workbench doctor` names what will not work with a torch outside the range.
@@ -21,9 +21,8 @@ from typing import Any
 #: The parts that need a recent torch: the oldest release that has what they use, and what.
 NEEDS: dict[str, tuple[str, str]] = {
     "--engine fsdp on CPUs, and notebook 07's FSDP": (
-        "2.13", "a gloo reduce-scatter that averages (ReduceOp.AVG), as FSDP2 asks: 2.7.0 "
-                "and 2.8.0 ended with other parameters than every other engine (PyTorch "
-                "issue 162338), 2.6 stopped; 2.9 to 2.12 are untested"),
+        "2.7", "an FSDP2 that runs on CPUs (2.6's stops in its first step: 'Stream' "
+               "object has no attribute 'record_event')"),
     "--engine fsdp on GPUs": (
         "2.6", "FSDP2's fully_shard, public in torch.distributed.fsdp since 2.6"),
     "notebook 08's tensor parallelism": (
