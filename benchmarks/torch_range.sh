@@ -3,12 +3,13 @@
 # on the newest torch that pyproject.toml admits.
 #
 # Usage: bash benchmarks/torch_range.sh [--prepare] [VERSION ...]
-#   VERSION    e.g. 2.9.1 (default: the range's two ends)
+#   VERSION    e.g. 2.9.1, in the range or not (default: the range's two ends)
 #   --prepare  make the environments (downloads, Horovod's builds) and stop
 #
-# For each end it makes a scratch environment, .cache/torch-range/torch-<version>/ (never
+# For each end it makes a scratch environment in .cache/torch-range/ (torch__2.7.0/, never
 # .venv/): torch (the lower end exactly; for the upper end the newest release pip finds in
-# the range), the workbench and its dependencies (pip install -e .), and Horovod built
+# the range), the workbench and its other dependencies (pip install -e . --no-deps, so
+# that a release outside the range is the one tried), and Horovod built
 # against that torch by scripts/build_horovod.sh, whose wheel cache keys by torch version.
 # Where that torch sees no GPU, Horovod is built without GPU operations
 # (WORKBENCH_HOROVOD_GPU=0): a CUDA build of torch needs nvcc of its own CUDA major version.
@@ -29,6 +30,12 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 BASE_PYTHON=${PYTHON:-python3}
 OUT="$ROOT/.cache/torch-range"
+# pyproject.toml's dependencies but torch (Python 3.10 has tomllib only inside pip).
+DEPS_BUT_TORCH='
+try: import tomllib
+except ModuleNotFoundError: from pip._vendor import tomli as tomllib
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+print(*(d for d in deps if not d.startswith("torch")))'
 mkdir -p "$OUT"
 
 range=$(sed -n 's/^ *"torch\([<>=][^"]*\)",.*/\1/p' pyproject.toml)
@@ -49,7 +56,10 @@ make_env() {
         "$BASE_PYTHON" -m venv "$OUT/$label"
         "$py" -m pip install -q --progress-bar off --upgrade pip setuptools wheel >&2
         "$py" -m pip install -q --progress-bar off "torch$spec" "packaging>=23" numpy >&2
-        "$py" -m pip install -q --progress-bar off -e . >&2
+        # The workbench without its torch requirement, so a release outside the range
+        # stays the one installed (pip would replace it by one inside).
+        "$py" -m pip install -q --progress-bar off $("$py" -c "$DEPS_BUT_TORCH") >&2
+        "$py" -m pip install -q --progress-bar off --no-deps -e . >&2
         touch "$OUT/$label/.made"
     fi
     version=$("$py" -c 'import torch; print(torch.__version__)')
