@@ -56,6 +56,41 @@ def test_the_solution_passes_with_a_shard_of_the_optimizer_state(tmp_path):
     assert "slice only" in str(feedback)
 
 
+def zero1_step_with_the_2_13_names(flat_params, flat_grad, shard, optimizer, rank, world):
+    size = flat_params.numel() // world
+    mine = flat_grad.new_empty(size)
+    dist.reduce_scatter_single(mine, flat_grad)
+    shard.grad = mine / world
+    optimizer.step()
+    dist.all_gather_single(flat_params, shard.detach())
+
+
+#: Loaded first by every process (PYTHONPATH): torch.distributed as torch 2.7 to 2.12 have
+#: it; each rank (torchrun's RANK) writes its rank to `ranks`.
+TORCH_2_12 = """
+import os, pathlib
+import torch.distributed as dist
+del dist.all_gather_single, dist.reduce_scatter_single
+if "RANK" in os.environ:
+    with open(pathlib.Path(__file__).with_name("ranks"), "a") as out:
+        out.write(os.environ["RANK"] + "\\n")
+"""
+
+
+def test_the_names_torch_2_13_gave_work_on_an_older_torch(tmp_path, monkeypatch):
+    """A step written with all_gather_single and reduce_scatter_single passes on 2 ranks
+    whose torch.distributed lacks them (workbench/torch_versions.py's give_new_names).
+    About 5 s."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(TORCH_2_12)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    feedback = check_zero1(make_shard_optimizer, zero1_step_with_the_2_13_names,
+                           runs_dir=str(tmp_path / "runs"))
+    assert feedback.passed, feedback
+    assert sorted((site / "ranks").read_text().split()) == ["0", "1"]
+
+
 def test_a_missing_all_gather_is_named(tmp_path):
     feedback = check_zero1(make_shard_optimizer, zero1_step_without_all_gather,
                            runs_dir=str(tmp_path))

@@ -9,7 +9,8 @@ torch 2.13 renamed two collectives, `all_gather_into_tensor` and `reduce_scatter
 (both since torch 1.13), to `all_gather_single` and `reduce_scatter_single`, and the old names
 warn (FutureWarning) from then on. The functions below call whichever this torch has, looked
 up at each call, so that the traffic counter (sharded/traffic.py), which wraps them where
-they live in `torch.distributed`, counts them. `reduce_scatter_averages` finds out whether
+they live in `torch.distributed`, counts them; `give_new_names` lets code written with the new
+names (exercise 12's) run on an older torch. `reduce_scatter_averages` finds out whether
 a reduce-scatter asked to average does, which gloo's did not in torch 2.7 and 2.8, so that
 the fsdp engine (sharded/fsdp.py) can divide where it summed.
 """
@@ -32,10 +33,25 @@ NEEDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: The names torch 2.13 gave two collectives, and their names since 1.13 (same arguments).
+RENAMED = {"all_gather_single": "all_gather_into_tensor",
+           "reduce_scatter_single": "reduce_scatter_tensor"}
+
+
 def _collective(new: str, old: str) -> Any:
     import torch.distributed as dist
 
     return getattr(dist, new, None) or getattr(dist, old)
+
+
+def give_new_names() -> None:
+    """Where this torch predates 2.13, name its `all_gather_into_tensor` and
+    `reduce_scatter_tensor` as 2.13 does, in `torch.distributed` of this process only."""
+    import torch.distributed as dist
+
+    for new, old in RENAMED.items():
+        if not hasattr(dist, new):
+            setattr(dist, new, getattr(dist, old))
 
 
 def all_gather_into_tensor(output: Any, input: Any, group: Any = None,

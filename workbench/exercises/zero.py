@@ -85,7 +85,9 @@ def run_on_rank(make: Callable[..., Any], step: Callable[..., Any]) -> dict[str,
     import torch.distributed as dist
 
     from workbench.sharded.memory import storage_bytes
+    from workbench.torch_versions import give_new_names
 
+    give_new_names()            # all_gather_single, which the task names, on torch < 2.13
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     model = make_model(SEED)
