@@ -664,6 +664,9 @@ def test_a_written_answer_that_cannot_be_marked_is_not_committed(tmp_path, monke
     g = quiz.check("review-efficiency")
     assert quiz.first_grade("review-efficiency") is None and "in sentences" in g.feedback
     assert "Model answer" not in g.feedback and not (tmp_path / "quiz-answers.json").exists()
+    card = quiz.cards["review-efficiency"]                 # nor is any point named in the page
+    assert all(box.description == "" for box in card.rubric), [b.description for b in card.rubric]
+    assert card.rubric_box.layout.display == "none" and not card.input.disabled
     quiz.answer("review-efficiency", "The devices work in parallel, so it takes less time.")
     quiz.check("review-efficiency")
     assert quiz.first_grade("review-efficiency") is not None
