@@ -11,6 +11,12 @@ exercises. A page has ``NAME`` (its file name) and ``CELLS``, a list written wit
 exercise version (with ``raise NotImplementedError``) and a solution version, which is how
 one exercise page gives both ``notebooks/exercises/`` and ``notebooks/solutions/``.
 
+A code cell also says what the student should see under it, in its metadata
+(``workbench.shows``, see :func:`promises`): the tables and charts that its code builds,
+and the buttons the page invites the student to press with what each must bring. The
+browser test of every notebook (tests/browser/test_every_notebook.py) fails when one is
+not on the page.
+
 Edit the pages, not the ``.ipynb`` files: this module turns them into notebooks saved
 without outputs, with the ``python3`` kernelspec (so JupyterLab opens them without asking
 for a kernel) and stable cell ids (so regenerating gives identical files, and ``--check``
@@ -75,9 +81,17 @@ def md(text: str) -> tuple[str, str]:
     return ("markdown", text.strip())
 
 
-def code(text: str) -> tuple[str, str]:
-    """A code cell, the same in the exercise and the solution."""
-    return ("code", text.strip())
+def code(text: str, *, shows: dict[str, int] | None = None,
+         press: dict[str, str] | None = None) -> tuple:
+    """A code cell, the same in the exercise and the solution.
+
+    `shows` adds to what its code visibly builds (see :func:`promises`), e.g. ``{"table":
+    1}`` for a table that a helper displays; `press` names the buttons the page invites the
+    student to press, each with what must then appear under the cell (``"table"``,
+    ``"chart"`` or ``"output"``, any output at all).
+    """
+    extra = {k: v for k, v in (("shows", shows), ("press", press)) if v}
+    return ("code", text.strip(), extra) if extra else ("code", text.strip())
 
 
 def md_table(header: tuple[str, ...], *rows: tuple[str, ...]) -> str:
@@ -96,14 +110,50 @@ def new_notebook(language_info: dict | None = None) -> nbformat.NotebookNode:
     return nb
 
 
-def new_cell(item: tuple[str, str] | Task, solution: bool) -> nbformat.NotebookNode:
-    """The notebook cell for one item of a page (a task gives its exercise or solution)."""
+#: The lesson helpers whose result is something to see, and what it is: a cell that calls one
+#: promises the student that many tables and charts (notebooks/ then records the promise).
+SHOWN_BY = {"table": "table", "curves": "chart", "figure_widget": "chart"}
+
+
+def promises(source: str, declared: dict | None = None) -> dict:
+    """What a code cell promises to show: ``{"shows": {"table": n, "chart": m, "verdict":
+    k}, "press": {button: what}}``, counted from the calls of :data:`SHOWN_BY`'s helpers and
+    of an exercise's checkers (``check_*``, whose verdict is then all the cell shows) in
+    `source`, one per place called, and added to what the page `declared` with :func:`code`.
+
+    Counting the calls makes a table that is built but never displayed (a ``table(...)``
+    that is not the cell's last expression) a broken promise, without anyone having to
+    remember to declare it.
+    """
+    declared = declared or {}
+    try:
+        calls = [node.func for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)]
+    except SyntaxError:  # an exercise's unfinished code: it promises nothing
+        calls = []
+    names = [getattr(f, "id", None) or getattr(f, "attr", None) or "" for f in calls]
+    shows = dict(declared.get("shows", {}))
+    for name in names:
+        shown = "verdict" if name.startswith("check_") else SHOWN_BY.get(name)
+        if shown:
+            shows[shown] = shows.get(shown, 0) + 1
+    return {k: v for k, v in (("shows", shows), ("press", declared.get("press"))) if v}
+
+
+def new_cell(item: tuple | Task, solution: bool) -> nbformat.NotebookNode:
+    """The notebook cell for one item of a page (a task gives its exercise or solution),
+    a code cell with what it promises to show in its metadata (:func:`promises`)."""
     if isinstance(item, Task):
-        return nbformat.v4.new_code_cell((item.solution if solution else item.exercise).strip())
-    kind, text = item
+        kind, text, declared = "code", (item.solution if solution else item.exercise).strip(), {}
+    else:
+        kind, text, *rest = item
+        declared = rest[0] if rest else {}
     if kind == "markdown":
         return nbformat.v4.new_markdown_cell(text)
-    return nbformat.v4.new_code_cell(text)
+    cell = nbformat.v4.new_code_cell(text)
+    promised = promises(text, declared)
+    if promised:
+        cell.metadata["workbench"] = promised
+    return cell
 
 
 def build(cells: list, solution: bool, language_info: dict | None = None) -> nbformat.NotebookNode:
