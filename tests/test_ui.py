@@ -67,11 +67,12 @@ def test_run_charts_turn_rows_into_per_rank_and_overall_series():
 def test_chart_helpers_build_gantt_and_bars():
     fig, src = charts.gantt([{"lane": "rank 0", "start": 0, "end": 1.5, "kind": "compute"},
                              {"lane": "rank 1", "start": 1.0, "end": 2.0, "kind": "sync"}],
-                            "timeline")
+                            "timeline", y_label="rank")
     assert list(fig.y_range.factors) == ["rank 1", "rank 0"]    # first lane on top
     assert src.data["duration"] == [1.5, 1.0]
     assert src.data["color"] == [charts.kind_color("compute"), charts.kind_color("sync")]
-    _, bars = charts.stacked_bar(["a", "b"], {"x": [1, 2], "y": [3, 4]}, "t")
+    _, bars = charts.stacked_bar(["a", "b"], {"x": [1, 2], "y": [3, 4]}, "t", x_label="run",
+                                 y_label="s")
     assert bars.data["y"] == [3, 4]
     assert charts.to_widget(fig).render_bundle["docs_json"]
 

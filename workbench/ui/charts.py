@@ -214,28 +214,6 @@ def line(
     return renderer
 
 
-def step(
-    fig,
-    src: ColumnDataSource,
-    x: str,
-    y: str,
-    *,
-    color: str = OVERALL_COLOR,
-    legend: str | None = None,
-    mode: str = "after",
-):
-    """Draw ``y`` against ``x`` as a staircase (the value holds until the next point).
-
-    Use it for quantities that change at discrete moments, such as the number of epochs done
-    or the learning rate of a schedule.
-    """
-    kw: dict[str, Any] = {"legend_label": legend} if legend else {}
-    renderer = fig.step(x, y, source=src, color=color, line_width=2, mode=mode, **kw)
-    if legend:
-        _legend_outside(fig)
-    return renderer
-
-
 def reference_line(fig, xs: Sequence[float], ys: Sequence[float], *, legend: str = "ideal"):
     """Draw a dashed grey reference line (ideal speedup, ideal efficiency, a model's curve).
 
@@ -271,6 +249,7 @@ def gantt(
     tasks: Iterable[Mapping[str, Any]],
     title: str,
     *,
+    y_label: str,
     lanes: Sequence[str] | None = None,
     x_label: str = "time (s)",
     width: int = 2 * WIDTH,
@@ -278,16 +257,18 @@ def gantt(
 ):
     """Return ``(figure, source)`` of a Gantt chart: one row per lane, one bar per task.
 
-    Use it for what each rank or pipeline stage does over time (compute, allreduce, idle).
-    ``lanes`` fixes the order of the rows from top to bottom; by default the order in which
-    lanes first appear. See :func:`gantt_data` for the task format.
+    Use it for what each rank or pipeline stage does over time (compute, allreduce, idle);
+    ``y_label`` says what a lane is (``"rank"``, ``"pipeline stage"``). ``lanes`` fixes the
+    order of the rows from top to bottom; by default the order in which lanes first appear.
+    See :func:`gantt_data` for the task format.
     """
     data = gantt_data(tasks)
     if lanes is None:
         lanes = list(dict.fromkeys(data["lane"]))
     lanes = [str(lane) for lane in lanes]
     height = height or max(140, 60 + 32 * len(lanes))
-    fig = figure(title, x_label, "", width=width, height=height, y_range=list(reversed(lanes)),
+    fig = figure(title, x_label, y_label, width=width, height=height,
+                 y_range=list(reversed(lanes)),
                  tooltips=[("", "@label"), ("start", "@start{0.000}"),
                            ("duration", "@duration{0.000}")])
     src = ColumnDataSource(data)
@@ -298,19 +279,30 @@ def gantt(
     return fig, src
 
 
+def room_for(categories: Sequence[str], width: int, beside: int = 0) -> int:
+    """`width`, widened until each category's label fits under its bar side by side with
+    the others: about 7 px a character of the axis's 11 px font, 12 px between two labels,
+    and `beside` px of legend to the right of the plot."""
+    label = max((len(c) for c in categories), default=0) * 7 + 12
+    return max(width, 100 + beside + len(categories) * label)
+
+
 def bar(
     categories: Sequence[str],
     values: Sequence[float],
     title: str,
     *,
-    y_label: str = "",
+    x_label: str,
+    y_label: str,
     color: str = OVERALL_COLOR,
     width: int = WIDTH,
     height: int = HEIGHT,
 ):
-    """Return ``(figure, source)`` of a vertical bar chart, one bar per category."""
+    """Return ``(figure, source)`` of a vertical bar chart, one bar per category, wide
+    enough for the categories' labels (:func:`room_for`)."""
     cats = [str(c) for c in categories]
-    fig = figure(title, "", y_label, width=width, height=height, x_range=cats,
+    fig = figure(title, x_label, y_label, width=room_for(cats, width), height=height,
+                 x_range=cats,
                  tooltips=[("", "@category"), ("value", "@value{0.000}")])
     src = source(["category", "value"], {"category": cats, "value": list(values)})
     fig.vbar(x="category", top="value", width=0.7, color=color, source=src)
@@ -324,13 +316,15 @@ def stacked_bar(
     stacks: Mapping[str, Sequence[float]],
     title: str,
     *,
-    y_label: str = "",
+    x_label: str,
+    y_label: str,
     colors: Mapping[str, str] | None = None,
     width: int = WIDTH,
     height: int = HEIGHT,
     name: str | None = None,
 ):
-    """Return ``(figure, source)`` of stacked bars: one bar per category, one layer per stack.
+    """Return ``(figure, source)`` of stacked bars: one bar per category, one layer per stack,
+    wide enough for the categories' labels and the legend (:func:`room_for`).
 
     Example: the share of each rank's step spent computing vs synchronizing gradients,
     ``stacked_bar(["rank 0", "rank 1"], {"compute": [0.8, 0.7], "sync": [0.2, 0.3]}, ...)``.
@@ -340,7 +334,9 @@ def stacked_bar(
     cats = [str(c) for c in categories]
     names = list(stacks)
     colors = colors or {}
-    fig = figure(title, "", y_label, width=width, height=height, x_range=cats,
+    legend = 40 + 7 * max(len(n) for n in names)
+    fig = figure(title, x_label, y_label, width=room_for(cats, width, legend), height=height,
+                 x_range=cats,
                  tooltips=[("", "@category")] + [(n, f"@{n}{{0.00}}") for n in names])
     src = source(["category", *names], {"category": cats, **{n: list(stacks[n]) for n in names}},
                  name=name)

@@ -19,7 +19,7 @@ def pipeline_figure(result: dict[str, Any]):
              f"M={result['microbatches']}: bubble {result['measured_bubble']:.2f} measured, "
              f"{result['theoretical_bubble']:.2f} in theory")
     lanes = [f"stage {k}" for k in range(result["stages"])]
-    fig, _ = charts.gantt(gantt_tasks(result), title, lanes=lanes)
+    fig, _ = charts.gantt(gantt_tasks(result), title, y_label="pipeline stage", lanes=lanes)
     return fig
 
 
@@ -31,7 +31,7 @@ def memory_figure(result: dict[str, Any]):
     stacks = {p.removesuffix("_bytes"): [m[p] / 2**20 for m in strategies.values()]
               for p in parts}
     fig, _ = charts.stacked_bar(list(strategies), stacks, "Memory per worker",
-                                y_label="MiB")
+                                x_label="parallelism", y_label="MiB")
     return fig
 
 
@@ -44,7 +44,7 @@ def held_chart(runs: list[Any]):
         names, {"parameters": [r["param_bytes"] for r in rows],
                 "gradients": [r["grad_bytes"] for r in rows],
                 "optimizer state": [r["optimizer_bytes"] for r in rows]},
-        "bytes held by rank 0", y_label="MB")
+        "bytes held by rank 0", x_label="engine and ranks of the run", y_label="MB")
     return fig
 
 

@@ -15,7 +15,7 @@ What the charts show, and why
 * **Compute vs sync share** per rank: of the time spent in training steps so far, the fraction
   spent computing (forward + backward) and the fraction spent synchronizing gradients
   (allreduce, and waiting for the slowest rank). A growing sync share is what limits scaling.
-  The chart's title names the clock the ranks used (the "ready" event's ``timing``): the
+  The label under the chart names the clock the ranks used (the "ready" event's ``timing``): the
   wall clock on CPUs, CUDA events on GPUs, where the host's clock would mislead.
 * **Bytes held per rank** (``memory=True``: DDP and the sharded engines report them):
   parameters, gradients and optimizer state, in MB, from each rank's last step (for a
@@ -115,7 +115,8 @@ class RunCharts:
         cats = [self._rank_label(r) for r in range(self.np)]
         share, self.sources["share"] = charts.stacked_bar(
             cats, {"compute": [0.0] * self.np, "sync": [0.0] * self.np},
-            "time per step: compute vs sync", y_label="share of step time", name="share")
+            "time per step: compute vs sync", x_label="rank", y_label="share of step time",
+            name="share")
         share.y_range.end = 1.0
         figures = {"loss": loss, "accuracy": acc, "throughput": thr, "share": share}
         if self.memory:
@@ -123,9 +124,9 @@ class RunCharts:
             bars = [*cats, DDP_BAR] if self.sharded else cats
             figures["memory"], self.sources["memory"] = charts.stacked_bar(
                 bars, {name: [0.0] * len(bars) for name in MEMORY_STACKS},
-                "bytes held per rank", y_label="MB", name="memory")
+                "bytes held per rank", x_label="rank", y_label="MB", name="memory")
             figures["sent"], self.sources["sent"] = charts.bar(
-                cats, zeros, "bytes sent per step, per rank", y_label="MB")
+                cats, zeros, "bytes sent per step, per rank", x_label="rank", y_label="MB")
         return figures
 
     # -- data --------------------------------------------------------------------------------
@@ -227,10 +228,11 @@ class RunCharts:
         self.last["epoch_samples_per_s"] = point["samples_per_s"]
 
     def _say_timing(self, timing: str, device: str) -> None:
-        """Name the clock in the compute/sync chart's title: on a GPU the split comes from
-        CUDA events on the GPU's timeline, on a CPU from the wall clock."""
+        """Name the clock under the compute/sync chart: on a GPU the split comes from CUDA
+        events on the GPU's timeline, on a CPU from the wall clock. (Under it, not in the
+        title: the title would no longer fit the chart.)"""
         where = f" on {device}" if device else ""
-        self.figures["share"].title.text = f"time per step: compute vs sync ({timing}{where})"
+        self.figures["share"].xaxis.axis_label = f"rank; timed by {timing}{where}"
 
     def _update_share(self) -> None:
         compute, sync = [], []

@@ -199,5 +199,5 @@ def step_time_figure(presets: Sequence[str], workers: int):
                    "kind": "allreduce", "label": f"allreduce, {s.exposed_comm_s:.3f} s of it "
                                                  "after the compute"}]
     fig, _ = charts.gantt(tasks, f"One step at {workers} workers (efficiency)", lanes=lanes,
-                          x_label="seconds")
+                          x_label="seconds", y_label="setup, and what it does")
     return fig

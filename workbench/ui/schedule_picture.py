@@ -65,7 +65,8 @@ class SchedulePicture(widgets.VBox):
         self.figures, self.sources, self.numbers = {}, {}, {}
         lanes = [f"stage {s}" for s in range(MOST_STAGES)]
         for name in SCHEDULES:
-            fig, src = charts.gantt([], "", lanes=lanes, x_label="time (forward passes)",
+            fig, src = charts.gantt([], "", y_label="pipeline stage", lanes=lanes,
+                                    x_label="time (forward passes)",
                                     height=60 + 28 * MOST_STAGES)
             numbers = charts.source(["x", "lane", "text"])
             fig.add_layout(LabelSet(x="x", y="lane", text="text", source=numbers,

@@ -23,7 +23,7 @@ def gantt_figure(tl: HorovodTimeline, title: str = "Where the time goes (Horovod
                  start: float | None = None, end: float | None = None):
     """A Bokeh Gantt chart, one lane per rank: compute, wait, negotiation, allreduce."""
     tasks = rank_activities(tl, start=start, end=end)
-    fig, _ = charts.gantt(tasks, title, lanes=[f"rank {r}" for r in tl.ranks])
+    fig, _ = charts.gantt(tasks, title, y_label="rank", lanes=[f"rank {r}" for r in tl.ranks])
     return fig
 
 
@@ -46,7 +46,7 @@ def breakdown_figures(metrics: Sequence[Mapping], title: str = "Compute vs synch
     per_rank, _ = charts.stacked_bar(
         list(ranks), {"compute": [v["compute"] for v in ranks.values()],
                       "sync": [v["sync"] for v in ranks.values()]},
-        f"{title}, per rank", y_label="seconds in the run")
+        f"{title}, per rank", x_label="rank", y_label="seconds in the run")
     return per_step, per_rank
 
 

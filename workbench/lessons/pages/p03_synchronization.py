@@ -101,8 +101,8 @@ curves("Parameter server: loss vs samples", "samples used", "loss on all digits"
     code(r"""
 hist = ps["async"]["staleness_histogram"]
 fig, _ = charts.bar(list(hist), list(hist.values()), "Staleness of the async gradients",
+                    x_label="staleness τ (updates since the worker pulled)",
                     y_label="gradients", color=charts.kind_color("sync"))
-fig.xaxis.axis_label = "staleness τ (updates since the worker pulled)"
 figure_widget(fig)
 """),
     md(r"""

@@ -100,7 +100,7 @@ for engine in ("naive", "bucketed", "overlapped", "torch"):   # torch = DDP
 table(rows, caption="naive → bucketed → overlapped → DDP, 2 ranks (ms per step)")
 fig, _ = charts.stacked_bar([r["engine"] for r in rows], {
     "compute": [r["compute_ms"] for r in rows], "sync": [r["sync_ms"] for r in rows]},
-    title="Where a step's time goes (ms)")
+    title="Where a step's time goes", x_label="engine", y_label="ms per step")
 figure_widget(fig)
 """),
     md(r"""
