@@ -103,5 +103,6 @@ def footprint_rows(run: Any) -> list[dict[str, Any]]:
 COLUMNS = [("engine", "engine", "s"), ("rank", "rank", "d"),
            ("param_bytes", "params (MB)", ".3f"), ("grad_bytes", "grads (MB)", ".3f"),
            ("optimizer_bytes", "optimizer (MB)", ".3f"), ("held", "held (MB)", ".3f"),
-           ("held_model", "model (MB)", ".3f"), ("sent_bytes", "sent/step (MB)", ".3f"),
-           ("sent_model", "model (MB)", ".3f")]
+           ("held_model", "held, cost model (MB)", ".3f"),
+           ("sent_bytes", "sent/step (MB)", ".3f"),
+           ("sent_model", "sent/step, cost model (MB)", ".3f")]
