@@ -204,6 +204,13 @@ def test_run_panel_charts_a_launched_function_and_shows_its_failure(tmp_path):
         assert panel.sources["rank1"].data["loss"] == [1.0, 0.5, 1 / 3, 0.25]
         assert len(panel.sources["overall"].data["loss"]) == 4
         assert "succeeded" in panel.status.value
+        # the charts of what the function did not report say so; the others say nothing
+        notes = {name: [m.text for m in fig.center if type(m).__name__ == "Label"]
+                 for name, fig in panel._charts.figures.items()}
+        own_loop = ["Only the workbench's own\ntraining loop\nmeasures this."]
+        assert notes == {"loss": [], "throughput": [],
+                         "accuracy": ["No accuracy reported:\nworkbench.report(accuracy=...)"],
+                         "share": own_loop, "memory": own_loop, "sent": own_loop}
     finally:
         panel.close()
     job = workbench.launch(fails_on_rank_one, 1, np=2, engine="torch", runs_dir=str(tmp_path))

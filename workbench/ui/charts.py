@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bokeh.models import ColumnDataSource, HoverTool, LayoutDOM, Legend
+from bokeh.models import ColumnDataSource, HoverTool, Label, LayoutDOM, Legend
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure as _bokeh_figure
 
@@ -159,6 +159,13 @@ def figure(
     if tooltips:
         fig.add_tools(HoverTool(tooltips=list(tooltips)))
     return fig
+
+
+def note(fig, text: str) -> None:
+    """Write `text` (lines apart by newlines) in grey inside `fig`'s plot area, top left: a
+    word on why a chart is empty, where the reader looks for its data."""
+    fig.add_layout(Label(x=8, y=fig.height - 90, x_units="screen", y_units="screen",
+                         text=text, text_font_size="10pt", text_color=IDEAL_COLOR), "center")
 
 
 def source(

@@ -263,3 +263,23 @@ class RunCharts:
         """Fraction of all ranks' step time spent synchronizing gradients so far (0..1)."""
         total = sum(self._compute) + sum(self._sync)
         return sum(self._sync) / total if total > 0 else 0.0
+
+    def empty(self) -> list[str]:
+        """The figures that draw nothing: no rank reported a number for them (a loss, an
+        accuracy, samples for the throughput, a compute/sync split, bytes held)."""
+        def reported(sources: Iterable[Any], column: str) -> bool:
+            return any(v == v for s in sources for v in s.data.get(column, []))  # not nan
+
+        ranks = [self.sources[f"rank{r}"] for r in range(self.np)]
+        drawn = {"loss": reported(ranks, "loss"), "accuracy": reported(ranks, "accuracy"),
+                 "throughput": reported([self.sources["overall"], self.sources["epochs"]],
+                                        "samples_per_s"),
+                 "share": self.sync_share() > 0 or sum(self._compute) > 0,
+                 "memory": bool(self._held), "sent": bool(self._held)}
+        return [name for name in self.figures if not drawn[name]]
+
+    def say_why_empty(self, why: Mapping[str, str]) -> None:
+        """Write in each figure that draws nothing why (``why[name]``, its lines apart by
+        newlines): an empty chart without a word looks broken."""
+        for name in self.empty():
+            charts.note(self.figures[name], why[name])

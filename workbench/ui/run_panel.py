@@ -7,7 +7,7 @@ It is the training panel without the settings: the same live charts (one line pe
 the mean of all ranks, samples/s), the same Stop button, failure display and rank logs, fed by
 the same polling loop (:mod:`workbench.ui.live`). Your code feeds the charts with
 ``workbench.report(step=..., loss=..., accuracy=..., samples=...)``; a chart of a value you do
-not report stays empty.
+not report stays empty, and says so once the run has ended.
 """
 
 from __future__ import annotations
@@ -45,6 +45,15 @@ class RunPanel(TrainingPanel):
                                layout=widgets.Layout(align_items="center"))
         logs = widgets.Accordion([self.logs], titles=("Logs of each rank (last lines)",))
         return [self._title, buttons, self.alert, self._chart_box, widgets.HTML(CAPTION), logs]
+
+    def _why_empty(self, state: str) -> dict[str, str]:
+        """An empty chart names the value the function did not report."""
+        why = dict.fromkeys(self._charts.figures,  # the compute/sync split, the bytes held
+                            "Only the workbench's own\ntraining loop\nmeasures this.")
+        why.update({name: f"No {name} reported:\nworkbench.report({name}=...)"
+                    for name in ("loss", "accuracy")})
+        why["throughput"] = "No samples reported:\nworkbench.report(samples=...)"
+        return why if self._charts.steps_seen else super()._why_empty(state)
 
     def _say_running(self) -> None:
         """Status line with what the ranks have reported (nan values are left out)."""

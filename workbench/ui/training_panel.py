@@ -286,6 +286,7 @@ class TrainingPanel(widgets.VBox):
         self.refresh_runs()
 
     def _show_summary(self, run_id: str, state: str, summary: dict) -> None:
+        self._charts.say_why_empty(self._why_empty(state))
         style = {"succeeded": "success", "stopped": "warning"}.get(state, "danger")
         self.progress.bar_style = style
         if state == "succeeded":
@@ -295,6 +296,13 @@ class TrainingPanel(widgets.VBox):
             self._say(f"Run {run_id} was stopped. {summary_text(summary)}", "warn")
         else:
             self._say(f"Run {run_id} {state}.", "error", detail=failure_text(summary))
+
+    def _why_empty(self, state: str) -> dict[str, str]:
+        """What an empty chart says once the run has ended: the training loop reports every
+        value at every step, so an empty chart means that too few steps finished."""
+        said = (f"The run {state}\nbefore its first step." if not self._charts.steps_seen
+                else "Too few steps\nto draw this.")
+        return dict.fromkeys(self._charts.figures, said)
 
     # ------------------------------------------------------------------ past runs
     def refresh_runs(self) -> None:
