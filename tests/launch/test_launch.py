@@ -19,6 +19,7 @@ from workbench.launch.by_value import source_of
 from workbench.launch.processes import job_processes, live_rank_pids
 from workbench.rank import protocol
 from workbench.ui import RunPanel
+from workbench.ui.run_controls import what_ran
 
 
 def count_and_return(n):
@@ -54,6 +55,8 @@ def test_a_function_returns_each_ranks_value_in_rank_order(tmp_path, engine):
                                                              for s in range(3)]
     assert job.record().log(1, last=5).strip().endswith("rank 1 of 2 local 1")
     assert job.summary["steps_completed"] == 3
+    # the record names the function, not the training fields it never used (model, batch)
+    assert what_ran(job.record().config) == "count_and_return()"
 
 
 @pytest.mark.timeout(90)
@@ -68,6 +71,7 @@ def test_a_script_runs_with_its_arguments_as_argv(tmp_path):
     assert job.results() == [None, None]
     assert "argv ['--lr', '0.5']" in job.record().log(1)
     assert [m["loss"] for m in job.metrics() if m["kind"] == "step"] == [0.5, 0.5]
+    assert what_ran(job.record().config) == "train.py"
 
 
 @pytest.mark.timeout(90)

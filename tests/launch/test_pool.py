@@ -25,6 +25,7 @@ from workbench.launch.pool_call import PoolCall
 from workbench.launch.processes import rank_pids
 from workbench.records import list_runs, read_json
 from workbench.ui import RunPanel
+from workbench.ui.run_controls import what_ran
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEN = []  # a global the calls change: each call must start from a fresh copy
@@ -155,6 +156,7 @@ def test_a_warm_call_is_a_job_on_record_with_results_reports_and_a_panel(pool):
     launched = workbench.launch(sum_of_ranks, 2, np=2, engine=pool.engine, echo=False,
                                 runs_dir=pool.runs_dir)
     assert isinstance(launched, PoolCall) and _wait_call(launched) == "succeeded"
+    assert what_ran(launched.record().config) == "sum_of_ranks()"
     assert [v["pid"] for v in launched.results()] == [v["pid"] for v in values]
     # ... also while a call still runs there: it waits for that call, not for fresh ranks
     # (which would queue behind the cores the pool holds)

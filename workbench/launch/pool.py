@@ -215,14 +215,16 @@ class Pool:
         ranks to be ready, and refuses a call while another one runs.
         """
         from workbench.launch.by_value import pickle_function
-        from workbench.launch.user_code import _safe_name
+        from workbench.launch.user_code import _safe_name, qualified_name
 
         name = name or _safe_name(getattr(fn, "__name__", "function"))
-        return self._start("function", pickle_function(fn, args), name)
+        return self._start("function", pickle_function(fn, args), name,
+                           ran={"function": qualified_name(fn)})
 
-    def run_pickled(self, payload: bytes, name: str) -> PoolCall:
-        """Run what `by_value.pickle_function` pickled (launch()'s fast path)."""
-        return self._start("function", payload, name)
+    def run_pickled(self, payload: bytes, name: str, ran: dict[str, str]) -> PoolCall:
+        """Run what `by_value.pickle_function` pickled (launch()'s fast path); `ran` names
+        the function for the record."""
+        return self._start("function", payload, name, ran=ran)
 
     def start(self, cfg: JobConfig) -> PoolCall:
         """Run the training job `cfg` on these ranks; return it (a `Job`) at once.
@@ -288,13 +290,13 @@ class Pool:
         return f"<Pool {self.engine} np={self.np} {state} ({self.job.run_id})>"
 
     # ------------------------------------------------------------------ calls
-    def _start(self, kind: str, payload: bytes, name: str,
-               cfg: JobConfig | None = None) -> PoolCall:
+    def _start(self, kind: str, payload: bytes, name: str, cfg: JobConfig | None = None,
+               ran: dict[str, str] | None = None) -> PoolCall:
         if self._call is not None and not self._call.done:
             raise RuntimeError(f"the pool is running {self._call.run_id}: wait for it "
                                "(job.wait()) or stop it (job.stop()) first")
         self.wait_ready()
-        cfg = cfg or JobConfig(engine=self.engine, np=self.np, name=name,
+        cfg = cfg or JobConfig(engine=self.engine, np=self.np, name=name, extra=ran or {},
                                **self.fields).validate()
         with self._lock:
             call = self._call = PoolCall(self, self._ranks, cfg, kind, payload)

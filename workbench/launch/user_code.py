@@ -67,8 +67,10 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
             raise ConfigError("launch() runs a function on the fork engine, not a script: pass "
                               "a function, or use engine='torch' or 'horovod' for a script")
         rank_args, files, label = ["--script", str(path), *map(str, args)], {}, path.stem
+        ran = {"script": str(path)}
     elif callable(fn_or_path):
         rank_args, label = [], getattr(fn_or_path, "__name__", "function")
+        ran = {"function": qualified_name(fn_or_path)}
         check_payload(fn_or_path, args, max_payload_mb)
         files = {PAYLOAD: pickle_function(fn_or_path, args)}
     else:
@@ -78,8 +80,9 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
     fields.setdefault("stall_timeout", STALL_TIMEOUT_S)
     pool = warm_pool(engine, np, files, fields)
     if pool is not None:  # a pool of warm ranks of this engine and size waits: use it
-        job = pool.run_pickled(files[PAYLOAD], fields["name"])
-    else:
+        job = pool.run_pickled(files[PAYLOAD], fields["name"], ran)
+    else:  # what ran is recorded (the config's `extra`): its training fields are not it
+        fields["extra"] = {**fields.get("extra", {}), **ran}
         job = start_module(engine, np, RANK_WRAPPER, rank_args, files=files, **fields)
     if echo and in_kernel():
         from workbench.ui.rank_output import RankOutput
@@ -97,6 +100,11 @@ def warm_pool(engine: str, np: int, files: dict[str, bytes], fields: dict[str, A
 
     pool = running_pool(engine, np, fields.get("runs_dir", "runs"))
     return pool if pool is not None and pool.fields["threads_per_rank"] == 1 else None
+
+
+def qualified_name(fn: Callable[..., Any]) -> str:
+    """`module.qualname` of a function, as a run's record names what it ran."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', 'function')}"
 
 
 def _safe_name(label: str) -> str:

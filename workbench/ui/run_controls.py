@@ -93,8 +93,21 @@ def failure_text(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def what_ran(config: dict) -> str:
+    """What a run ran, from its record's config: the function or script that
+    `workbench.launch` sent (whose config's training fields are defaults it never used),
+    else the workbench's training: model, dataset and batch per rank."""
+    ran = config.get("extra") or {}
+    if ran.get("function"):
+        return f"{ran['function'].rsplit('.', 1)[-1]}()"
+    if ran.get("script"):
+        return ran["script"].rsplit("/", 1)[-1]
+    return (f"{config.get('model', '?')} on {config.get('dataset', '?')}, "
+            f"batch {config.get('batch_size', '?')}/rank")
+
+
 def run_label(record: Any) -> str:
-    """A past run as one line of the picker: id, status, engine, ranks, model, dataset."""
+    """A past run as one line of the picker: id, status, engine, ranks, what it ran."""
     cfg = record.config
     return (f"{record.run_id} — {record.status} — {cfg.get('engine', '?')} "
-            f"np={cfg.get('np', '?')} {cfg.get('model', '?')}/{cfg.get('dataset', '?')}")
+            f"np={cfg.get('np', '?')} {what_ran(cfg)}")

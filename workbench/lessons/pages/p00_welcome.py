@@ -153,10 +153,12 @@ print(panel.run_picker.label)
 """),
     code(r"""
 import workbench
+from workbench.ui.run_controls import what_ran
 
-rows = [{"run": r.run_id, "status": r.status, **r.config} for r in workbench.list_runs()[-5:]]
+rows = [{"run": r.run_id, "status": r.status, "what": what_ran(r.config), **r.config}
+        for r in workbench.list_runs()[-5:]]
 table(rows, [("run", "run", "s"), ("status", "status", "s"), ("engine", "engine", "s"),
-             ("np", "ranks", "d"), ("model", "model", "s"), ("batch_size", "batch/rank", "d")],
+             ("np", "ranks", "d"), ("what", "what ran", "s")],
       caption="The last runs in runs/")
 """),
     md(r"""
