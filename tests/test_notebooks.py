@@ -61,6 +61,18 @@ def test_notebook_saved_clean_and_complete(path):
     assert not long, f"cells over 20 lines (logic lives in workbench/): {long}"
 
 
+def test_the_welcome_lists_every_lesson_in_order_linked():
+    """Notebook 00's course table is made from the lesson pages: a lesson added or
+    renumbered is listed, under its own number, linked to its notebook."""
+    welcome = nbformat.read(NOTEBOOKS[0], as_version=4).cells[1].source
+    rows = re.findall(r"^\| (?:\[(\d\d)\]\(([^)]+)\)|(\d\d) \(this one\)) \| (.+) \|$", welcome,
+                      re.MULTILINE)
+    assert [link or NOTEBOOKS[0].name for _, link, _, _ in rows] == [p.name for p in NOTEBOOKS]
+    assert all((number or this) == link_name[:2] for (number, _, this, _), link_name
+               in zip(rows, [p.name for p in NOTEBOOKS], strict=True))
+    assert all(summary.strip() for *_, summary in rows)
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_links_point_to_existing_notebooks(path):
     text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells

@@ -1,8 +1,28 @@
 """Notebook 00: welcome, the set-up check, and how to use the panels."""
 
+import importlib
+import pkgutil
+
 from workbench.notebooks import code, md
 
 NAME = "00_welcome.ipynb"
+
+
+def course_table() -> str:
+    """The course's lessons as a Markdown table: one row per lesson page, linked, with the
+    first paragraph of its docstring. Made from the pages, so that a lesson added or
+    renumbered is listed without anyone editing this page."""
+    package = importlib.import_module(__package__)
+    pages = [importlib.import_module(f"{__package__}.{info.name}")
+             for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_")]
+    rows = ["| notebook | what you learn |", "| --- | --- |"]
+    for page in sorted(pages, key=lambda page: page.NAME):
+        summary = " ".join(page.__doc__.split("\n\n")[0].split()).split(": ", 1)[1]
+        number = page.NAME[:2]
+        link = f"{number} (this one)" if page.NAME == NAME else f"[{number}]({page.NAME})"
+        rows.append(f"| {link} | {summary.rstrip('.')} |")
+    return "\n".join(rows)
+
 
 CELLS = [
     md(r"""
@@ -15,7 +35,7 @@ CELLS = [
 
 **Time:** about 15 minutes.
 """),
-    md(r"""
+    md(rf"""
 ## What this course is about
 
 Training a deep-learning model means running stochastic gradient descent (SGD) for many
@@ -29,18 +49,7 @@ processes with [Horovod](https://horovod.ai) or PyTorch's DistributedDataParalle
 train on this machine's CPU cores and talk to each other over gloo, and the charts follow
 them live. Nothing is simulated unless a notebook says so.
 
-| notebook | what you learn |
-| --- | --- |
-| 00 (this one) | the set-up check and the panels |
-| 01 | SGD from scratch on one worker: mini-batches, learning rate, noise |
-| 02 | data parallelism with Horovod: shards, gradient averaging, Horovod's documented steps |
-| 03 | synchronous and asynchronous SGD, staleness, stragglers, losing a rank and resuming |
-| 04 | collectives: parameter servers, the ring allreduce, halving and doubling |
-| 05 | model and pipeline parallelism, and when each kind of parallelism wins |
-| 06 | speedup, efficiency and scalability: measured, explained and extrapolated |
-| 07 | sharded data parallelism: ZeRO and FSDP, memory and traffic per rank |
-| 08 | tensor parallelism, DDP's buckets and overlap, gradient accumulation |
-| 09 | review of the whole course, with its question bank |
+{course_table()}
 
 Each notebook ends with a summary, exercises from [`exercises/`](exercises/) (worked
 solutions in [`solutions/`](solutions/)) and questions to check yourself.

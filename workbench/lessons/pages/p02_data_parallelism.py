@@ -1,4 +1,4 @@
-"""Notebook 02: data parallelism with Horovod."""
+"""Notebook 02: data parallelism with Horovod: shards, averaged gradients, Horovod's steps."""
 
 from workbench.lessons.pages._p02_hands_on import ENGINES_COMPARED, YOUR_OWN_RANKS
 from workbench.notebooks import code, md
