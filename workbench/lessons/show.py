@@ -1,4 +1,5 @@
-"""Show lesson results: a table of rows, a chart of several curves, and waiting for a panel.
+"""Show lesson results: a table of rows, a chart of several curves, excerpts of the
+workbench's source, and waiting for a panel.
 
 Every chart is built with the one chart helper, :mod:`workbench.ui.charts`, so the curves of
 the notebooks look like those of the panels. :func:`until_finished` waits for a panel's job
@@ -99,6 +100,18 @@ def module_source(module: str, start: str = "", end: str | None = None) -> str:
     last = next((i for i in range(first + 1, len(lines))
                  if end is not None and lines[i].startswith(end)), len(lines))
     return "\n".join(lines[first:last]).rstrip()
+
+
+def source(module: str, *spans: tuple[str, str | None]):
+    """Excerpts of ``module``'s source as a highlighted code block, the cell's value: each
+    span ``(start, end)`` read as :func:`module_source` reads it, two spans apart by a
+    ``...`` line. Show the lines that teach, not a file: a lesson that prints a hundred lines
+    of the workbench's machinery hides the ten that matter."""
+    from IPython.display import Code
+
+    gap = "\n\n    ...\n\n"
+    return Code(gap.join(module_source(module, start, end) for start, end in spans),
+                language="python")
 
 
 def figure_widget(fig):

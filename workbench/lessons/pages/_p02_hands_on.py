@@ -15,7 +15,7 @@ each gradient with an allreduce written in Python (notebook 04 builds it), one t
 another. No buckets, no overlap:
 """),
     code(r"""
-print(module_source("workbench.training.naive_rank", "class NaiveSync", "def broadcast"))
+source("workbench.training.naive_rank", ("class NaiveSync", "    def synced_bytes"))
 """),
     md(r"""
 DDP packs the gradients into buckets and allreduces each bucket while `backward()` is still

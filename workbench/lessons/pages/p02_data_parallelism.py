@@ -71,7 +71,7 @@ import dataclasses
 import workbench
 from workbench.lessons import sgd
 from workbench.lessons.runs import parameter_gap, step_losses
-from workbench.lessons.show import curves, module_source, table, until_finished
+from workbench.lessons.show import curves, source, table, until_finished
 from workbench.ui import TrainingPanel, charts
 
 charts.load_bokehjs()
@@ -91,7 +91,7 @@ The workbench's training loop splits each epoch like this (every rank runs the s
 knowing only its own `rank` and the `world_size`):
 """),
     code(r"""
-print(module_source("workbench.training.sharding", "def epoch_order"))
+source("workbench.training.sharding", ("def epoch_order", "def holdout_split"))
 """),
     code(r"""
 from workbench.training.sharding import epoch_order, shard
@@ -132,20 +132,22 @@ wrapper (`workbench/rank/wrapper.py`) that keeps its pid file, log and exit reco
 that a failing or forgotten rank is always found and ended.
 """),
     code(r"""
-print(module_source("workbench.training.horovod_rank", "def main"))
+source("workbench.training.horovod_rank", ("def main", "if __name__"))
 """),
     md(r"""
 `main()` ends in `train(...)`, the loop every engine shares; each step is one call of
-`train_step(...)`, the whole step, plain SGD. Only `sync`, the engine's *synchronizer*,
-differs. Horovod's is printed below the loop: its
+`train_step(...)`, the whole step, plain SGD, shown below. Only `sync`, the engine's
+*synchronizer*, differs. Horovod's is shown below the step: its
 `wait_for_gradients` is the wrapped optimizer's `synchronize()`, which waits for the
 allreduces that `backward()` started, and `optimizer.step()` then runs inside
 `skip_synchronize()`, because a plain `step()` would allreduce once more.
 """),
     code(r"""
-print(module_source("workbench.training.loop", "def train(", "def autocast"))
-print()
-print(module_source("workbench.training.horovod_rank", "class HorovodSync", "def main"))
+source("workbench.training.loop", ("def train_step", "def autocast"))
+"""),
+    code(r"""
+source("workbench.training.horovod_rank", ("class HorovodSync", "    def synced_bytes"),
+       ("    def stepping", "    def allreduce_sum"))
 """),
     md(r"""
 Horovod's documentation (`docs/pytorch.rst` and the README) lists six steps:

@@ -24,7 +24,7 @@ Megatron-LM does (Shoeybi et al. 2019, §3): $A$ by columns, so GeLU needs no co
 $B$ by rows, so $Z = \sum_i Y_iB_i$ is one all-reduce. Toggle the pass:
 """),
     code(r"""
-from workbench.lessons.show import module_source, table
+from workbench.lessons.show import source, table
 from workbench.ui import charts
 from workbench.ui.megatron_picture import MegatronPicture
 
@@ -40,10 +40,11 @@ yet all-reduced). `ColwiseParallel` makes a linear's weight, stored out × in, `
 data parallelism. Differences from the serial run (rounding: about $10^{-7}$):
 """),
     code(r"""
+source("workbench.tensor_parallel.megatron", ("class CopyToTensorParallel", "def f("))
+"""),
+    code(r"""
 from workbench.tensor_parallel import check, traffic
 
-print(module_source("workbench.tensor_parallel.megatron", "class CopyToTensorParallel",
-                    "def f("))
 results = check.compare(ranks=4)
 table([{"rank": r, "megatron output": x["megatron"]["output"],
         "megatron grads": x["megatron"]["weight_grads"], "DTensor grads":
