@@ -118,15 +118,21 @@ def test_the_training_panel_sets_the_bucket_size_and_micro_batches(tmp_path):
         panel.close()
 
 
-def test_notebook_09s_bucket_picker_runs_both_engines_at_the_size_picked(warm):
+def test_notebook_08s_bucket_picker_runs_both_engines_at_the_size_picked(tmp_path, warm):
+    """Pressed once the notebook has closed its warm ranks (as its last cell does), the
+    picker still runs both engines on warm ranks, opened for them, and closes those; warm
+    ranks the notebook still holds it uses and leaves open."""
+    from workbench.launch.open_pools import running_pool
     from workbench.lessons.bucket_picker import BucketPicker
 
-    picker = BucketPicker(dict(np=2, model="mlp", width=32, dataset="digits", epochs=1,
-                               max_steps=4, batch_size=16, threads_per_rank=1,
-                               cpu_bind="none", bucket_mb=0.0625,
-                               runs_dir=str(warm("torch") / "runs")))
-    picker.size.value = 2 ** -6
-    picker.button.click()
-    assert [row["engine"] for row in picker.rows] == ["bucketed", "overlapped"]
-    assert [job.config.bucket_mb for job in picker.jobs] == [2 ** -6] * 2
-    assert all(job.summary.get("pool") for job in picker.jobs), "on the warm ranks"
+    fields = dict(np=2, model="mlp", width=32, dataset="digits", epochs=1, max_steps=4,
+                  batch_size=16, threads_per_rank=1, cpu_bind="none", bucket_mb=0.0625)
+    for runs_dir in (str(tmp_path / "runs"), str(warm("torch") / "runs")):
+        picker = BucketPicker({**fields, "runs_dir": runs_dir})
+        picker.size.value = 2 ** -6
+        picker.button.click()
+        assert [row["engine"] for row in picker.rows] == ["bucketed", "overlapped"]
+        assert [job.config.bucket_mb for job in picker.jobs] == [2 ** -6] * 2
+        assert all(job.summary.get("pool") for job in picker.jobs), "on warm ranks"
+        left_open = running_pool("torch", 2, runs_dir) is not None
+        assert left_open == (runs_dir != str(tmp_path / "runs")), runs_dir

@@ -38,6 +38,13 @@ def parameter_gap(run_a: Any, run_b: Any) -> float:
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
 
 
+#: The columns of `step_split`'s rows for `workbench.lessons.show.table`.
+SPLIT_COLUMNS = [("engine", "engine", "s"), ("step_ms", "step (ms)", ".2f"),
+                 ("compute_ms", "computing (ms)", ".2f"),
+                 ("sync_ms", "blocked on gradients (ms)", ".2f"),
+                 ("samples_per_s", "samples/s", ".0f")]
+
+
 def step_split(run: Any) -> dict[str, Any]:
     """Where one run's steps spent their time: one row of notebook 02's engine comparison.
 

@@ -31,7 +31,7 @@ run the Horovod job, and section 8 uses them again. Starting ranks (a launcher,
 includes them. The ranks bind no cores (`cpu_bind="none"`), nor do the jobs they run.
 """),
     code(r"""
-from workbench.lessons.runs import step_split
+from workbench.lessons.runs import SPLIT_COLUMNS, step_split
 
 SAME_JOB = dict(np=2, model="mlp", width=256, dataset="digits", epochs=1, max_steps=30,
                 batch_size=32, lr=0.1, threads_per_rank=1, cpu_bind="none")
@@ -44,11 +44,7 @@ for engine in ("naive", "torch", "horovod"):   # one after another: they would s
     job = workbench.start(workbench.JobConfig(engine=engine, **SAME_JOB))
     assert job.wait(timeout=400) == "succeeded", job.summary
     rows.append(step_split(job))
-table(rows, [("engine", "engine", "s"), ("step_ms", "step (ms)", ".2f"),
-             ("compute_ms", "computing (ms)", ".2f"), ("sync_ms", "blocked on gradients (ms)",
-                                                       ".2f"),
-             ("samples_per_s", "samples/s", ".0f")],
-      caption="The same job on three engines, 2 ranks (torch = DDP)")
+table(rows, SPLIT_COLUMNS, caption="The same job on three engines, 2 ranks (torch = DDP)")
 """),
     md(r"""
 Expect the naive engine's step to be the longest, most of it blocked on gradients: it

@@ -80,12 +80,12 @@ bucket_cap_mb=25)`, 25 MiB by default and 1 MiB for the first bucket.
 
 The same small job on the four engines, one after another (2 ranks, 12 steps, 64 KiB
 buckets), each on the same two warm ranks (`workbench.ranks`: started once by `torchrun`,
-they run job after job without seconds of start-up). The bars split each step into
-computing and time blocked on gradients:
+they run job after job without seconds of start-up). The table and the bars split each step
+into computing and time blocked on gradients:
 """),
     code(r"""
 import workbench
-from workbench.lessons.runs import step_split
+from workbench.lessons.runs import SPLIT_COLUMNS, step_split
 from workbench.lessons.show import figure_widget
 from workbench.ui import charts
 
@@ -98,7 +98,9 @@ for engine in ("naive", "bucketed", "overlapped", "torch"):   # torch = DDP
     job_of[engine] = workbench.start(workbench.JobConfig(engine=engine, **SAME))
     assert job_of[engine].wait(timeout=400) == "succeeded", job_of[engine].summary
     rows.append(step_split(job_of[engine]))
-table(rows, caption="naive → bucketed → overlapped → DDP, 2 ranks (ms per step)")
+table(rows, SPLIT_COLUMNS, caption="naive → bucketed → overlapped → DDP, 2 ranks")
+"""),
+    code(r"""
 fig, _ = charts.stacked_bar([r["engine"] for r in rows], {
     "compute": [r["compute_ms"] for r in rows], "sync": [r["sync_ms"] for r in rows]},
     title="Where a step's time goes", x_label="engine", y_label="ms per step")
@@ -118,8 +120,8 @@ own, at the largest the whole model is one bucket).
     code(r"""
 from workbench.lessons.bucket_picker import BucketPicker
 
-BucketPicker(SAME)   # pick a size, press Run: both engines again, on the warm ranks
-"""),
+BucketPicker(SAME)   # pick a size, press Run: both engines again, on warm ranks
+""", press={"Run bucketed and overlapped": "table"}),
     md(r"""
 ## 3. Gradient accumulation
 
