@@ -101,24 +101,26 @@ class RankOutput:
         return [c.decode("utf-8", errors="replace") for c in complete]
 
     def _closing(self) -> list[str]:
-        """Lines not shown, where to find them, and how the job ended."""
+        """Lines not shown, where to find them, and how the job ended if it did not succeed.
+
+        A success says nothing here: the cell that launched the job says what came of it
+        (its results, or an exercise's verdict, which a line saying "succeeded" above it
+        would contradict when the answer is wrong)."""
         out = [f"[rank {r}] ... {n:,} more lines in {self.job.run_dir}/logs/rank{r}.log\n"
                for r, n in enumerate(self.hidden) if n]
         summary = self.job.summary or {}
         status = summary.get("status", self.job.status)
         failure = summary.get("failure") or {}
         if status == "succeeded":
-            out.append(f"run {self.job.run_id} succeeded: job.results() has each rank's "
-                       "return value\n")
-        elif failure:
+            return out
+        if failure:
             rank = failure.get("rank")
             who = f"rank {rank}" if rank is not None else "the launcher"
             out.append(f"run {self.job.run_id} {status}: {who}: {failure.get('error')}\n")
             if rank is not None and self.hidden[rank] and failure.get("traceback"):
                 out.append(failure["traceback"])  # capped away: show it here
-        else:
-            out.append(f"run {self.job.run_id} {status}\n")
-        return out
+            return out
+        return [*out, f"run {self.job.run_id} {status}\n"]
 
     def _send(self) -> None:
         """Replace the widget's content with everything shown so far (one message)."""
