@@ -45,8 +45,8 @@ def control_specs(launcher: str = "local") -> list[tuple[str, str, Any]]:
 def make_control(name: str, label: str, kind: Any, value: Any) -> widgets.Widget:
     """One input widget. Numbers use plain text boxes, not bounded ones, so that a bad value
     reaches ``JobConfig.validate()`` and the student sees *why* it is refused."""
-    style = {"description_width": "92px"}
-    layout = widgets.Layout(width="186px")
+    style = {"description_width": "104px"}   # room for the longest label, "micro-batches"
+    layout = widgets.Layout(width="198px")
     if isinstance(kind, tuple):
         return widgets.Dropdown(options=list(kind), value=value, description=label,
                                 style=style, layout=layout)
