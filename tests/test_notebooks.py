@@ -1,7 +1,7 @@
 """The curriculum notebooks: saved as the course needs them, and the lesson helpers they call.
 
-Running the notebooks themselves is nbmake's job (`make test`, or
-`python -m pytest --nbmake notebooks/0*.ipynb`); here we check what a run would not: that the
+Running the notebooks themselves is the browser test's job (tests/browser/test_every_notebook.py,
+or `python -m pytest --nbmake notebooks/0*.ipynb`); here we check what a run would not: that the
 files match their description, carry no outputs, open without a kernel dialog, have goals,
 a time estimate, a summary, exercises and questions, and link only to notebooks that exist.
 """

@@ -90,13 +90,20 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_make_test_runs_tests_and_every_notebook() -> None:
+    """Every notebook runs once: in JupyterLab under Chromium (tests/browser's test of every
+    notebook, which finds them as below) where Debian's Chromium is, else with nbmake."""
     out = run(["make", "-n", "test"], timeout=60, cwd=ROOT).stdout
     pytest_line = next(line for line in out.splitlines() if "-m pytest" in line)
-    assert " tests " in pytest_line + " " and "--nbmake" in pytest_line
+    assert " tests " in pytest_line + " " and "$notebooks" in pytest_line
+    nbmake = next(line for line in out.splitlines() if line.startswith('@notebooks="')
+                  or line.startswith('notebooks="'))
+    assert "--nbmake" in nbmake and 'if [ -x /usr/bin/chromium ]; then notebooks=""' in out
     notebooks = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "notebooks").rglob("*.ipynb"))
                  if ".ipynb_checkpoints" not in p.parts]
     for notebook in notebooks:
-        assert notebook in pytest_line.split(), f"{notebook} is not run by make test"
+        assert notebook in nbmake.replace("\"", " ").split(), f"{notebook} is not run"
+    browser = (ROOT / "tests" / "browser" / "test_every_notebook.py").read_text()
+    assert '(REPO / "notebooks").rglob("*.ipynb")' in browser
 
 
 def test_make_lab_listens_on_localhost_with_a_token() -> None:

@@ -32,6 +32,11 @@ NEEDS_BROWSER = [
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 REPO = Path(__file__).resolve().parents[2]
+#: JupyterLab settings of the test server: every cell of a notebook is laid out, not only
+#: those in view (so the page can be measured and photographed whole), and nothing is saved
+#: behind the test's back.
+USER_SETTINGS = {"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"},
+                 "@jupyterlab/docmanager-extension:plugin": {"autosave": False}}
 ARTIFACTS = REPO / "test-artifacts"
 
 
@@ -65,6 +70,11 @@ def jupyter_lab(root: Path, timeout_s: float = 90):
     (config_dir / "labconfig").mkdir(parents=True, exist_ok=True)
     (config_dir / "labconfig" / "page_config.json").write_text(json.dumps(  # no news pop-up
         {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
+    for plugin, values in USER_SETTINGS.items():
+        path = config_dir / "lab" / "user-settings" / f"{plugin.replace(':', '/')}"
+        path = path.with_name(path.name + ".jupyterlab-settings")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config_dir),
            "JUPYTER_DATA_DIR": str(root / ".data"), "JUPYTER_RUNTIME_DIR": str(root / ".runtime"),
            "PYTHONPATH": str(REPO)}
@@ -112,17 +122,23 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def chromium_page(width: int = 1400, height: int = 1300):
-    """A Playwright page in Debian's Chromium; the browser is closed on exit."""
+def chromium():
+    """Debian's Chromium driven by Playwright; closed on exit."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": width, "height": height})
-            yield page
+            yield browser
         finally:
             browser.close()
+
+
+@contextmanager
+def chromium_page(width: int = 1400, height: int = 1300):
+    """A Playwright page in Debian's Chromium; the browser is closed on exit."""
+    with chromium() as browser:
+        yield browser.new_page(viewport={"width": width, "height": height})
 
 
 #: JavaScript: true once the notebook's kernel is connected.
@@ -139,14 +155,20 @@ KERNEL_STATE = ("() => { const w = window.jupyterapp && window.jupyterapp.shell.
                 " + (k ? `${k.connectionStatus}/${k.status}` : 'no kernel'); }")
 
 
-def open_and_run(page, url: str, token: str, notebook: str, timeout_ms: int = 120_000) -> None:
-    """Open ``notebook`` in JupyterLab and run all its cells (returns once they are queued)."""
+def open_and_run(page, url: str, token: str, notebook: str, timeout_ms: int = 120_000,
+                 workspace: str | None = None) -> None:
+    """Open ``notebook`` in JupyterLab and run all its cells (returns once they are queued).
+
+    Pages open at once in one browser each need a ``workspace`` of their own: JupyterLab
+    restores a workspace's open notebooks, so in a shared one each page would open the
+    others' too."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     said: list[str] = []  # the page's errors, for the warning below
     page.on("console", lambda m: said.append(m.text) if m.type == "error" else None)
     page.on("requestfailed", lambda r: said.append(f"request failed: {r.url} {r.failure}"))
-    page.goto(f"{url}/lab/tree/{notebook}?token={token}")
+    lab = f"{url}/lab/workspaces/{workspace}" if workspace else f"{url}/lab"
+    page.goto(f"{lab}/tree/{notebook}?token={token}")
     page.wait_for_function(
         "() => window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')",
         timeout=timeout_ms)
