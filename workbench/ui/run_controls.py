@@ -107,7 +107,6 @@ def what_ran(config: dict) -> str:
 
 
 def run_label(record: Any) -> str:
-    """A past run as one line of the picker: id, status, engine, ranks, what it ran."""
-    cfg = record.config
-    return (f"{record.run_id} — {record.status} — {cfg.get('engine', '?')} "
-            f"np={cfg.get('np', '?')} {what_ran(cfg)}")
+    """A past run as one line of the picker: id (its time, name or engine, and ranks),
+    status, what it ran."""
+    return f"{record.run_id} — {record.status} — {what_ran(record.config)}"

@@ -108,7 +108,7 @@ class TrainingPanel(widgets.VBox):
         self.progress_label = widgets.Label()
         self.logs = LogPane()
         self.run_picker = widgets.Dropdown(description="past runs", options=[],
-                                           layout=widgets.Layout(width="560px"),
+                                           layout=widgets.Layout(width="700px"),
                                            style={"description_width": "70px"})
         self.open_button = widgets.Button(description="Open", icon="folder-open",
                                           tooltip="Show the charts and logs of this run")
