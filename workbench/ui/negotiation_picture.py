@@ -44,7 +44,7 @@ class NegotiationPicture(widgets.VBox):
         self.play = widgets.Play(min=0, interval=1500, description="play the cycles")
         self.cycle = widgets.IntSlider(min=0, description="cycle", style=style)
         widgets.jslink((self.play, "value"), (self.cycle, "value"))
-        self.fig = charts.figure("", "time since backward() began (ms)", "", width=820,
+        self.fig = charts.figure("", "time since backward() began (ms)", "who", width=820,
                                  height=280, y_range=list(reversed(LANES)), tools="save",
                                  tooltips=[("", "@what")])
         self.marks = charts.source(["x", "lane", "color", "what"])

@@ -41,7 +41,8 @@ class ZeroPicture(widgets.VBox):
         self.stage = widgets.IntSlider(value=1, min=0, max=3, description="ZeRO stage",
                                        style={"description_width": "initial"})
         cats = list(NAMES.values())
-        self.fig = charts.figure("", "", "GB per device", width=660, height=320, x_range=cats,
+        self.fig = charts.figure("", "what each device keeps", "GB per device", width=660,
+                                 height=320, x_range=cats,
                                  tooltips=[("", "@category"), ("after the step", "@total{0.0}"),
                                            ("peak in backward", "@peak{0.0}")])
         self.fig.xgrid.grid_line_color = None
