@@ -22,7 +22,7 @@ def zero1_step(flat_params, flat_grad, shard, optimizer, rank, world):
     lo, hi = rank * size, (rank + 1) * size
     shard.grad = flat_grad[lo:hi]
     optimizer.step()
-    dist.all_gather_into_tensor(flat_params, flat_params[lo:hi])
+    dist.all_gather_single(flat_params, flat_params[lo:hi])
 
 
 def zero1_step_without_all_gather(flat_params, flat_grad, shard, optimizer, rank, world):

@@ -178,7 +178,7 @@ def judge(results: list[dict[str, Any]]) -> Feedback:
         if others_unchanged:
             return not_yet("each rank updated its own slice, but the other slices never "
                            "reached it: the all-gather is missing.",
-                           "End the step with dist.all_gather_into_tensor(flat_params, "
+                           "End the step with dist.all_gather_single(flat_params, "
                            "flat_params[lo:hi]): every rank sends its slice to all.")
         return not_yet("the ranks end with different parameters.",
                        "Average the gradients over the ranks (all_reduce, then divide by "

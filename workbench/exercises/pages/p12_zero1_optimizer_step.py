@@ -51,8 +51,8 @@ def make_shard_optimizer(flat_params, rank, world, lr):
 
 `flat_grad` is this rank's gradient of its own batch, laid out like `flat_params`. Average
 it over the ranks (`dist.all_reduce` sums), give `shard` its slice as `.grad`, step, then
-`dist.all_gather_into_tensor(output, input)` so every rank receives every updated slice
-(torch 2.13 also names it `all_gather_single`; the older name works on every torch since 1.13).
+`dist.all_gather_single(output, input)` so every rank receives every updated slice (its
+name since torch 2.13; the older `all_gather_into_tensor` still works, with a warning).
 """),
     function_task(r'''
 def zero1_step(flat_params, flat_grad, shard, optimizer, rank, world):
@@ -63,7 +63,7 @@ def zero1_step(flat_params, flat_grad, shard, optimizer, rank, world):
     lo, hi = rank * size, (rank + 1) * size
     shard.grad = flat_grad[lo:hi]
     optimizer.step()
-    dist.all_gather_into_tensor(flat_params, flat_params[lo:hi])
+    dist.all_gather_single(flat_params, flat_params[lo:hi])
 '''),
     md(r"""
 The check runs on two **warm ranks** (`workbench.ranks`), which `torchrun` starts once: the
