@@ -77,6 +77,18 @@ def test_chart_helpers_build_gantt_and_bars():
     assert charts.to_widget(fig).render_bundle["docs_json"]
 
 
+def test_the_stacks_of_one_chart_never_share_a_colour():
+    kinds = ["params", "grads", "optimizer", "activations"]
+    assert charts.kind_color("grads") == charts.kind_color("activations")  # the hash collides
+    fig, _ = charts.stacked_bar(["dp", "mp"], {k: [1, 2] for k in kinds}, "t", x_label="run",
+                                y_label="MiB")
+    drawn = [r.glyph.fill_color for r in fig.renderers]
+    assert len(set(drawn)) == len(kinds)
+    assert drawn[:3] == [charts.kind_color(k) for k in kinds[:3]]   # stable where they can be
+    assert charts.kind_colors(["sync", "x"], {"x": "#000000"}) == [charts.kind_color("sync"),
+                                                                    "#000000"]
+
+
 def test_training_panel_refuses_bad_values(tmp_path):
     panel = TrainingPanel(runs_dir=str(tmp_path), **SMALL)
     try:

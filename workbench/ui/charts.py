@@ -81,6 +81,21 @@ def kind_color(kind: str) -> str:
     return Category10_10[sum(map(ord, kind)) % len(Category10_10)]
 
 
+def kind_colors(kinds: Sequence[str], given: Mapping[str, str] | None = None) -> list[str]:
+    """Return a colour per kind of one chart: `given`'s, else :func:`kind_color`'s, else, where
+    two kinds of the chart would share one, the palette's first colour it does not use yet
+    (stable colours come from a hash, and 'grads' and 'activations' drew the same cyan)."""
+    used: set[str] = set()
+    colors = []
+    for kind in kinds:
+        color = (given or {}).get(kind) or kind_color(kind)
+        if color in used:
+            color = next(c for c in Category10_10 if c not in used)
+        used.add(color)
+        colors.append(color)
+    return colors
+
+
 def in_kernel() -> bool:
     """Return True when this code runs in a Jupyter kernel (not in a script or a test)."""
     try:
@@ -340,7 +355,6 @@ def stacked_bar(
     """
     cats = [str(c) for c in categories]
     names = list(stacks)
-    colors = colors or {}
     legend = 40 + 7 * max(len(n) for n in names)
     fig = figure(title, x_label, y_label, width=room_for(cats, width, legend), height=height,
                  x_range=cats,
@@ -348,7 +362,7 @@ def stacked_bar(
     src = source(["category", *names], {"category": cats, **{n: list(stacks[n]) for n in names}},
                  name=name)
     fig.vbar_stack(names, x="category", width=0.7, source=src, legend_label=names,
-                   color=[colors.get(n) or kind_color(n) for n in names])
+                   color=kind_colors(names, colors))
     fig.xgrid.grid_line_color = None
     fig.y_range.start = 0
     _legend_outside(fig)
