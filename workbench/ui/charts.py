@@ -180,7 +180,8 @@ def note(fig, text: str) -> None:
     """Write `text` (lines apart by newlines) in grey inside `fig`'s plot area, top left: a
     word on why a chart is empty, where the reader looks for its data."""
     fig.add_layout(Label(x=8, y=fig.height - 90, x_units="screen", y_units="screen",
-                         text=text, text_font_size="10pt", text_color=IDEAL_COLOR), "center")
+                         text=text, text_baseline="top", text_font_size="10pt",
+                         text_color=IDEAL_COLOR), "center")  # lines go down from y
 
 
 def source(
