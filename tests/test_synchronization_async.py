@@ -9,7 +9,13 @@ import sys
 import pytest
 from _labs_helpers import assert_recorded_and_reaped
 
-from workbench.synchronization.async_ps import PSConfig, run_parameter_server
+from workbench.synchronization.async_ps import PSConfig, _histogram, run_parameter_server
+
+
+def test_the_staleness_histogram_has_a_bar_for_every_staleness_up_to_the_largest():
+    assert _histogram([3, 0, 3, 1]) == {"0": 1, "1": 1, "2": 0, "3": 2}
+    assert list(_histogram([3, 0, 3, 1])) == ["0", "1", "2", "3"]   # in order, for the bars
+    assert _histogram([]) == {}
 
 
 def test_sync_mode_has_no_staleness_and_learns(tmp_path):

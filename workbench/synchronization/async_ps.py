@@ -321,8 +321,10 @@ def run_parameter_server(mode: str = "sync", workers: int = 2, epochs: int = 2, 
 
 
 def _histogram(values: list[int]) -> dict[str, int]:
-    """How many gradients had each staleness: {"0": 12, "1": 30, ...} (JSON-friendly keys)."""
-    counts: dict[str, int] = {}
-    for v in sorted(values):
-        counts[str(v)] = counts.get(str(v), 0) + 1
+    """How many gradients had each staleness: {"0": 12, "1": 30, ...} (JSON-friendly keys),
+    every staleness from 0 to the largest listed, none seen included: a bar chart of it has
+    no gap that hides a zero."""
+    counts = {str(v): 0 for v in range(max(values, default=-1) + 1)}
+    for v in values:
+        counts[str(v)] += 1
     return counts
