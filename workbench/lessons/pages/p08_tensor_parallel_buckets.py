@@ -49,8 +49,8 @@ results = check.compare(ranks=4)
 table([{"rank": r, "megatron output": x["megatron"]["output"],
         "megatron grads": x["megatron"]["weight_grads"], "DTensor grads":
         x["dtensor"]["weight_grads"], "2-D vs serial": x["2d"]["params"],
-        "payload (measured)": x["megatron"]["bytes"],
-        "payload (model)": x["megatron"]["model_bytes"]}
+        "payload, measured (bytes)": x["megatron"]["bytes"],
+        "payload, model (bytes)": x["megatron"]["model_bytes"]}
        for r, x in enumerate(results)])
 """),
     code(r"""
@@ -65,6 +65,8 @@ decides. Hence tensor parallelism within servers, data parallelism between them:
 """),
     code(r"""
 table(traffic.bus_table(tokens=2048, hidden=4096, ranks=8),
+      [("network", "network", "s"), ("compute_s", "compute (s)", ".3g"),
+       ("comm_s", "two all-reduces (s)", ".3g"), ("comm_over_compute", "comm ÷ compute", ".2f")],
       caption="One MLP block per step: compute vs its two all-reduces")
 """),
     md(r"""
