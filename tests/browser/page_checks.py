@@ -13,7 +13,7 @@ notebook's cells are listed). Only what a person would notice is checked:
   it);
 - a label cut off: a widget's description, a button's text, a drop-down's chosen option
   or any text drawn with an ellipsis that does not fit its box; a Bokeh title wider than
-  its canvas;
+  the canvas right of the plot area's left edge;
 - a chart without an axis label, or whose category labels are wider than the room each
   category gets (they overlap), or with no data at all and no word saying why;
 - a table with two columns under the same header.
@@ -159,10 +159,14 @@ PROBLEMS_JS = "(maxLines) => {" + _NOTEBOOK + """
       const m = view.model;
       const title = m.title && value(m.title.text) || '';
       const name = title ? `the chart "${title}"` : 'a chart without a title';
+      // the title starts above the plot area, after the y axis, and is clipped at the
+      // canvas's right edge
       const canvas = view.canvas_view ? view.canvas_view.bbox.width : m.width;
-      if (title && width(title, font(m.title, 'text')) > canvas)
+      const titleRoom = canvas - (view.frame ? view.frame.bbox.left : 0);
+      if (title && width(title, font(m.title, 'text')) > titleRoom)
         out.push(`${where(i)}: ${name}: the title is wider than the chart ` +
-                 `(${Math.round(width(title, font(m.title, 'text')))} px in ${canvas} px)`);
+                 `(${Math.round(width(title, font(m.title, 'text')))} px in ` +
+                 `${Math.round(titleRoom)} px)`);
       const sides = [...m.below.map((a) => ['x', a]), ...m.above.map((a) => ['x', a]),
                      ...m.left.map((a) => ['y', a]), ...m.right.map((a) => ['y', a])];
       for (const [side, axis] of sides) {

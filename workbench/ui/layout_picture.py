@@ -34,7 +34,7 @@ class LayoutPicture(widgets.VBox):
                                          style={"description_width": "initial"})
         self.figures, self.sources = {}, {}
         for strategy in layouts.STRATEGIES:
-            fig = charts.figure("", "device", "what it holds", width=420, height=250,
+            fig = charts.figure("", "device", "what it holds", width=460, height=250,
                                 tools="save",
                                 x_range=(-0.05, LAYERS + 0.05), y_range=(-1.5, LAYERS + 0.1),
                                 tooltips=[("", "@what")])
