@@ -215,6 +215,8 @@ def test_run_panel_charts_a_launched_function_and_shows_its_failure(tmp_path):
         assert notes == {"loss": [], "throughput": [],
                          "accuracy": ["No accuracy reported:\nworkbench.report(accuracy=...)"],
                          "share": own_loop, "memory": own_loop, "sent": own_loop}
+        assert {m.text_baseline for fig in panel._charts.figures.values() for m in fig.center
+                if type(m).__name__ == "Label"} == {"top"}  # lines go down into the plot
     finally:
         panel.close()
     job = workbench.launch(fails_on_rank_one, 1, np=2, engine="torch", runs_dir=str(tmp_path))

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bokeh.models import ColumnDataSource, HoverTool, Label, LayoutDOM, Legend
+from bokeh.models import ColumnDataSource, HoverTool, LayoutDOM, Legend
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure as _bokeh_figure
 
@@ -82,17 +82,13 @@ def kind_color(kind: str) -> str:
 
 
 def kind_colors(kinds: Sequence[str], given: Mapping[str, str] | None = None) -> list[str]:
-    """Return a colour per kind of one chart: `given`'s, else :func:`kind_color`'s, else, where
-    two kinds of the chart would share one, the palette's first colour it does not use yet
-    (stable colours come from a hash, and 'grads' and 'activations' drew the same cyan)."""
-    used: set[str] = set()
-    colors = []
+    """A colour per kind of one chart: `given`'s, else :func:`kind_color`'s, else, where two
+    kinds would share one (the hash collides: 'grads', 'activations'), the first one unused."""
+    colors: list[str] = []
     for kind in kinds:
         color = (given or {}).get(kind) or kind_color(kind)
-        if color in used:
-            color = next(c for c in Category10_10 if c not in used)
-        used.add(color)
-        colors.append(color)
+        colors.append(next(c for c in Category10_10 if c not in colors)
+                      if color in colors else color)
     return colors
 
 
@@ -174,14 +170,6 @@ def figure(
     if tooltips:
         fig.add_tools(HoverTool(tooltips=list(tooltips)))
     return fig
-
-
-def note(fig, text: str) -> None:
-    """Write `text` (lines apart by newlines) in grey inside `fig`'s plot area, top left: a
-    word on why a chart is empty, where the reader looks for its data."""
-    fig.add_layout(Label(x=8, y=fig.height - 90, x_units="screen", y_units="screen",
-                         text=text, text_baseline="top", text_font_size="10pt",
-                         text_color=IDEAL_COLOR), "center")  # lines go down from y
 
 
 def source(
@@ -290,8 +278,7 @@ def gantt(
         lanes = list(dict.fromkeys(data["lane"]))
     lanes = [str(lane) for lane in lanes]
     height = height or max(140, 60 + 32 * len(lanes))
-    fig = figure(title, x_label, y_label, width=width, height=height,
-                 y_range=list(reversed(lanes)),
+    fig = figure(title, x_label, y_label, width=width, height=height, y_range=lanes[::-1],
                  tooltips=[("", "@label"), ("start", "@start{0.000}"),
                            ("duration", "@duration{0.000}")])
     src = ColumnDataSource(data)
@@ -325,8 +312,7 @@ def bar(
     enough for the categories' labels (:func:`room_for`)."""
     cats = [str(c) for c in categories]
     fig = figure(title, x_label, y_label, width=room_for(cats, width), height=height,
-                 x_range=cats,
-                 tooltips=[("", "@category"), ("value", "@value{0.000}")])
+                 x_range=cats, tooltips=[("", "@category"), ("value", "@value{0.000}")])
     src = source(["category", "value"], {"category": cats, "value": list(values)})
     fig.vbar(x="category", top="value", width=0.7, color=color, source=src)
     fig.xgrid.grid_line_color = None

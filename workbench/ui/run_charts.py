@@ -31,6 +31,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from bokeh.models import Label
+
 from workbench.ui import charts
 
 #: Steps in the sliding window of the samples/s estimate.
@@ -281,5 +283,8 @@ class RunCharts:
     def say_why_empty(self, why: Mapping[str, str]) -> None:
         """Write in each figure that draws nothing why (``why[name]``, its lines apart by
         newlines): an empty chart without a word looks broken."""
-        for name in self.empty():
-            charts.note(self.figures[name], why[name])
+        for name in self.empty():  # grey, top left of the plot area, lines going down
+            self.figures[name].add_layout(Label(
+                x=8, y=self.figures[name].height - 90, x_units="screen", y_units="screen",
+                text=why[name], text_baseline="top", text_font_size="10pt",
+                text_color=charts.IDEAL_COLOR), "center")
