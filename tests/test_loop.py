@@ -89,3 +89,34 @@ def test_the_step_log_writes_each_steps_line_from_its_own_tensors_a_batch_later(
         assert (line["step_time_s"], line["compute_s"], line["sync_s"]) == pytest.approx(
             (1.0, 0.375, 0.375))
     assert log.close() == (0.0, 0)                                    # nothing left
+
+
+def test_the_ddp_clock_keeps_only_the_hook_of_the_gradient_computed_last(tmp_path) -> None:
+    """DDPSync's mark of the backward pass's end: after the first step only the hook of the
+    parameter whose gradient autograd accumulates last stays, and every step, accumulating
+    or not, still takes that mark between the step's start and backward()'s return."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from workbench.training.ddp_rank import DDPSync
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        model, x, y = model_and_batch()
+        sync = DDPSync(model, WallClock(), compress=False)
+        ddp = DDP(model)
+        order: list[torch.Tensor] = []  # every parameter's gradient, in autograd's order
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(order.append)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        for k in (1, 2, 1, 3):
+            order.clear()
+            timer = StepTimer(sync.clock)
+            train_step(ddp, optimizer, sync, x, y, k, len(y) // k, timer,
+                       contextlib.nullcontext, lambda: None)
+            assert [p is order[-1] for p in sync.hooks] == [True], k
+            assert timer.marks[0] < sync.ready <= sync.returned <= timer.marks[1], k
+            assert sync.backward_wait_s()() == sync.returned - sync.ready
+    finally:
+        dist.destroy_process_group()

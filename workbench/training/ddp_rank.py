@@ -57,9 +57,12 @@ class DDPSync(Synchronizer):
     The wait: from the moment the backward pass has computed its last gradient (a hook on
     each parameter's accumulated gradient; the last to fire marks it, before DDP launches
     the last bucket) to the moment `backward()` returns, which DDP holds back until every
-    bucket is averaged (on a GPU: until the compute stream waits for NCCL's). On a GPU the
-    marks are CUDA events, read later (timing.py's `StepLog`). The bytes: every step
-    all-reduces each gradient once, in DDP's buckets (in bf16 under `bf16_hook`).
+    bucket is averaged (on a GPU: until the compute stream waits for NCCL's). The first
+    backward pass shows which gradient comes last (autograd's order is the same in every
+    pass of the same model); only its hook stays, as a Python call per parameter costs a
+    visible share of a millisecond's step. On a GPU the marks are CUDA events, read later
+    (timing.py's `StepLog`). The bytes: every step all-reduces each gradient once, in DDP's
+    buckets (in bf16 under `bf16_hook`).
     """
 
     def __init__(self, model: nn.Module, clock: WallClock | CudaClock, compress: bool) -> None:
@@ -69,14 +72,14 @@ class DDPSync(Synchronizer):
         self.ready: Any = None          # a clock mark: the backward pass's last gradient
         self.returned: Any = None       # a clock mark: backward() returned
         self.left = 0                   # gradients this backward pass has still to compute
-        for p in params:
-            p.register_post_accumulate_grad_hook(self._accumulated)
-        self.n = len(params)
+        self.hooks = {p: p.register_post_accumulate_grad_hook(self._accumulated) for p in params}
 
-    def _accumulated(self, _param: torch.Tensor) -> None:
+    def _accumulated(self, param: torch.Tensor) -> None:
         self.left -= 1
         if self.left == 0:
             self.ready = self.clock.mark()
+            for other in [p for p in self.hooks if p is not param]:  # once: the last is known
+                self.hooks.pop(other).remove()
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(values)  # in place, summing: what DDP's hook does, before dividing
@@ -90,7 +93,7 @@ class DDPSync(Synchronizer):
             with model.no_sync():
                 yield
             return
-        self.left, self.ready = self.n, None
+        self.left, self.ready = len(self.hooks), None
         yield
         self.returned = self.clock.mark()
 

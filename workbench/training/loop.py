@@ -25,6 +25,7 @@ first: setup.py; the held-out evaluation and the saved results: evaluation.py.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -58,6 +59,7 @@ def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimize
     lab = LabHooks(cfg, ctx.rank, ctx.size, steps, optimizer)
     announce_ready(ctx, setup, steps)
     timer, log, held_out = StepTimer(setup.clock), StepLog(ctx, setup.clock), None
+    precision = functools.partial(autocast, cfg, setup.device)
     for epoch in range(setup.first_epoch, cfg.epochs):
         # Where the samples live (on a GPU: one copy an epoch, not one that waits each step).
         order = setup.train_idx[epoch_order(n_train, cfg.seed, epoch)].to(batches.x.device)
@@ -68,8 +70,7 @@ def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimize
                 lab.before_step(global_step)         # a fault on purpose, a warm-up's rate
                 x, y = batches(shard(order, step, ctx.rank, ctx.size, k * b))
                 outs, losses = train_step(model, optimizer, sync, x, y, k, b, timer,
-                                          lambda: autocast(cfg, setup.device),
-                                          lab.after_backward)
+                                          precision, lab.after_backward)
                 synced = sync.synced_bytes()     # counted on the host: nothing to wait for
                 log.add({"time": round(ctx.now(), 6), "epoch": epoch, "step": global_step,
                          "samples": len(y), **sync.footprint(),
@@ -95,8 +96,9 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Synchro
     timer.start()
     optimizer.zero_grad()
     outs, losses = [], []
-    for micro in range(k):               # k micro-batches of b: gradients add up
-        x, y = xs[micro * b:(micro + 1) * b], ys[micro * b:(micro + 1) * b]
+    # k micro-batches of b, whose gradients add up (one: the batch itself, no views to make)
+    micro_batches = zip(xs.split(b), ys.split(b), strict=True) if k > 1 else [(xs, ys)]
+    for micro, (x, y) in enumerate(micro_batches):
         with sync.accumulating(model, last=micro == k - 1):
             with precision():            # bf16 where --precision bf16
                 out = model(x)           # forward

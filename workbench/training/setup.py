@@ -65,8 +65,9 @@ class Batches:
             self.x, self.y = self.x.to(device), self.y.to(device)
 
     def __call__(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The samples `idx`, which lie where the dataset does (loop.py moves each epoch's
+        order there)."""
         if self.x.device == self.device:     # the CPU, or a dataset that lives on the GPU
-            idx = idx.to(self.device)
             return self.x[idx], self.y[idx]
         x = torch.empty((len(idx), *self.x.shape[1:]), dtype=self.x.dtype, pin_memory=True)
         y = torch.empty(len(idx), dtype=self.y.dtype, pin_memory=True)
