@@ -1,9 +1,9 @@
 """The bytes a rank sends per step, counted at the collectives it calls.
 
 Every call to `all_reduce`, or to an all-gather or reduce-scatter into one tensor (those
-that DDP's communication hook, ZeRO and FSDP2 call: `all_gather_single`,
-`reduce_scatter_single`, and their names before torch 2.13, workbench/torch_versions.py)
-goes through a counter, which adds what a bandwidth-optimal ring sends for it from this rank
+that ZeRO and FSDP2 call: `all_gather_single`, `reduce_scatter_single`, and their names
+before torch 2.13, workbench/torch_versions.py) goes through a counter, which adds what a
+bandwidth-optimal ring sends for it from this rank
 (Patarasuk & Yuan, J. Parallel Distrib. Comput. 69(2), 2009), with B the bytes of the whole
 tensor and N the ranks:
 
@@ -12,7 +12,9 @@ tensor and N the ranks:
 - reduce-scatter of B bytes: B·(N−1)/N.
 
 These are the bytes the collectives were asked to move; how a library moves them (gloo's
-own algorithm, NCCL's rings or trees) can differ, never below these figures.
+own algorithm, NCCL's rings or trees) can differ, never below these figures. DDP's reducer
+calls its collectives in C++, past any counter here: its rank takes the same ring's figure
+for the gradients' bytes (`SENDS`, training/ddp_rank.py).
 """
 
 from __future__ import annotations
