@@ -7,7 +7,7 @@ reaping, failure detection) is written once, in job.py:
 - `command(...)`: the launcher's command line for `np` ranks of a module;
 - `plain_command(np)`: the same ranks started by hand, without the workbench (each rank
   module's docstring opens with it, and the tests run it);
-- `environment(cfg, run_dir)`: the settings only this engine's ranks read;
+- `environment(run_dir, timeline, cycle_time_ms)`: the settings only this engine's ranks read;
 - `slurm_lines(...)`: how the ranks start inside a Slurm allocation (slurm.py);
 - `available()`: what is missing to run here, if anything.
 - its rules, which `JobConfig.validate()` and the device check ask: `fixed_ranks`,
@@ -46,10 +46,6 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from workbench.config import JobConfig
 
 
 class Engine:
@@ -80,8 +76,10 @@ class Engine:
         """The command that trains on `np` ranks without the workbench's launcher."""
         raise NotImplementedError(f"the {self.name} engine has no plain command")
 
-    def environment(self, cfg: JobConfig, run_dir: Path) -> dict[str, str]:
-        """Variables only this engine's ranks read, on top of the common ones (none)."""
+    def environment(self, run_dir: Path, timeline: bool = False,
+                    cycle_time_ms: float = 0.0) -> dict[str, str]:
+        """Variables only this engine's ranks read, on top of the common ones (none), for a
+        job with these settings (Horovod's: its timeline, its cycle time)."""
         return {}
 
     def slurm_lines(self, np: int, srun: str, rank: str, python: str) -> str:
@@ -132,17 +130,18 @@ class HorovodEngine(Engine):
         return ["horovodrun", "-np", str(np), "--gloo", "-H", f"localhost:{np}",
                 "python", "-m", str(self.rank_module)]
 
-    def environment(self, cfg: JobConfig, run_dir: Path) -> dict[str, str]:
+    def environment(self, run_dir: Path, timeline: bool = False,
+                    cycle_time_ms: float = 0.0) -> dict[str, str]:
         env = {}
-        if cfg.timeline:
+        if timeline:
             env["HOROVOD_TIMELINE"] = str(run_dir / "timeline.json")
             # Without the response cache every step is negotiated in full, so the timeline
             # shows each rank's wait for the others at every step, not only the first.
             env["HOROVOD_CACHE_CAPACITY"] = "0"
-        if cfg.cycle_time_ms:
+        if cycle_time_ms:
             # How often Horovod's background thread looks for gradients ready to allreduce
             # (default 1 ms).
-            env["HOROVOD_CYCLE_TIME"] = repr(cfg.cycle_time_ms)
+            env["HOROVOD_CYCLE_TIME"] = repr(cycle_time_ms)
         return env
 
     def slurm_lines(self, np: int, srun: str, rank: str, python: str) -> str:

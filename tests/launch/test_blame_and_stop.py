@@ -24,11 +24,11 @@ import pytest
 
 from workbench.config import JobConfig
 from workbench.launch import cores, start_module, torch_hosts
-from workbench.launch import job as job_module
-from workbench.launch.launchers import Local, Ssh, cores_needed, launcher_for
+from workbench.launch.launchers import Local, Ssh
 from workbench.launch.processes import job_processes
 from workbench.launch.slurm import SlurmBatch
-from workbench.launch.watch import outcome
+from workbench.launch.starting import launcher_for
+from workbench.launch.watch import Watcher, outcome
 from workbench.records import read_json
 from workbench.records.blame import (
     Failure,
@@ -156,17 +156,25 @@ def test_a_remote_rank_that_stopped_beating_stays_a_suspect_until_it_is_called_g
     assert not ssh.undecided({}, ranks, ssh.beats[1].changed_at - 1.0)
 
 
+def kind(**fields) -> type:
+    return type(launcher_for(JobConfig(**fields)))
+
+
+def cores_needed(**fields) -> int:
+    return launcher_for(JobConfig(**fields)).cores_bound()
+
+
 def test_each_way_of_starting_ranks_is_one_launcher_class():
-    assert launcher_for(JobConfig(engine="torch", np=2)) is Local
-    assert launcher_for(JobConfig(engine="torch", np=2, hosts="localhost:2")) is Local
-    assert launcher_for(JobConfig(engine="torch", np=2, hosts="10.9.9.9:1,localhost:1")) is Ssh
-    assert launcher_for(JobConfig(engine="torch", np=2, hosts="a..b:1,localhost:1")) is Ssh
-    assert launcher_for(JobConfig(engine="horovod", np=2, launcher="slurm")) is SlurmBatch
-    assert cores_needed(JobConfig(engine="torch", np=2, threads_per_rank=2)) == 4
-    assert cores_needed(JobConfig(engine="torch", np=2, hosts="localhost:2")) == 2
+    assert kind(engine="torch", np=2) is Local
+    assert kind(engine="torch", np=2, hosts="localhost:2") is Local
+    assert kind(engine="torch", np=2, hosts="10.9.9.9:1,localhost:1") is Ssh
+    assert kind(engine="torch", np=2, hosts="a..b:1,localhost:1") is Ssh
+    assert kind(engine="horovod", np=2, launcher="slurm") is SlurmBatch
+    assert cores_needed(engine="torch", np=2, threads_per_rank=2) == 4
+    assert cores_needed(engine="torch", np=2, hosts="localhost:2") == 2
     for no_cores_here in (dict(cpu_bind="none"), dict(hosts="10.9.9.9:1,localhost:1"),
                           dict(launcher="slurm")):
-        assert cores_needed(JobConfig(engine="torch", np=2, **no_cores_here)) == 0
+        assert cores_needed(engine="torch", np=2, **no_cores_here) == 0
     assert Local.shares_this_host and not SlurmBatch.shares_this_host
 
 
@@ -204,9 +212,9 @@ def failed_torch_job(tmp_path_factory):
     # The watcher judges only once the launcher has exited: torchrun (which looks every
     # 0.1 s) has then ended rank 0 before the watcher saw rank 1's error, the race that
     # blamed rank 0 in 2 of 3 runs, made certain here.
-    check = job_module.Job._check
-    slow_watcher.setattr(job_module.Job, "_check",
-                         lambda job: None if job._proc.poll() is None else check(job))
+    look = Watcher.look
+    slow_watcher.setattr(Watcher, "look",
+                         lambda w: None if w.launcher.exit_code() is None else look(w))
     try:
         holder = cores.Ticket("holder", 2, cores.settings())
         assert holder.poll()
@@ -301,7 +309,6 @@ CTRL_C_TWICE = """
 import json, os, signal, sys, threading, time
 import psutil, workbench
 from workbench.launch import cores
-from workbench.launch import ending
 from workbench.launch import job as job_module
 
 cores.affinity = lambda: [0, 1]
@@ -309,8 +316,8 @@ holder = cores.Ticket("holder", 2, cores.settings())
 assert holder.poll()
 job = workbench.start(workbench.JobConfig(runs_dir=sys.argv[1], **json.loads(sys.argv[2])))
 queued = job.status
-write = ending.write_json_atomic  # the stop's summary takes 0.3 s: the second Ctrl-C lands in it
-ending.write_json_atomic = lambda *a, **kw: (time.sleep(0.3), write(*a, **kw))
+write = job_module.write_json_atomic  # the stop's summary takes 0.3 s: the second Ctrl-C
+job_module.write_json_atomic = lambda *a, **kw: (time.sleep(0.3), write(*a, **kw))  # lands in it
 
 def ctrl_c_twice():
     time.sleep(0.2)

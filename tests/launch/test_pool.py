@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 import workbench
-from workbench.launch.pool_call import PoolCall
+from workbench.launch.pool_call import WarmRanks
 from workbench.launch.processes import rank_pids
 from workbench.records import list_runs, read_json
 from workbench.ui import RunPanel
@@ -134,7 +134,7 @@ def _wait_call(job, timeout=60.0):
 @pytest.mark.timeout(300)
 def test_a_warm_call_is_a_job_on_record_with_results_reports_and_a_panel(pool):
     first = pool.run(sum_of_ranks, 3)
-    assert isinstance(first, PoolCall)
+    assert isinstance(first.launcher, WarmRanks)
     assert _wait_call(first) == "succeeded", first.summary
     values = first.results()
     assert [v["rank"] for v in values] == [0, 1] and {v["sum"] for v in values} == {3.0}
@@ -152,19 +152,20 @@ def test_a_warm_call_is_a_job_on_record_with_results_reports_and_a_panel(pool):
     assert summary["steps_completed"] == 3 and summary["engine"] == pool.engine
     assert {r.run_id for r in list_runs(pool.runs_dir)} >= {first.run_id, second.run_id,
                                                             pool.job.run_id}
-    # launch() takes the idle pool of its engine and size: the same ranks, no launcher
+    # launch() takes the idle pool that can run it (its engine, size, runs folder and
+    # binding): the same ranks, no launcher
     launched = workbench.launch(sum_of_ranks, 2, np=2, engine=pool.engine, echo=False,
-                                runs_dir=pool.runs_dir)
-    assert isinstance(launched, PoolCall) and _wait_call(launched) == "succeeded"
+                                runs_dir=pool.runs_dir, cpu_bind="none")
+    assert isinstance(launched.launcher, WarmRanks) and _wait_call(launched) == "succeeded"
     assert what_ran(launched.record().config) == "sum_of_ranks()"
     assert [v["pid"] for v in launched.results()] == [v["pid"] for v in values]
     # ... also while a call still runs there: it waits for that call, not for fresh ranks
     # (which would queue behind the cores the pool holds)
     napping = pool.run(naps, 1.0)
     after_nap = workbench.launch(sum_of_ranks, 1, np=2, engine=pool.engine, echo=False,
-                                 runs_dir=pool.runs_dir)
+                                 runs_dir=pool.runs_dir, cpu_bind="none")
     assert napping.status == "succeeded" and napping.results() == [0, 1]
-    assert isinstance(after_nap, PoolCall) and _wait_call(after_nap) == "succeeded"
+    assert isinstance(after_nap.launcher, WarmRanks) and _wait_call(after_nap) == "succeeded"
     panel = RunPanel(pool.run(sum_of_ranks, 4))
     try:
         deadline = time.monotonic() + 60
@@ -195,7 +196,8 @@ def test_training_jobs_run_on_the_warm_ranks_and_match_fresh_ranks(pool):
     warm = {}
     for engine in TRAINED_ON[pool.engine] * 2:   # twice: a second job starts clean too
         run = workbench.start(workbench.JobConfig(engine=engine, **job))
-        assert isinstance(run, PoolCall) and _wait_call(run) == "succeeded", run.summary
+        assert isinstance(run.launcher, WarmRanks)
+        assert _wait_call(run) == "succeeded", run.summary
         assert list(rank_pids(run.run_dir).values()) == pids
         assert run.summary["steps_completed"] == 4 and run.summary["engine"] == engine
         steps = [m for m in run.metrics() if m["kind"] == "step"]
@@ -210,7 +212,8 @@ def test_training_jobs_run_on_the_warm_ranks_and_match_fresh_ranks(pool):
     with pytest.raises(workbench.ConfigError, match="has 3 ranks and the pool 2"):
         pool.start(workbench.JobConfig(engine=engine, **{**job, "np": 3}))
     fresh = workbench.start(workbench.JobConfig(engine=engine, **bound))
-    assert not isinstance(fresh, PoolCall) and fresh.wait(240) == "succeeded", fresh.summary
+    assert not isinstance(fresh.launcher, WarmRanks)
+    assert fresh.wait(240) == "succeeded", fresh.summary
     state = fresh.record().model_state()
     assert state.keys() == last.keys() and all((state[k] == last[k]).all() for k in state)
     assert pool.restarts == []
@@ -235,7 +238,7 @@ def test_a_pool_holds_its_cores_and_a_job_queued_behind_them_is_told(tmp_path, m
             engine="serial", np=1, model="logreg", epochs=1, max_steps=2,
             threads_per_rank=host - 2 * threads + 1, runs_dir=str(tmp_path / "runs")))
     assert {w.filename for w in said if "warm ranks" in str(w.message)} == {__file__}
-    assert job.status == "queued" and not isinstance(job, PoolCall)
+    assert job.status == "queued" and not isinstance(job.launcher, WarmRanks)
     pool.close()
     assert job.wait(120) == "succeeded", job.summary
 
@@ -273,6 +276,20 @@ def test_nothing_leaks_from_call_to_call_but_what_is_kept_on_purpose(pool):
     kept = done(pool.run_code("print(y + 1)", keep=True))                    # --keep cells
     assert kept.status == "succeeded" and kept.record().log(0).strip().endswith("42")
     assert done(pool.run_code("print(y)")).status == "failed", "plain cells never see them"
+    # what a cell sets in os.environ is undone after it; a thread it leaves running would
+    # run on into the next call, so the pool restarts its ranks and says why
+    assert done(pool.run_code("import os; os.environ['LEAK'] = '1'")).status == "succeeded"
+    clean = done(pool.run_code("import os; assert 'LEAK' not in os.environ", keep=True))
+    assert clean.status == "succeeded", clean.summary
+    restarts = len(pool.restarts)
+    leaky = done(pool.run_code("import threading, time\nthreading.Thread(target=time.sleep, "
+                               "args=(600,), name='leaky', daemon=True).start()"))
+    assert leaky.status == "succeeded", leaky.summary
+    assert leaky.summary["threads_left"] == {"0": ["leaky"], "1": ["leaky"]}
+    assert len(pool.restarts) == restarts + 1 and "left threads running" in pool.restarts[-1]
+    pool.wait_ready(240)
+    gone = "import threading; assert 'leaky' not in [t.name for t in threading.enumerate()]"
+    assert done(pool.run_code(gone)).status == "succeeded"
 
 
 @pytest.mark.timeout(300)

@@ -27,7 +27,7 @@ from _other_user import closed_to_others
 import workbench
 from workbench.cli import main as cli_main
 from workbench.config import ConfigError
-from workbench.launch import cores, ending, shared_file
+from workbench.launch import cores, shared_file
 from workbench.launch import job as job_module
 
 NOBODY = pwd.getpwnam("nobody")
@@ -330,8 +330,8 @@ def test_a_queued_job_stopped_during_a_slow_summary_write_leaves_the_queue(
     holder = holder_of_both_cores(monkeypatch)
     job = queued_job(tmp_path)
     monkeypatch.setattr(job_module, "QUEUE_POLL_S", 0.02)  # it polls often while we stop
-    write = ending.write_json_atomic  # where the stop writes the summary
-    monkeypatch.setattr(ending, "write_json_atomic",  # slow, as on NFS
+    write = job_module.write_json_atomic  # where the stop writes the summary
+    monkeypatch.setattr(job_module, "write_json_atomic",  # slow, as on NFS
                         lambda *a, **kw: (time.sleep(0.6), write(*a, **kw)))
     job.stop()
     assert job.status == "stopped"

@@ -7,7 +7,6 @@ record that `workbench show` opens.
 
 from __future__ import annotations
 
-import atexit
 import importlib.util
 import json
 import os
@@ -25,11 +24,12 @@ from workbench.config import ENGINES as CONFIG_ENGINES
 from workbench.config import JobConfig
 from workbench.engines import ENGINES, training_engines
 from workbench.rank import protocol
-from workbench.rank.context import config_from_flags, first_failure, job_record
+from workbench.rank.context import config_from_flags, first_failure, job_record, run_main
 from workbench.rank.protocol import Ended
 from workbench.records import list_runs, of_kind
 
 REPO = Path(__file__).resolve().parents[2]
+_SYS_EXIT, _EXCEPTHOOK = sys.exit, sys.excepthook
 BIN = Path(sys.executable).parent          # torchrun and horovodrun live beside python
 STEPS = 3
 TINY = ["--epochs", "1", "--max-steps", str(STEPS), "--width", "16", "--dataset", "digits",
@@ -127,23 +127,25 @@ def test_a_plain_launchs_summary_names_the_first_error_and_survives_unreadable_r
     assert named["rank"] == 0 and named["error"].startswith("RuntimeError: gloo")
 
 
-def _plain_close(tmp_path, monkeypatch):
-    """A plain launch's context for one rank, and the handler it left to close it at exit."""
-    closers = []
-    monkeypatch.setattr(atexit, "register", closers.append)
-    monkeypatch.setattr(sys, "exit", sys.exit)              # each restored after the test
-    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+def _plain_run(tmp_path, monkeypatch, body) -> tuple[dict, dict]:
+    """`body` run as a plain launch's rank module does, `run_main(main)` round a `main` that
+    opens its context with `job_record`; the exit record and summary it left."""
     monkeypatch.setattr(signal, "signal", lambda *args: None)  # pytest keeps its SIGTERM
     monkeypatch.setattr(protocol, "_current", None)
     for name in ("HOROVOD_RANK", "RANK", "HOROVOD_SIZE", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    ctx = job_record(JobConfig(runs_dir=str(tmp_path), np=1))
-    [close] = closers
-    return ctx, close
+    opened = []
 
+    def main():
+        opened.append(job_record(JobConfig(runs_dir=str(tmp_path), np=1)))
+        body()
 
-def _closed(ctx, close) -> tuple[dict, dict]:
-    close()
+    try:
+        run_main(main)
+    except (SystemExit, RuntimeError):
+        pass  # what ended `main` goes on out of run_main, to the interpreter
+    [ctx] = opened
+    assert protocol.current() is None  # closed
     return (json.loads((ctx.run_dir / "exit" / "rank0.json").read_text()),
             json.loads((ctx.run_dir / "summary.json").read_text()))
 
@@ -152,17 +154,15 @@ def _closed(ctx, close) -> tuple[dict, dict]:
                                           (None, "succeeded")])
 def test_a_plain_ranks_sys_exit_after_job_record_counts_by_its_code(code, status, tmp_path,
                                                                      monkeypatch):
-    """A plain launch writes the exit record and summary in an atexit handler, which cannot
-    see the exit code (and sys.excepthook never sees a SystemExit): sys.exit(3) must still
-    fail the rank, and sys.exit(0) succeed, as under the rank wrapper."""
-    ctx, close = _plain_close(tmp_path, monkeypatch)
-    with pytest.raises(SystemExit):
-        sys.exit(code)
-    record, summary = _closed(ctx, close)
+    """A plain launch's rank writes its exit record and summary as `main` ends (run_main),
+    and no hook of the whole process sees a SystemExit: sys.exit(3) must still fail the
+    rank, and sys.exit(0) succeed, as under the rank wrapper."""
+    record, summary = _plain_run(tmp_path, monkeypatch, lambda: sys.exit(code))
     assert record["ok"] == (status == "succeeded"), record
     assert summary["status"] == status
     if status == "failed":
         assert record["error"] == f"SystemExit: {code}" and "Traceback" not in record["traceback"]
+    assert sys.exit is _SYS_EXIT and sys.excepthook is _EXCEPTHOOK  # never replaced
 
 
 def test_a_plain_ranks_sys_exit_in_a_thread_or_before_an_error_is_not_what_ended_it(
@@ -170,21 +170,20 @@ def test_a_plain_ranks_sys_exit_in_a_thread_or_before_an_error_is_not_what_ended
     """sys.exit(3) in a thread ends only that thread: the rank still succeeds. And the error
     that ended the process is the one named, not a sys.exit that came (and was caught)
     before it."""
-    ctx, close = _plain_close(tmp_path, monkeypatch)
-    thread = threading.Thread(target=lambda: pytest.raises(SystemExit, sys.exit, 3))
-    thread.start()
-    thread.join()
-    record, summary = _closed(ctx, close)
+    def exit_in_a_thread():
+        thread = threading.Thread(target=lambda: pytest.raises(SystemExit, sys.exit, 3))
+        thread.start()
+        thread.join()
+
+    record, summary = _plain_run(tmp_path, monkeypatch, exit_in_a_thread)
     assert record["ok"] and summary["status"] == "succeeded", record
 
-    ctx, close = _plain_close(tmp_path / "again", monkeypatch)
-    with pytest.raises(SystemExit):
-        sys.exit(2)                              # caught, and the rank carries on ...
-    try:
-        raise RuntimeError("the real failure")   # ... until this ends it
-    except RuntimeError as exc:
-        sys.excepthook(type(exc), exc, exc.__traceback__)
-    record, summary = _closed(ctx, close)
+    def exit_caught_then_error():
+        with pytest.raises(SystemExit):
+            sys.exit(2)                              # caught, and the rank carries on ...
+        raise RuntimeError("the real failure")       # ... until this ends it
+
+    record, summary = _plain_run(tmp_path / "again", monkeypatch, exit_caught_then_error)
     assert record["error"] == "RuntimeError: the real failure", record
     assert summary["status"] == "failed"
 
@@ -222,8 +221,9 @@ def test_every_training_engine_is_a_configuration_choice_and_has_a_rank_module()
 
 def test_horovod_settings_reach_only_horovod_ranks(tmp_path):
     cfg = JobConfig(engine="horovod", timeline=True, cycle_time_ms=2.5)
-    env = ENGINES["horovod"].environment(cfg, tmp_path)
+    env = ENGINES["horovod"].environment(tmp_path, cfg.timeline, cfg.cycle_time_ms)
     assert env == {"HOROVOD_TIMELINE": str(tmp_path / "timeline.json"),
                    "HOROVOD_CACHE_CAPACITY": "0", "HOROVOD_CYCLE_TIME": "2.5"}
     torch_cfg = JobConfig(engine="torch", cycle_time_ms=2.5)
-    assert ENGINES["torch"].environment(torch_cfg, tmp_path) == {}
+    assert ENGINES["torch"].environment(tmp_path, torch_cfg.timeline,
+                                        torch_cfg.cycle_time_ms) == {}

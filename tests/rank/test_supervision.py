@@ -258,7 +258,7 @@ def test_the_guard_ends_a_launcher_that_outlives_its_owner():
     """A launcher that would wait for ever (here `sleep`) ends within seconds of its owner."""
     import psutil
 
-    from workbench.launch.launched import GUARD
+    from workbench.launch.launchers import GUARD
 
     script = textwrap.dedent(f"""
         import os, subprocess, sys, time
@@ -279,7 +279,7 @@ def test_the_guard_ends_a_launcher_that_outlives_its_owner():
 
 @pytest.mark.parametrize(("shell", "code"), [("exit 3", 3), ("kill -TERM $$", 128 + 15)])
 def test_the_guard_passes_on_the_launchers_exit_code(shell, code):
-    from workbench.launch.launched import GUARD
+    from workbench.launch.launchers import GUARD
 
     result = subprocess.run([sys.executable, str(GUARD), str(os.getpid()), "--",
                              "sh", "-c", shell], timeout=30)

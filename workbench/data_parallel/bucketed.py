@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from workbench.data_parallel.buckets import Bucket, make_buckets
 from workbench.models import make_optimizer
-from workbench.rank.context import from_rank0, job_config, job_record
+from workbench.rank.context import from_rank0, job_config, job_record, run_main
 from workbench.training.checkpoint import restore
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
@@ -83,4 +83,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

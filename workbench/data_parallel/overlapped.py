@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from workbench.data_parallel.bucketed import BucketedSync, run
 from workbench.data_parallel.buckets import Bucket
+from workbench.rank.context import run_main
 
 #: What a launch hook is given: the bucket one of whose gradients is now ready, and the
 #: list where it puts (bucket, all-reduce handle) once it has started that bucket's all-reduce.
@@ -98,4 +99,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -1,8 +1,8 @@
 """The launcher's side: what runs in the notebook or the CLI (the rank's side: rank/).
 
-`start(cfg)`, `start_module(...)` and `launch(fn)` make a `Job` (job.py), which queues for
-this host's cores (cores.py), starts its ranks through a launcher (launchers.py, slurm.py),
-watches them (watch.py) and ends them (ending.py); `ranks()` keeps warm ones (pool.py).
+`start(cfg)`, `start_module(...)` and `launch(fn)` (starting.py) make a `Job` (job.py),
+handed its launcher (launchers.py, slurm.py, pool_call.py) and its ticket for this host's
+cores (cores.py); it watches its ranks (watch.py) and ends them. `ranks()`: pool.py.
 The package is also the function `launch` (`workbench.launch(fn, np=2)`: user_code.py).
 Why it is built so: docs/ARCHITECTURE.md, "The machinery".
 Lessons it serves: notebooks/02_data_parallelism_horovod.ipynb and every lesson that starts a job.

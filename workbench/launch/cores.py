@@ -108,11 +108,11 @@ class Ticket:
     """One job's place: first in the queue, then holding its cores until released.
 
     `n_cores` is 0 for a job that binds no cores here (`cpu_bind="none"`, several hosts):
-    it only counts towards its user's limit.
+    it only counts towards its user's limit. Without `run_id`, `join` enters the queue.
     """
 
-    def __init__(self, run_id: str, n_cores: int, sharing: Settings) -> None:
-        self.run_id, self.n_cores, self.sharing = run_id, n_cores, sharing
+    def __init__(self, run_id: str | None, n_cores: int, sharing: Settings) -> None:
+        self.n_cores, self.sharing = n_cores, sharing
         self.user = current_user()
         self.cores: list[int] | None = None   # once granted: the cores ([] = unbound)
         self.warning: str | None = None       # once granted unbound: why
@@ -120,13 +120,19 @@ class Ticket:
         self._released = False
         self._guard = threading.Lock()  # poll() and release() one at a time, across threads
         self._owner = owner_id()
+        if run_id is not None:  # else the job joins once its run has a name
+            self.join(run_id)
+
+    def join(self, run_id: str) -> None:
+        """Take the job's place at the back of the queue, under its run's name."""
+        self.run_id, sharing = run_id, self.sharing
         with _folder(sharing.folder) as folder_fd:
             for name, claim in shared_file.my_proofs(folder_fd).items():
                 if not _owner_alive(claim):  # left by a crashed kernel of ours
                     shared_file.drop_proof(folder_fd, name)
             self._proof = shared_file.make_proof(folder_fd, self._owner)
         with _state(sharing.folder) as state:
-            state["waiting"].append(self._entry(n_cores=n_cores))
+            state["waiting"].append(self._entry(n_cores=self.n_cores))
 
     def _entry(self, **place: Any) -> dict[str, Any]:
         """This job's entry: `n_cores` while it waits, `cores` once it holds them."""

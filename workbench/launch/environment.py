@@ -1,26 +1,23 @@
 """What environment the ranks receive: an allow-list, not a copy of the launcher's.
 
-A notebook kernel's environment holds secrets: `JUPYTERHUB_API_TOKEN`, cloud credentials,
-database passwords. `horovodrun` writes every variable it was given onto each remote rank's
-ssh command line (`ssh host 'env A=1 B=2 ... python ...'`), and starts even local ranks under
-`/bin/sh -c env K=V ... python`: every user of the host can read them with `ps`. So the
-launcher starts with only what training needs, and the user adds more by name with the `env`
-field (`--env KEY` or `--env KEY=VALUE`).
-
-The values of those not on the allow-list (a token, a password) never travel on a command
-line nor in the launcher's environment: they go into `secrets.json` in the run folder,
-readable by its owner only (0600), named in `WORKBENCH_ENV_FILE`; each rank reads it as it
-starts (`rank.protocol.load_env_file`) and the launcher deletes it when the job
-ends. `config.json` records their names, not their values (a resumed run forwards them by
-name from its launcher's environment).
+A kernel's environment holds secrets (`JUPYTERHUB_API_TOKEN`, credentials), and horovodrun
+writes every variable it gets onto command lines that `ps` shows. So the ranks get only
+what training needs plus the `env` field; the values of `env` variables off the list go
+through `secrets.json` (0600), never a command line. Why: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from workbench.config import JobConfig
+from workbench.engines import ENGINES
+from workbench.launch.devices import rank_environment
+from workbench.rank.protocol import ENV_FILE, ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0, owner_id
 
 #: The file of the secret variables' values (see above).
 SECRETS_FILE = "secrets.json"
@@ -77,3 +74,19 @@ def write_env_file(run_dir: Path, values: dict[str, str]) -> Path:
     with os.fdopen(fd, "w") as f:
         json.dump(values, f)
     return path
+
+
+def ranks_environment(cfg: JobConfig, run_id: str, run_dir: Path) -> dict[str, str]:
+    """The environment a fresh job's launcher and ranks start with: the allow-list, the
+    rank protocol's variables (rank/protocol.py), the device's and the engine's settings;
+    secret `env` values only through their 0600 file."""
+    public, secret = split_environment(cfg.env)
+    env = {
+        **public, ENV_RUN_DIR: str(run_dir), ENV_RUN_ID: run_id, ENV_OWNER: owner_id(),
+        ENV_T0: repr(time.time()), "OMP_NUM_THREADS": str(cfg.resolved_threads()),
+        "PYTHONUNBUFFERED": "1", **rank_environment(cfg),
+        **ENGINES[cfg.engine].environment(run_dir, cfg.timeline, cfg.cycle_time_ms),
+    }
+    if secret:
+        env[ENV_FILE] = str(write_env_file(run_dir, secret))
+    return env

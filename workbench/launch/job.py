@@ -1,118 +1,123 @@
-"""A running job: launch it, watch it, stop it, and always leave a complete record.
+"""A running job, handed its launcher and its ticket for cores: start, watch, stop, record.
 
-`start(cfg)` (starting.py) makes a `Job`, which writes `config.json`, takes its cores from
-the host's allocation (cores.py: "queued", a thread waiting for its turn, while other jobs
-hold them), starts the ranks (launchers.py) and returns at once. A watcher thread then looks
-five times a second (watch.py) until the job has succeeded, failed, stalled or was stopped;
-whatever the outcome, every process is ended and `summary.json` written (ending.py): a job
-never stays "running" for ever. Under Slurm (slurm.py) it is "pending" while Slurm queues it.
+`Job(cfg, launcher, ticket)` writes the run folder, waits for its turn (the ticket: this
+host's queue for cores, cores.py), has the launcher start the ranks (launchers.py) and
+returns at once. A watcher thread then looks five times a second (watch.py) until the job
+has succeeded, failed, stalled or was stopped; whatever the outcome, every process is ended
+and `summary.json` written. starting.py makes jobs; why so: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import shutil
 import threading
 import time
+import traceback
 import warnings
 import weakref
 from typing import Any
 
 from workbench.caller import warn_caller
-from workbench.config import JobConfig
-from workbench.engines import ENGINES
+from workbench.config import ConfigError, JobConfig
 from workbench.hosts.cpu import cpu_budget
-from workbench.launch import cores
-from workbench.launch.devices import rank_environment
-from workbench.launch.ending import Ending
-from workbench.launch.environment import recorded, split_environment, write_env_file
-from workbench.launch.launched import Launched
-from workbench.launch.launchers import launcher_for
-from workbench.launch.watch import Watching, _one_line
-from workbench.rank.protocol import (
-    ENV_FILE,
-    ENV_OWNER,
-    ENV_RUN_DIR,
-    ENV_RUN_ID,
-    ENV_T0,
-    owner_id,
+from workbench.launch.environment import SECRETS_FILE, recorded
+from workbench.launch.launchers import Launcher
+from workbench.launch.watch import Watcher, one_line
+from workbench.records import (
+    CorruptRecord,
+    MetricsReader,
+    RunRecord,
+    new_run_dir,
+    read_json,
+    write_json_atomic,
 )
-from workbench.records import CorruptRecord, RunRecord, new_run_dir, read_json, write_json_atomic
-from workbench.records.liveness import owner_beat, prepare_heartbeats
+from workbench.records.blame import failure_log
+from workbench.records.liveness import (
+    HEARTBEAT_PERIOD_S,
+    known_ranks,
+    owner_beat,
+    prepare_heartbeats,
+    this_host,
+)
 from workbench.records.private import load_own_pickle
+from workbench.records.summary import summary_of
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
 QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come
-#: The module every rank runs: it opens the rank's context, then runs the rank's code.
-RANK_WRAPPER = "workbench.rank.wrapper"
 _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 
 
-class Job(Watching, Ending):
-    """One launched job. Create it with `start()` or `start_module()`."""
+class Granted:
+    """A ticket that never waits: the ranks run on cores held elsewhere (a pool's, or the
+    cluster's under Slurm), and the job gives none back. The ticket a job is handed answers
+    `join(run_id)`, `poll()`, `release()`, `cores`, `position` and `warning`."""
 
-    #: Whether summary.json is fsynced (see `write_json_atomic`; a pool's call is not).
-    durable = True
+    warning: str | None = None
+    position = 0
 
-    def __init__(self, cfg: JobConfig, module: str, args: list[str],
+    def __init__(self, cores: list[int] | None = None) -> None:
+        self.cores = cores or []
+
+    def join(self, run_id: str) -> None:
+        """Nothing to queue for."""
+
+    def poll(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing to give back."""
+
+
+class Job:
+    """One job: `cfg`'s ranks started by `launcher` once `ticket` grants their cores.
+    `files` ({path in the run folder: bytes}) are written before the ranks start."""
+
+    def __init__(self, cfg: JobConfig, launcher: Launcher, ticket: Any,
                  files: dict[str, bytes] | None = None) -> None:
-        self.config = cfg
-        sharing = cores.settings()  # a bad setting fails here, before anything is written
+        self.config, self.launcher, self.world_size = cfg, launcher, cfg.world_size
         self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, cfg.run_label)
         # Written first, so that even a run stopped while it queues is a run on record.
         # (Secret --env values are not recorded: see environment.py.)
         write_json_atomic(self.run_dir / "config.json",
-                          {**cfg.to_dict(), "env": recorded(cfg.env)})
+                          {**cfg.to_dict(), "env": recorded(cfg.env)}, launcher.durable)
         for name, data in (files or {}).items():  # inputs the ranks read as they start
             (self.run_dir / name).parent.mkdir(parents=True, exist_ok=True)  # e.g. user/
             (self.run_dir / name).write_bytes(data)
-        self.world_size = cfg.world_size
         self.warnings: list[str] = []
-        self._watch_state()
-        self._proc: Launched | None = None  # once started, how the ranks are seen
-        self._started = self._asked = time.time()
-        # ---- the gate: take this job's cores from the host's allocation, or queue for them
+        self._status, self._done, self._lock = "running", threading.Event(), threading.Lock()
+        self._reader = MetricsReader(self.run_dir)
+        self._summary_data: dict[str, Any] | None = None
+        self._stopping = self._launched = False  # once stopping, every owner beat says "stop"
+        self._started = self.asked_at = time.time()
+        self._ticket = ticket
         try:
-            self._launcher = launcher_for(cfg)  # how the ranks start: launchers.py
-            self._ticket = self._launcher.ticket(self.run_id, cfg, sharing)
+            ticket.join(self.run_id)
         except BaseException:  # the queue cannot be reached (its lock held for long, say):
             shutil.rmtree(self.run_dir, ignore_errors=True)  # no run, and no half record
             raise
-        if self._launcher.shares_this_host and cfg.oversubscribed():  # said at once
-            self._warn(f"{cfg.world_size} ranks x {cfg.resolved_threads()} threads exceed the "
-                       f"{cpu_budget().usable} cores this host gives us: ranks will share cores "
-                       "and speedups will flatten")
-        if self._ticket.poll():
+        if launcher.shares_this_host and cfg.oversubscribed():  # said at once
+            self.warn(f"{cfg.world_size} ranks x {cfg.resolved_threads()} threads exceed the "
+                      f"{cpu_budget().usable} cores this host gives us: ranks will share cores "
+                      "and speedups will flatten")
+        if ticket.poll():
             try:
-                self._launch(module, args)
+                self._launch()
             except BaseException:
-                self._ticket.release()
+                ticket.release()
                 raise
         else:
             self._status = "queued"
-            self._warn_of_own_pools(module)
             owner_beat(self.run_dir)  # a queued run is looked after too: not "lost"
             _LIVE_JOBS.add(self)      # and stopped when Python exits, before it launches
-            threading.Thread(target=self._wait_for_cores, args=(module, args),
-                             name=f"queue-{self.run_id}", daemon=True).start()
+            threading.Thread(target=self._wait_for_cores, name=f"queue-{self.run_id}",
+                             daemon=True).start()
 
-    def _warn_of_own_pools(self, module: str) -> None:
-        """A job queued behind cores that this process's own warm ranks hold would wait
-        until the pool is closed: say so (not to a pool's new ranks, which wait for its old
-        ones to leave)."""
-        from workbench.launch.open_pools import POOL_RANK_MODULE, holding_cores
-
-        pools = holding_cores()
-        if pools and module != POOL_RANK_MODULE:
-            self._warn(f"this job waits for cores that your warm ranks hold "
-                       f"({', '.join(map(repr, pools))}): close the pool (pool.close()) to "
-                       "free them")
-
-    def _warn(self, text: str) -> None:
+    def warn(self, text: str) -> None:
         """Keep `text` among the job's warnings (the CLI and the panel show them), and warn
         from the first line outside the workbench that led here: the caller's cell or
-        script, however deep the path (start, launch, a pool). From the queue's thread no
-        caller's line led here, so the warning names the run instead."""
+        script. From the queue's thread no caller's line led here: it names the run."""
         self.warnings.append(text)
         if threading.current_thread().name == f"queue-{self.run_id}":
             warnings.warn(f"run {self.run_id}: {text}", stacklevel=1)
@@ -131,7 +136,7 @@ class Job(Watching, Ending):
     @property
     def pending_reason(self) -> str | None:
         """Why Slurm still queues the job ("Resources", "Priority", ...); None otherwise."""
-        return self._proc.pending_reason if self._proc is not None else None
+        return self.launcher.pending_reason if self._launched else None
 
     @property
     def queue_position(self) -> int:
@@ -156,8 +161,8 @@ class Job(Watching, Ending):
     @property
     def launcher_pid(self) -> int | None:
         """Pid of the engine's launcher (horovodrun, torchrun, or the serial rank itself);
-        None while the job is queued, and under Slurm, which starts the ranks on its nodes."""
-        return self._proc.pid if self._proc is not None else None
+        None while the job is queued, under Slurm and on a pool's ranks."""
+        return self.launcher.pid if self._launched else None
 
     @property
     def summary(self) -> dict[str, Any] | None:
@@ -166,10 +171,8 @@ class Job(Watching, Ending):
         return self._summary_data if self.done else None
 
     def metrics(self) -> list[dict[str, Any]]:
-        """Every metrics record written so far (steps, epochs, events), all ranks merged.
-
-        Safe to call from any thread, also while the watcher reads: each record once.
-        """
+        """Every metrics record written so far (steps, epochs, events), all ranks merged;
+        safe from any thread, also while the watcher reads: each record once."""
         return self._reader.all()
 
     def result(self) -> dict[str, Any] | None:
@@ -180,34 +183,24 @@ class Job(Watching, Ending):
             return None
 
     def results(self) -> list[Any]:
-        """Each rank's return value, in rank order (jobs started with `workbench.launch`),
-        from the pickles `results/rank<k>.pkl`.
-
-        Raises RuntimeError naming the ranks that have not returned. Pickles are loaded only
-        from a run folder of your own (records/private.py); another user's raises
-        ForeignRecord.
-        """
-        missing, values = [], []
-        for rank in range(self.world_size):
-            path = self.run_dir / "results" / f"rank{rank}.pkl"
-            if not path.exists():
-                missing.append(rank)
-                continue
-            values.append(load_own_pickle(path, self.run_dir))
+        """Each rank's return value, in rank order (`workbench.launch` jobs), from the
+        pickles `results/rank<k>.pkl`, loaded only from a run folder of your own
+        (records/private.py). RuntimeError names the ranks that have not returned."""
+        missing = [r for r in range(self.world_size)
+                   if not (self.run_dir / "results" / f"rank{r}.pkl").exists()]
         if missing:
             raise RuntimeError(f"rank(s) {missing} of {self.run_id} have not returned a value"
                                f" (the job is {self.status}; job.wait() waits for the end)")
-        return values
+        return [load_own_pickle(self.run_dir / "results" / f"rank{r}.pkl", self.run_dir)
+                for r in range(self.world_size)]
 
     def record(self) -> RunRecord:
         """This run's record on disk (logs, model, ...)."""
         return RunRecord(self.run_dir)
 
     def wait(self, timeout: float | None = None) -> str:
-        """Block until the job ends or `timeout` seconds pass; return the status.
-
-        Ctrl-C (KeyboardInterrupt) while waiting stops the job before re-raising.
-        """
+        """Block until the job ends or `timeout` seconds pass; return the status. Ctrl-C
+        (KeyboardInterrupt) while waiting stops the job before re-raising."""
         try:
             self._done.wait(timeout)
         except KeyboardInterrupt:
@@ -223,8 +216,8 @@ class Job(Watching, Ending):
     def __repr__(self) -> str:
         return f"<Job {self.run_id} {self._status}>"
 
-    # ------------------------------------------------------------------ launching
-    def _wait_for_cores(self, module: str, args: list[str]) -> None:
+    # ------------------------------------------------------------------ starting
+    def _wait_for_cores(self) -> None:
         """Wait in the host's queue for this job's turn, then launch (unless stopped)."""
         try:
             while not self._ticket.poll():  # False for ever once released by _finish
@@ -233,7 +226,7 @@ class Job(Watching, Ending):
                 owner_beat(self.run_dir)
         except Exception as err:  # noqa: BLE001 - any error fails the job: never queued for ever
             self._finish("failed", {"rank": None, "error": f"lost its place in the queue for "
-                                                           f"cores: {_one_line(err)}"})
+                                                           f"cores: {one_line(err)}"})
             return
         error = None
         with self._lock:
@@ -242,37 +235,146 @@ class Job(Watching, Ending):
                 return
             self._status = "running"
             try:
-                self._launch(module, args)
+                self._launch()
             except Exception as err:  # e.g. the launcher cannot be executed
                 error = f"could not launch the job after queueing: {err}"
         if error:
             self._finish("failed", {"rank": None, "error": error})
 
-    def _launch(self, module: str, args: list[str]) -> None:
-        cfg = self.config
+    def _launch(self) -> None:
         owner_beat(self.run_dir)  # before any rank starts: they read it from their start
         prepare_heartbeats(self.run_dir, self.world_size)  # (records/liveness.py: NFS)
-        threads = cfg.resolved_threads()
-        public, secret = split_environment(cfg.env)
-        env = {
-            **public,  # an allow-list: no secrets reach the ranks
-            ENV_RUN_DIR: str(self.run_dir), ENV_RUN_ID: self.run_id,
-            ENV_OWNER: owner_id(), ENV_T0: repr(time.time()),
-            "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
-            **rank_environment(cfg),
-            **ENGINES[cfg.engine].environment(cfg, self.run_dir),  # e.g. Horovod's cycle time
-        }
-        if secret:  # values in a 0600 file, never on a command line (environment.py)
-            env[ENV_FILE] = str(write_env_file(self.run_dir, secret))
         if self._ticket.warning:
-            self._warn(self._ticket.warning)
+            self.warn(self._ticket.warning)
         self._started = time.time()
-        if module != RANK_WRAPPER:  # every rank runs in the wrapper, which opens its context
-            module, args = RANK_WRAPPER, ["--module", module, *args]
-        self._proc = self._launcher.start(cfg, self.run_id, self.run_dir, module, args, env,
-                                          self._ticket.cores)
+        self.launcher.start(self.run_id, self.run_dir, self._ticket.cores)
+        self._launched = True
         _LIVE_JOBS.add(self)
         threading.Thread(target=self._watch, name=f"watch-{self.run_id}", daemon=True).start()
+
+    # ------------------------------------------------------------------ watching
+    def _watch(self) -> None:
+        """The watcher thread. Whatever goes wrong inside it ends the job as "failed"."""
+        try:
+            watcher = Watcher(self.launcher, self.run_dir, self.world_size)
+            last_size, last_progress, last_beat = -1, time.time(), 0.0
+            while not self._done.is_set():
+                self.launcher.pause()
+                if time.monotonic() - last_beat >= HEARTBEAT_PERIOD_S:
+                    owner_beat(self.run_dir, stop=self._stopping)  # remote ranks exit when
+                    last_beat = time.monotonic()                   # it says "stop" or stops
+                size = self._reader.size()
+                if size != last_size or self.status == "pending":  # queued time is no stall
+                    last_size, last_progress = size, time.time()
+                outcome = watcher.look()
+                stall = self.config.stall_timeout
+                if outcome is None and time.time() - last_progress > stall:
+                    outcome = ("stalled", {"error": f"no progress for {stall:g} s (a rank may "
+                                                    "be blocked waiting for another)"})
+                if outcome is not None:
+                    self._finish(*outcome)
+        except Exception as exc:  # noqa: BLE001 - any bug or I/O error must end the job
+            self._finish("failed", {"rank": None,
+                                    "error": f"the job's watcher failed: {one_line(exc)}",
+                                    "traceback": traceback.format_exc()})
+
+    # ------------------------------------------------------------------ ending
+    def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
+        """End all processes, then write summary.json; once, whoever calls first. Ctrl-C
+        cannot cut it short: from the main thread (where Python raises KeyboardInterrupt)
+        the work runs in a thread of its own, and a Ctrl-C is raised once the job ended."""
+        if threading.current_thread() is not threading.main_thread():
+            return self._end(status, failure)
+        ended, raised = threading.Event(), []
+
+        def end() -> None:
+            try:
+                self._end(status, failure)
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller
+                raised.append(exc)
+            finally:
+                ended.set()
+
+        threading.Thread(target=end, name=f"finish-{self.run_id}").start()
+        interrupted = False  # from here on the job ends, even if a Ctrl-C escapes the loop
+        while not ended.is_set():
+            try:
+                ended.wait()
+            except KeyboardInterrupt:
+                interrupted = True  # the job ends first
+        if raised:
+            raise raised[0]
+        if interrupted:
+            raise KeyboardInterrupt
+
+    def _end(self, status: str, failure: dict[str, Any] | None) -> None:
+        """_finish's work: whatever fails in here, the job ends (`done` is set in `finally`)."""
+        survivors: list[int] = []
+        with self._lock:
+            if self._done.is_set():
+                return
+            summary: dict[str, Any] = {"run_id": self.run_id, "run_dir": str(self.run_dir),
+                                       "status": status}
+            try:
+                survivors = self._end_processes(status)
+                if failure:
+                    failure.update(failure_log(self.run_dir, failure.get("rank")))
+                summary = self._summary(status, failure)
+                if survivors:
+                    summary["survivors"] = survivors
+            except Exception as exc:  # noqa: BLE001 - the job must end whatever happens
+                status = "failed"
+                summary.update(status=status, failure={
+                    "rank": None, "error": f"ending the job failed: {one_line(exc)}",
+                    "traceback": traceback.format_exc(), "first_outcome": failure})
+            try:
+                write_json_atomic(self.run_dir / "summary.json", summary,
+                                  self.launcher.durable)
+            except Exception as exc:  # noqa: BLE001 - read-only or full disk: say so
+                status = "failed"
+                summary.update(status=status, failure={
+                    **(summary.get("failure") or {}), "rank": None,
+                    "error": f"could not write {self.run_dir / 'summary.json'}: "
+                             f"{one_line(exc)}", "first_outcome": failure})
+            finally:
+                self._summary_data, self._status = summary, status
+                self._done.set()
+        if survivors:
+            raise RuntimeError(f"processes {survivors} of {self.run_id} survived SIGKILL")
+
+    def _end_processes(self, status: str) -> list[int]:
+        """Tell remote ranks to stop (the owner's heartbeat), have the launcher end the
+        rest, give the cores back; the pids of any process that survived."""
+        self._stopping, survivors = True, []
+        try:
+            owner_beat(self.run_dir, stop=True)
+        finally:  # a failed write must not spare the processes
+            if self._launched:
+                survivors = self.launcher.end(status)
+            with contextlib.suppress(OSError, ConfigError):  # never lose the summary for it
+                self._ticket.release()  # the processes are gone: the cores are free again
+            (self.run_dir / SECRETS_FILE).unlink(missing_ok=True)  # read by every rank by now
+        return survivors
+
+    def _summary(self, status: str, failure: dict[str, Any] | None) -> dict[str, Any]:
+        """summary.json: how the job ran here (ranks, cores, times), then what its metrics
+        add up to (records/summary.py, shared with runs started by plain launchers)."""
+        cfg = self.config
+        summary = summary_of(self.run_dir, status, cfg.engine, self.world_size, cfg.launcher,
+                             known_ranks(self.run_dir, self.world_size),
+                             cfg.resolved_threads(), self._started, self._reader.all(),
+                             self.result(), self.warnings)
+        summary.update(launcher_process={"pid": self.launcher_pid, "host": this_host()},
+                       cores=self._ticket.cores,
+                       queued_s=(self._started if self._launched else time.time())
+                       - self.asked_at)
+        summary.update(self.launcher.facts())  # e.g. Slurm's job id, a pool's run
+        if self._reader.bad_lines:
+            summary["warnings"] = [*self.warnings, f"{self._reader.bad_lines} metrics line(s) "
+                                   "were not valid JSON and were skipped"]
+        if failure:
+            summary["failure"] = failure
+        return summary
 
 
 def stop_all() -> None:

@@ -1,15 +1,9 @@
-"""How a job's ranks are started, seen and ended: one class for each way.
+"""How a job's ranks are started, seen and ended: `Launcher`, and one class for each way.
 
-torchrun's agent keeps its workers apart from how they were started; so does the job here.
-A `Job` (job.py) asks `launcher_for(cfg)` which way its ranks start, and from then on asks
-the object `start()` returned the questions of `Launched` (launched.py), whatever it is:
-
-| class | who starts the ranks | how a rank that died without a word is found |
-| --- | --- | --- |
-| `Local` | the engine's launcher (horovodrun, torchrun, python), here | its pid is gone |
-| `Ssh` | the same launcher, with ranks on other hosts over ssh | also: its heartbeat stopped |
-| `slurm.SlurmBatch` | Slurm, on its nodes, after `sbatch` | its task recorded its end |
-| `pool_call._CallProgress` | nobody: a pool's warm ranks are running already | its socket closed |
+A `Job` (job.py) is handed one, as torchrun's agent is handed its worker spec: `Local`
+(horovodrun, torchrun or python here, under the guard), `Ssh` (the same, ranks on other
+hosts too), `slurm.SlurmBatch` (sbatch) and `pool_call.WarmRanks` (a pool's running ranks).
+Why and how each finds a rank that died without a word: docs/ARCHITECTURE.md, "The machinery".
 """
 
 from __future__ import annotations
@@ -20,33 +14,141 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
-from workbench.hosts.lists import parse_hosts
-from workbench.launch import cores
-from workbench.launch.launched import GUARD, POLL_S, REMOTE_GONE_S, Exits, Launched, Ranks
-from workbench.launch.processes import pid_alive
+from workbench.launch.environment import ranks_environment
+from workbench.launch.processes import end_job_processes
 from workbench.records.blame import Failure
 from workbench.records.liveness import RANK_STALE_S, Staleness, heartbeat_path, this_host
+from workbench.records.liveness import process_alive as pid_alive
 
-if TYPE_CHECKING:
-    from workbench.launch.slurm import SlurmBatch
+GUARD = Path(__file__).with_name("guard.py")  # run beside every launcher (see guard.py)
+POLL_S = 0.2  # how often the watcher looks (s)
+#: After the launcher has exited, a remote rank whose heartbeat has not changed for this
+#: long is judged gone (it beats every second while alive).
+REMOTE_GONE_S = 3.0
+#: The module every rank runs: it opens the rank's context, then runs the rank's code.
+RANK_WRAPPER = "workbench.rank.wrapper"
+Ranks = dict[int, tuple[int, str]]  # rank -> (pid, host), from the ranks' pid files
+Exits = dict[int, dict[str, Any]]   # rank -> its exit record
 
 
-class ByPid(Launched):
-    """Ranks on this host: one whose pid is gone without an exit record has vanished."""
+class Launcher:
+    """What a job asks of whatever starts its ranks. The defaults are those of a launcher
+    with nothing to say: no pid here, no rank found gone by it."""
 
-    def __init__(self) -> None:
-        self.alive_at: dict[int, float] = {}  # rank: when the watcher last saw it alive
+    pid: int | None = None
+    pending_reason: str | None = None  # why a scheduler still queues the job
+    #: Whether the ranks run on this host's cores, so that too many of them slow each other.
+    shares_this_host = False
+    #: Whether the job's records are fsynced (`write_json_atomic`; a pool's call is not).
+    durable = True
+    #: How long after the first failure the watcher keeps looking while `undecided()` says
+    #: a rank not yet known dead may still be the culprit (s).
+    decide_within_s = 2 * REMOTE_GONE_S
+
+    def cores_bound(self) -> int:
+        """Cores the job binds on this host: none unless its ranks run here."""
+        return 0
+
+    def start(self, run_id: str, run_dir: Path, cores: list[int]) -> None:
+        """Start the ranks of run `run_id` (its folder is ready), bound to `cores` if any."""
+        raise NotImplementedError
+
+    def exit_code(self, within_s: float = 0.0) -> int | None:
+        """The launcher's exit code once it has ended (waiting up to `within_s`), else None."""
+        raise NotImplementedError
+
+    def pause(self) -> None:
+        """Wait before the watcher's next look."""
+        time.sleep(POLL_S)
+
+    def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
+        """Ranks that ended without an exit record (`ended`: the launcher has exited)."""
+        return []
+
+    def undecided(self, exits: Exits, ranks: Ranks, since: float) -> bool:
+        """True while a rank without an exit record may yet prove to have died at about
+        `since` (time.monotonic()), before the failure the watcher has seen."""
+        return False
 
     def here(self, rank: int, ranks: Ranks) -> bool:
-        return ranks.get(rank, (0, this_host()))[1] == this_host()
+        """Whether `rank` ran on the watcher's host (its records' times are on our clock)."""
+        return ranks.get(rank, (0, ""))[1] == this_host()
+
+    def ending(self, rc: int) -> str:
+        return f"the launcher exited with code {rc}"
+
+    def end(self, status: str) -> list[int]:
+        """End what is left of the started job's processes as it ends with `status`; the
+        pids of any that survived SIGKILL."""
+        return end_job_processes(self.run_id, self.run_dir, self.pid)
+
+    def facts(self) -> dict[str, Any]:
+        """What the job's summary records about this launcher."""
+        return {}
+
+
+class Local(Launcher):
+    """The engine's launcher started on this host under the guard (guard.py), which ends it
+    if the process that started it dies first (a restarted kernel). A rank whose pid is gone
+    without an exit record has vanished."""
+
+    shares_this_host = True
+
+    def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
+        self.cfg, self.module, self.args = cfg, module, args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.alive_at: dict[int, float] = {}  # rank: when the watcher last saw it alive
+
+    def cores_bound(self) -> int:
+        """Ranks × threads, or 0 with `cpu_bind="none"`."""
+        cfg = self.cfg
+        return cfg.world_size * cfg.resolved_threads() if cfg.cpu_bind == "core" else 0
+
+    def start(self, run_id: str, run_dir: Path, cores: list[int]) -> None:
+        """Start the engine's launcher (bound to `cores`, if any), logging to
+        logs/launcher.log."""
+        cfg, self.run_id, self.run_dir = self.cfg, run_id, run_dir
+        launcher = ENGINES[cfg.engine].command(cfg.world_size, self.module, self.args,
+                                               cfg.hosts, run_id)
+        if shutil.which(launcher[0]) is None:
+            raise ConfigError(f"cannot start the {cfg.engine} launcher {launcher[0]!r}: it is "
+                              "not an executable file; run `workbench doctor`")
+        cmd = [sys.executable, str(GUARD), str(os.getpid()), "--", *launcher]
+        if cores:  # the launcher and every rank it starts inherit these cores
+            cmd = ["taskset", "--cpu-list", ",".join(map(str, cores)), *cmd]
+        with open(run_dir / "logs" / "launcher.log", "ab") as log:
+            log.write((" ".join(cmd) + "\n").encode())
+            log.flush()
+            try:
+                # A new session, so a Ctrl-C in a terminal reaches us, not the ranks
+                # directly: we stop them ourselves, in order, and record it.
+                self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL,
+                                             env=ranks_environment(cfg, run_id, run_dir),
+                                             start_new_session=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot start the {cfg.engine} launcher {cmd[0]!r}: "
+                                  f"{exc.strerror or exc}") from None
+        self.pid = self.proc.pid
+
+    def exit_code(self, within_s: float = 0.0) -> int | None:
+        try:
+            return self.proc.wait(within_s) if within_s else self.proc.poll()
+        except subprocess.TimeoutExpired:
+            return None
+
+    def pause(self) -> None:
+        """POLL_S, but wake at once when the launcher ends."""
+        if self.exit_code(POLL_S) is not None:
+            time.sleep(0.05)  # the launcher is gone: no busy loop while the watcher concludes
 
     def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
         """Ranks on this host whose pid is gone (or a zombie), each at the last moment the
-        watcher saw it alive (see blame.py)."""
+        watcher saw it alive (see records/blame.py)."""
         out, here = [], this_host()
         for rank, (pid, host) in sorted(ranks.items()):
             if rank in exits or host != here:
@@ -60,86 +162,29 @@ class ByPid(Launched):
                                    "by a signal (e.g. kill -9) or by the out-of-memory killer"))
         return out
 
-
-class Local(ByPid):
-    """The engine's launcher started on this host under the guard (guard.py), which ends it
-    if the process that started it dies first (a restarted kernel)."""
-
-    shares_this_host = True
-
-    def __init__(self, proc: subprocess.Popen[bytes], engine: str, run_dir: Path) -> None:
-        super().__init__()
-        self.proc, self.pid, self.engine, self.run_dir = proc, proc.pid, engine, run_dir
-
-    @classmethod
-    def ticket(cls, run_id: str, cfg: JobConfig, sharing: cores.Settings) -> cores.Ticket:
-        """This job's place in the host's queue for cores (cores.py)."""
-        return cores.Ticket(run_id, cls.cores_bound(cfg), sharing)
-
-    @staticmethod
-    def cores_bound(cfg: JobConfig) -> int:
-        """Ranks × threads, or 0 with `cpu_bind="none"`."""
-        return cfg.world_size * cfg.resolved_threads() if cfg.cpu_bind == "core" else 0
-
-    @classmethod
-    def start(cls, cfg: JobConfig, run_id: str, run_dir: Path, module: str, args: list[str],
-              env: dict[str, str], cores_held: list[int]) -> Local:
-        """Start the engine's launcher (bound to `cores_held`, if any), logging to
-        logs/launcher.log."""
-        launcher = ENGINES[cfg.engine].command(cfg.world_size, module, args, cfg.hosts, run_id)
-        if shutil.which(launcher[0]) is None:
-            raise ConfigError(f"cannot start the {cfg.engine} launcher {launcher[0]!r}: it is "
-                              "not an executable file; run `workbench doctor`")
-        cmd = [sys.executable, str(GUARD), str(os.getpid()), "--", *launcher]
-        if cores_held:  # the launcher and every rank it starts inherit these cores
-            cmd = ["taskset", "--cpu-list", ",".join(map(str, cores_held)), *cmd]
-        with open(run_dir / "logs" / "launcher.log", "ab") as log:
-            log.write((" ".join(cmd) + "\n").encode())
-            log.flush()
-            try:
-                # A new session, so a Ctrl-C in a terminal reaches us, not the ranks
-                # directly: we stop them ourselves, in order, and record it.
-                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=env,
-                                        start_new_session=True)
-            except OSError as exc:
-                raise ConfigError(f"cannot start the {cfg.engine} launcher {cmd[0]!r}: "
-                                  f"{exc.strerror or exc}") from None
-        return cls(proc, cfg.engine, run_dir)
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def wait(self, timeout: float | None = None) -> int:
-        return self.proc.wait(timeout)
-
-    def pause(self) -> None:
-        """POLL_S, but wake at once when the launcher ends."""
-        try:
-            self.proc.wait(timeout=POLL_S)
-        except subprocess.TimeoutExpired:
-            return
-        time.sleep(0.05)  # the launcher is gone: no busy loop while the watcher concludes
-
     def ending(self, rc: int) -> str:
-        return f"the {self.engine} launcher exited with code {rc}"
+        return f"the {self.cfg.engine} launcher exited with code {rc}"
+
+    def end(self, status: str) -> list[int]:
+        survivors = super().end(status)
+        if self.proc is not None:
+            self.exit_code(2.0)  # reap it
+        return survivors
 
 
 class Ssh(Local):
     """A launcher here whose ranks run on other hosts too. Their pids mean nothing here, so
     they are seen through the heartbeat files they write into the shared runs folder
     (records/liveness.py), and through the launcher's exit, which notices their ssh session
-    end."""
+    end. A remote rank that stopped beating is a suspect until `vanished()` calls it gone."""
 
-    #: A remote rank that stopped beating is a suspect until `vanished()` calls it gone.
     decide_within_s = RANK_STALE_S + REMOTE_GONE_S
 
-    def __init__(self, proc: subprocess.Popen[bytes], engine: str, run_dir: Path) -> None:
-        super().__init__(proc, engine, run_dir)
+    def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
+        super().__init__(cfg, module, args)
         self.beats: dict[int, Staleness] = {}
 
-    @staticmethod
-    def cores_bound(cfg: JobConfig) -> int:
+    def cores_bound(self) -> int:
         """0: ranks on other hosts bind no core of this one's queue."""
         return 0
 
@@ -178,23 +223,3 @@ class Ssh(Local):
                 return True
         return False
 
-
-def launcher_for(cfg: JobConfig) -> type[Local] | type[SlurmBatch]:
-    """The class that starts `cfg`'s ranks: Slurm's, ssh's (`--hosts` naming another host
-    than this one) or this host's (`localhost:4` is this host)."""
-    from workbench.launch.torch_hosts import is_local  # (not at import: it is a launcher too)
-
-    if cfg.launcher == "slurm":
-        from workbench.launch.slurm import SlurmBatch
-
-        return SlurmBatch
-    if cfg.hosts is not None and not all(is_local(h) for h in parse_hosts(cfg.hosts)):
-        return Ssh
-    return Local
-
-
-def cores_needed(cfg: JobConfig) -> int:
-    """Cores this job binds on this host: ranks × threads, or 0 when it binds none here
-    (`cpu_bind="none"`, ranks on other hosts, Slurm's): then it only counts for its user's
-    limit."""
-    return launcher_for(cfg).cores_bound(cfg)

@@ -1,46 +1,12 @@
 """Warm ranks: start N ranks once, then run a function on all of them in milliseconds.
 
-    import workbench
-
     pool = workbench.ranks(np=2, engine="horovod")   # horovodrun starts 2 ranks, once
     job = pool.run(fn, 3)                            # a Job, like workbench.launch(fn, 3)
     job.wait(); job.results()                        # [rank 0's value, rank 1's value]
-    job = workbench.start(JobConfig(engine="horovod", np=2))  # training, on the pool too
     pool.close()                                     # or let the kernel end it
 
-`workbench.launch()` starts fresh interpreters through `horovodrun` or `torchrun` each time:
-about five seconds, mostly `import torch` in every rank and the rendezvous, before your
-first line runs. A pool pays that once. Its ranks are an ordinary job (rank/pool.py),
-started through the same launcher, guard and core queue: they hold their cores while the
-pool lives and end with the kernel that started them. Each waits, with its process group
-joined, on a socket (rank/channel.py) for work sent by value, as `launch()` sends it. Each
-call is a run on record of its own, watched by the job's code (pool_call.py).
-
-Training jobs use the pool too. While a pool waits, `workbench.start(cfg)` runs a job of
-the same size on it when the job's engine launches like the pool's (torchrun: DDP and
-every torch.distributed engine of the workbench; horovodrun: Horovod) and the job sets
-nothing that is fixed when processes start (hosts, Slurm, `env`, threads, binding, a
-GPU, Horovod's timeline or cycle time); the ranks then run the engine's rank module, the
-same code, from the same record. `pool.start(cfg)` does it on purpose and says why not.
-
-Faults, as in any job: a rank that raises fails the call and is named with its traceback;
-the other ranks are interrupted. A rank that dies (`kill -9`) is named; the launcher ends
-the others and the pool starts new ones. The pool restarts its ranks whenever a call ended
-with a rank interrupted (Stop, or a peer's failure) or lost: a rank stopped inside a
-collective would leave its peers' next collective waiting until gloo's timeout (30
-minutes), and nothing outside the rank can tell whether it was in one. A call whose every
-rank returned or raised by itself leaves the pool as it is.
-
-While it waits, a torch pool's rank costs next to nothing (measured: 0.004 s of CPU per
-second); a Horovod rank about 0.1 s per second, as Horovod's background thread negotiates
-with its peers every cycle (HOROVOD_CYCLE_TIME) even with nothing to send. On a machine
-shared by a class, close a pool you no longer use (`pool.close()`): it also frees its
-cores, which other jobs of the same user (the per-user limit, cores.py) may wait for.
-
-This is what NERSC's interactive Jupyter set-up did with ipyparallel engines kept running
-under Horovod (Thomas et al., "Interactive Distributed Deep Learning with Jupyter
-Notebooks", ISC 2018 workshops); Hugging Face Accelerate's `notebook_launcher` forks the
-kernel instead, and records nothing.
+The ranks are a job (rank/pool.py) waiting on a channel (rank/channel.py); each call is a
+`Job` whose launcher is these ranks (pool_call.py). See docs/ARCHITECTURE.md, "Warm ranks".
 """
 
 from __future__ import annotations
@@ -53,9 +19,13 @@ from collections.abc import Callable
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
+from workbench.engines import ENGINES as ALL_ENGINES
+from workbench.engines import TorchEngine
+from workbench.launch.by_value import pickle_function
+from workbench.launch.job import Granted, Job
 from workbench.launch.open_pools import POOL_RANK_MODULE, POOLS, folder
-from workbench.launch.pool_call import PoolCall
-from workbench.launch.starting import start_module
+from workbench.launch.pool_call import WarmRanks
+from workbench.launch.starting import qualified_name, safe_name, start, start_module
 from workbench.rank import channel
 
 ENGINES = ("horovod", "torch")
@@ -122,7 +92,8 @@ class _Ranks:
         while (message := channel.receive(conn)) is not None:
             header = message[0]
             if header.get("op") == "done":
-                self.pool.replied(header["id"], rank, bool(header["ok"]))
+                self.pool.replied(header["id"], rank, bool(header["ok"]),
+                                  list(header.get("left") or []))
         self.lost[rank] = self.pids.get(rank, -1)
         self.pool.lost(self)
 
@@ -131,6 +102,10 @@ class _Ranks:
         for rank in range(self.pool.np) if ranks is None else ranks:
             with contextlib.suppress(OSError, KeyError):  # a lost rank is seen by the call
                 channel.send(self.conns[rank], header, payload)
+
+    def restart(self, why: str) -> None:
+        """Have the pool replace these ranks (if they are still its ranks)."""
+        self.pool.restart(why, self)
 
     def end(self) -> None:
         """Ask the ranks to leave (they exit cleanly), then end the job for sure."""
@@ -161,13 +136,14 @@ class Pool:
         JobConfig(engine=engine, np=np, **self.fields).validate()  # one line for bad input
         self.restarts: list[str] = []   # why the ranks were restarted, oldest first
         self._lock = threading.Lock()
-        self._call: PoolCall | None = None
+        self._call: Job | None = None
+        self._warm: WarmRanks | None = None  # the launcher of that call
         self._closed = False
         self._ranks = _Ranks(self)
 
     # ------------------------------------------------------------------ public API
     @property
-    def job(self):
+    def job(self) -> Job:
         """The job of the pool's current ranks (its record holds their logs)."""
         return self._ranks.job
 
@@ -180,12 +156,12 @@ class Pool:
     def alive(self) -> bool:
         return not self._closed
 
-    def _once_free(self) -> Pool:
+    def once_free(self) -> Pool:
         """Wait for the call in progress, if any, to end; return the pool. (Ctrl-C stops
         the waiting, not that call.)"""
         call = self._call
-        if call is not None:
-            call._done.wait()
+        while call is not None and not call.done:
+            time.sleep(0.005)
         return self
 
     def wait_ready(self, timeout: float | None = None) -> Pool:
@@ -208,38 +184,38 @@ class Pool:
             ranks.ready.wait(0.05)
         return self
 
-    def run(self, fn: Callable[..., Any], *args: Any, name: str | None = None) -> PoolCall:
+    def run(self, fn: Callable[..., Any], *args: Any, name: str | None = None) -> Job:
         """Run `fn(*args)` on every rank; return the call (a `Job`) at once.
 
         Like `workbench.launch(fn, *args)`, with `fn` sent by value. Waits first for the
         ranks to be ready, and refuses a call while another one runs.
         """
-        from workbench.launch.by_value import pickle_function
-        from workbench.launch.user_code import _safe_name, qualified_name
+        name = name or safe_name(getattr(fn, "__name__", "function"))
+        cfg = self.config(name)
+        cfg.extra = {"function": qualified_name(fn)}  # what it ran, on record
+        return self.call(cfg, "function", pickle_function(fn, args))
 
-        name = name or _safe_name(getattr(fn, "__name__", "function"))
-        return self._start("function", pickle_function(fn, args), name,
-                           ran={"function": qualified_name(fn)})
-
-    def run_pickled(self, payload: bytes, name: str, ran: dict[str, str]) -> PoolCall:
-        """Run what `by_value.pickle_function` pickled (launch()'s fast path); `ran` names
-        the function for the record."""
-        return self._start("function", payload, name, ran=ran)
-
-    def start(self, cfg: JobConfig) -> PoolCall:
+    def start(self, cfg: JobConfig) -> Job:
         """Run the training job `cfg` on these ranks; return it (a `Job`) at once.
 
         Raises ConfigError, in one line, when the job needs ranks of its own (see `why_not`).
         """
-        from workbench.launch.starting import start
-
         return start(cfg, pool=self)
 
-    def why_not(self, cfg: JobConfig) -> str | None:
-        """Why the (validated) training job `cfg` cannot run on this pool; None if it can."""
-        from workbench.engines import ENGINES as ALL_ENGINES
-        from workbench.engines import TorchEngine
+    def run_code(self, code: str, name: str = "cell", keep: bool = False) -> Job:
+        """Run Python source `code` on every rank (`%%ranks`), each in a fresh namespace; with
+        `keep`, in the namespace that every such cell shares on that rank (what one defines,
+        the next finds, until the pool restarts its ranks)."""
+        return self.call(self.config(name), "kept code" if keep else "code", code.encode())
 
+    def config(self, name: str) -> JobConfig:
+        """The configuration of a call named `name` on these ranks (never called stalled:
+        your code may compute for long without a word)."""
+        return JobConfig(engine=self.engine, np=self.np, name=name,
+                         stall_timeout=IDLE_FOR_EVER_S, **self.fields).validate()
+
+    def why_not(self, cfg: JobConfig) -> str | None:
+        """Why the (validated) job `cfg` cannot run on this pool; None if it can."""
         engine = ALL_ENGINES[cfg.engine]
         family = "torch" if isinstance(engine, TorchEngine) else engine.name
         mine = JobConfig(engine=self.engine, np=self.np, **self.fields)
@@ -257,15 +233,18 @@ class Pool:
             return f"the job sets {', '.join(changed)}, fixed when a rank's process starts"
         return None
 
-    def _train(self, cfg: JobConfig, module: str) -> PoolCall:
-        """Run rank module `module` of the training job `cfg` (checked by `why_not`)."""
-        return self._start("module", module.encode(), cfg.name, cfg)
-
-    def run_code(self, code: str, name: str = "cell", keep: bool = False) -> PoolCall:
-        """Run Python source `code` on every rank (`%%ranks`), each in a fresh namespace; with
-        `keep`, in the namespace that every such cell shares on that rank (what one defines,
-        the next finds, until the pool restarts its ranks)."""
-        return self._start("kept code" if keep else "code", code.encode(), name)
+    def call(self, cfg: JobConfig, kind: str, payload: bytes) -> Job:
+        """Run `payload` of `kind` ("function", "module", "code", "kept code") as the job
+        `cfg` on these ranks, once they are ready; refused while another call runs."""
+        if self._call is not None and not self._call.done:
+            raise RuntimeError(f"the pool is running {self._call.run_id}: wait for it "
+                               "(job.wait()) or stop it (job.stop()) first")
+        self.wait_ready()
+        with self._lock:
+            ranks = self._ranks
+            self._warm = WarmRanks(ranks, self.engine, self.np, kind, payload)
+            self._call = Job(cfg, self._warm, Granted(ranks.job.cores))  # sends the work
+        return self._call
 
     def close(self) -> None:
         """End the ranks and give back their cores (also done when Python exits)."""
@@ -289,29 +268,16 @@ class Pool:
         state = "closed" if self._closed else "ready" if self.ready else "starting"
         return f"<Pool {self.engine} np={self.np} {state} ({self.job.run_id})>"
 
-    # ------------------------------------------------------------------ calls
-    def _start(self, kind: str, payload: bytes, name: str, cfg: JobConfig | None = None,
-               ran: dict[str, str] | None = None) -> PoolCall:
-        if self._call is not None and not self._call.done:
-            raise RuntimeError(f"the pool is running {self._call.run_id}: wait for it "
-                               "(job.wait()) or stop it (job.stop()) first")
-        self.wait_ready()
-        cfg = cfg or JobConfig(engine=self.engine, np=self.np, name=name, extra=ran or {},
-                               **self.fields).validate()
-        with self._lock:
-            call = self._call = PoolCall(self, self._ranks, cfg, kind, payload)
-        call.send()  # after it is the pool's call: a reply may come back at once
-        return call
-
-    def replied(self, call_id: int, rank: int, ok: bool) -> None:
-        call = self._call
-        if call is not None and id(call) == call_id:
-            call.replied(rank, ok)
+    # ------------------------------------------------------------------ told by the ranks
+    def replied(self, call_id: int, rank: int, ok: bool, left: list[str]) -> None:
+        warm = self._warm
+        if warm is not None and id(warm) == call_id:
+            warm.replied(rank, ok, left)
 
     def lost(self, ranks: _Ranks) -> None:
         """A rank of `ranks` closed its channel: tell the call; replace the ranks."""
-        if self._call is not None:
-            self._call.lost()
+        if self._warm is not None:
+            self._warm.lost()
         if not self._closed and ranks.ready.is_set():
             pids = ", ".join(f"rank {r} (pid {p})" for r, p in sorted(ranks.lost.items()))
             self.restart(f"lost {pids}", ranks)

@@ -1,50 +1,23 @@
 """Finding and ending every process of a job on this host.
 
 `horovodrun` starts each rank in a session of its own, so signalling the launcher's process
-group does not reach the ranks, and a launcher killed hard leaves them running. The
-workbench therefore finds a job's processes two ways and ends them all:
-
-1. the launcher and its descendants (psutil's process tree);
-2. any process whose environment carries this job's `WORKBENCH_RUN_ID`: the ranks, also
-   one still starting up that has not written its pid file yet (not one whose environment
-   this user may not read, or that started again with a clean one).
-
-Ranks on other hosts cannot be signalled from here (their pids belong to another process
-table): they end themselves when the owner's heartbeat says "stop" (records/liveness.py).
+group does not reach the ranks, and a launcher killed hard leaves them running. So a job's
+processes are found two ways: the launcher's process tree, and every process whose
+environment carries the job's `WORKBENCH_RUN_ID` (also a rank that has not written its pid
+file yet). Ranks on other hosts end themselves (docs/ARCHITECTURE.md, "Supervision").
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from workbench.rank.protocol import ENV_RUN_ID
-from workbench.records.liveness import heartbeat_path, read_beat, read_pid_file, this_host
 from workbench.records.liveness import process_alive as pid_alive  # zombies count as gone
-from workbench.records.store import CorruptRecord, read_json
-
-
-def exit_records(run_dir: Path, world_size: int) -> dict[int, dict[str, Any]]:
-    """{rank: exit record} of the ranks that have ended: from the rank's heartbeat (see
-    `known_ranks`), else `exit/rank<k>.json`; a corrupt record counts as that rank's error,
-    naming the file."""
-    out: dict[int, dict[str, Any]] = {}
-    for rank in range(world_size):
-        rec = (read_beat(heartbeat_path(run_dir, f"rank{rank}")) or {}).get("exit")
-        if not isinstance(rec, dict):
-            try:
-                rec = read_json(Path(run_dir) / "exit" / f"rank{rank}.json")
-            except CorruptRecord as exc:
-                rec = {"ok": False, "error": f"unreadable exit record: {exc}",
-                       "time": time.time()}
-        if isinstance(rec, dict):
-            out[rank] = rec
-    return out
+from workbench.records.liveness import read_pid_file, this_host
 
 
 def rank_pids(run_dir: Path) -> dict[int, int]:
@@ -97,3 +70,8 @@ def terminate(procs: list[psutil.Process], grace_s: float = 2.0) -> list[psutil.
             p.kill()
     _, alive = psutil.wait_procs(alive, timeout=grace_s)
     return [p for p in alive if _alive(p)]
+
+
+def end_job_processes(run_id: str, run_dir: Path, launcher_pid: int | None) -> list[int]:
+    """End every process of the job on this host; the pids of any that survived SIGKILL."""
+    return [p.pid for p in terminate(job_processes(run_id, run_dir, launcher_pid))]

@@ -1,40 +1,14 @@
 """Running a job through Slurm: write a batch script, `sbatch` it, watch the queue, `scancel`.
 
-On a cluster nobody starts processes on the compute nodes by hand: the scheduler places the
-job, queues it until the nodes are free, starts its tasks, and cancels it. So with
-`launcher="slurm"` the workbench does not start ranks; it writes `slurm/job.sbatch` into
-the run folder (slurm_script.py) and submits it:
-
-    sbatch --parsable runs/<run_id>/slurm/job.sbatch      -> Slurm's job id, at once
-
-Inside the allocation the script starts the ranks the way each engine is started on a
-cluster (each engine's `slurm_lines`, in engines.py; you can read, and resubmit, the script
-that ran):
-
-- `torch`: `srun` starts one task per rank. Slurm numbers them (SLURM_PROCID over the job,
-  SLURM_LOCALID on each node, SLURM_NTASKS in all) and `slurm/task.sh` hands these numbers
-  to torch.distributed under its own names (RANK, LOCAL_RANK, WORLD_SIZE), with MASTER_ADDR
-  the allocation's first node. `--kill-on-bad-exit` ends every task when one fails.
-- `horovod`: `horovodrun --gloo` on the first node, with `-H` built from the nodes Slurm
-  gave (`scontrol show hostnames $SLURM_JOB_NODELIST`) and the tasks on each.
-- `serial`: one task.
-
-The ranks run on compute nodes, so they are not watched by pid but through what they write
-into the shared runs folder (metrics, exit records, and `tasks/rank<k>.json`, which
-`task.sh` writes when a rank ends, even one killed by a signal) and the job's state in
-Slurm's queue: PENDING (with Slurm's reason: Resources, Priority, ...), RUNNING, then gone.
-Accounting (`sacct`) is often off, so the batch script records its own exit code in
-`slurm/batch_exit.json`, and Slurm's final state is read with `scontrol show job` while
-Slurm still remembers the job (MinJobAge, 300 s by default).
-
-Faults: the job is submitted with `--no-requeue` (slurm_script.py), and a guard process
-(guard.py), started before `sbatch`, `scancel`s it by name if the process that submitted
-it dies.
+On a cluster the scheduler places the ranks, so with `launcher="slurm"` the workbench writes
+`slurm/job.sbatch` (slurm_script.py) and submits it. The ranks run on compute nodes: they
+are seen through the shared runs folder (exit records, and `tasks/rank<k>.json` that
+`task.sh` writes as a rank ends, even one killed by a signal) and Slurm's queue (PENDING
+with its reason, RUNNING, then gone). Why so: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
@@ -46,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
+from workbench.launch.environment import ranks_environment
 from workbench.launch.guard import end as end_process
 from workbench.launch.guard import user_name
-from workbench.launch.launched import GUARD, Exits, Launched, Ranks
+from workbench.launch.launchers import GUARD, Exits, Launcher, Ranks
+from workbench.launch.processes import end_job_processes
 from workbench.launch.slurm_script import (  # noqa: F401 (re-exported: the batch script, -H)
     horovod_hosts,
     print_hosts,
@@ -146,55 +122,46 @@ def cancel_by_name(name: str, env: dict[str, str], timeout: float = 15.0) -> Non
 
 
 # ---------------------------------------------------------------------- watching
-class SlurmBatch(Launched):
-    """A submitted batch job, seen by the watcher as it sees a launcher process: `poll()`
-    and `wait()` answer as `subprocess.Popen`'s; no local `pid` (the ranks run on compute
-    nodes). It adds Slurm's view: `state`, and `reason` (why it is PENDING)."""
+class SlurmBatch(Launcher):
+    """A batch job: submitted by `start()`, seen through Slurm's queue (`state`, and
+    `reason` while it is PENDING), ended with `scancel`. No local pid: the ranks run on
+    compute nodes. Accounting is often off, so the batch script records its exit code in
+    `slurm/batch_exit.json`, and Slurm's final state is read with `scontrol show job`."""
 
-    def __init__(self, job_id: str, run_dir: Path, guard: subprocess.Popen[bytes],
-                 world_size: int) -> None:
-        self.job_id = job_id
-        self.run_dir = run_dir
-        self.guard = guard  # scancels the job if its owner dies (guard.py)
-        self.world_size = world_size
-        self.started = time.time()
+    def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
+        self.cfg, self.module, self.args = cfg, module, args
+        self.world_size = cfg.world_size
         self.state, self.reason = "PENDING", "None"
         self.final: dict[str, str] = {}  # scontrol's JobState and ExitCode, once ended
         self._asked = 0.0
         self.returncode: int | None = None
 
-    @staticmethod
-    def ticket(run_id: str, cfg: JobConfig, sharing: Any) -> SlurmTicket:
-        """No place in this host's queue: the job waits in Slurm's, for the cluster's cores."""
-        return SlurmTicket()
-
-    @staticmethod
-    def start(cfg: JobConfig, run_id: str, run_dir: Path, module: str, args: list[str],
-              env: dict[str, str], cores_held: list[int]) -> SlurmBatch:
+    def start(self, run_id: str, run_dir: Path, cores: list[int]) -> None:
         """Write the scripts and `sbatch` them; returns as soon as Slurm has queued the job.
 
-        sbatch hands the job `env` (--export=ALL, its default), less the owner's pid (no pid
-        watchdog on the compute nodes: the ranks leave when the owner's heartbeat says "stop")
-        and the variables of an allocation we may run in (a notebook started by a Slurm job),
-        but for SLURM_CONF, which names the cluster to talk to.
+        sbatch hands the job the ranks' environment (--export=ALL, its default), less the
+        owner's pid (no pid watchdog on the compute nodes: the ranks leave when the owner's
+        heartbeat says "stop") and the variables of an allocation we may run in (a notebook
+        started by a Slurm job), but for SLURM_CONF, which names the cluster to talk to.
         """
-        script = write_scripts(cfg, run_id, run_dir, module, args)
-        env = {k: v for k, v in env.items()
+        self.run_id, self.run_dir, self.started = run_id, run_dir, time.time()
+        script = write_scripts(self.cfg, run_id, run_dir, self.module, self.args)
+        env = {k: v for k, v in ranks_environment(self.cfg, run_id, run_dir).items()
                if k != ENV_OWNER and (not k.startswith("SLURM_") or k == "SLURM_CONF")}
         # The guard scancels the job if this process dies (guard.py); started before sbatch,
         # so that no job is ever queued without one.
         with open(run_dir / "logs" / "launcher.log", "ab") as log:
-            guard = subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()), "--scancel",
-                                      run_id], stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            self.guard = subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()),
+                                           "--scancel", run_id], stdout=log,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=env, start_new_session=True)
         try:
-            job_id = _sbatch(script, run_id, run_dir, env)
+            self.job_id = _sbatch(script, run_id, run_dir, env)
         except BaseException:
-            end_process(guard)
+            end_process(self.guard)
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing was queued (or it was cancelled)
             raise
-        write_json_atomic(run_dir / "slurm" / "job.json", {"slurm_job_id": job_id})
-        return SlurmBatch(job_id, run_dir, guard, cfg.world_size)
+        write_json_atomic(run_dir / "slurm" / "job.json", {"slurm_job_id": self.job_id})
 
     @property
     def pending_reason(self) -> str | None:
@@ -204,8 +171,16 @@ class SlurmBatch(Launched):
             return None
         return "waiting for the scheduler" if self.reason == "None" else self.reason
 
-    def poll(self, now: bool = False) -> int | None:
-        """None while Slurm lists the job as active, else its exit code (see `ending`)."""
+    def exit_code(self, within_s: float = 0.0) -> int | None:
+        """None while Slurm lists the job as active (asked at most every QUERY_EVERY_S, but
+        at once when waiting or once the batch script has recorded its end), else its exit
+        code (see `ending`)."""
+        deadline = time.monotonic() + within_s
+        while (rc := self._ask(now=within_s > 0)) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return rc
+
+    def _ask(self, now: bool) -> int | None:
         if self.returncode is not None:
             return self.returncode
         due = time.time() - self._asked >= QUERY_EVERY_S
@@ -227,31 +202,24 @@ class SlurmBatch(Launched):
             self.returncode = 1  # cancelled, timed out, node failure: not a success
         return self.returncode
 
-    def wait(self, timeout: float | None = None) -> int:
-        """Block until Slurm no longer lists the job; raise TimeoutExpired after `timeout` s."""
-        end = None if timeout is None else time.time() + timeout
-        while (rc := self.poll(now=True)) is None:
-            if end is not None and time.time() > end:
-                raise subprocess.TimeoutExpired(f"slurm job {self.job_id}", timeout or 0)
-            time.sleep(0.2)
-        return rc
-
-    def end(self, timeout: float = 10.0) -> None:
+    def end(self, status: str, timeout: float = 10.0) -> list[int]:
         """`scancel` the job (SIGTERM to every task, SIGKILL after Slurm's KillWait), wait
-        until Slurm has ended it, and end the guard."""
+        until Slurm has ended it, end the guard, then what is left here."""
         try:
-            if self.poll(now=True) is None:
+            if self.exit_code(0.01) is None:
                 subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30)
-                # (on a timeout, the caller's sweep of local processes and summary still run)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.wait(timeout)
+                self.exit_code(timeout)  # (on a timeout, the sweep below still runs)
         finally:  # the job has ended, or has just been cancelled
             end_process(self.guard)
+        return end_job_processes(self.run_id, self.run_dir, None)
 
     def ending(self, rc: int) -> str:
         """How the job ended, in words, for a failure report."""
         return (f"Slurm job {self.job_id} ended {self.state} (exit code "
                 f"{self.final.get('ExitCode', self.returncode)})")
+
+    def here(self, rank: int, ranks: Ranks) -> bool:
+        return False  # on the compute nodes: their clocks are not the watcher's
 
     def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
         """Ranks that ended (their task wrote tasks/rank<k>.json) without an exit record."""
@@ -272,21 +240,6 @@ class SlurmBatch(Launched):
 
     def facts(self) -> dict[str, Any]:
         return {"slurm_job_id": self.job_id, "slurm_state": self.state}
-
-
-class SlurmTicket:
-    """The gate's answer for a Slurm job: go. It waits in Slurm's queue, for the cluster's
-    cores, not in this host's queue for this host's cores."""
-
-    cores: list[int] = []
-    warning: str | None = None
-    position = 0
-
-    def poll(self) -> bool:
-        return True
-
-    def release(self) -> None:
-        """Nothing to give back here: Slurm frees the job's cores."""
 
 
 #: What `queue_state` returns when squeue could not answer (controller busy or down).

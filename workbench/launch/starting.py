@@ -1,26 +1,28 @@
 """Starting a job: `start(cfg)` for training, `start_module(...)` for any rank module.
 
 Both check what can be checked before anything is written (the configuration, the
-engine's launcher, Slurm, the device) and return a `Job` (job.py) at once. A training job
-runs on a pool of warm ranks (pool.py) when this process has one that can run it.
+engine's launcher, Slurm, the device) and return a `Job` (job.py) at once. `place` is the
+one place where a job is routed: to an open pool of warm ranks that can run it (pool.py),
+else to ranks of its own, handed their launcher and their ticket for cores.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import re
+from typing import Any
 
 from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES, training_engines
-from workbench.launch import slurm
+from workbench.hosts.lists import parse_hosts
+from workbench.launch import cores, slurm
 from workbench.launch.devices import resolve_device
-from workbench.launch.job import RANK_WRAPPER, Job
+from workbench.launch.job import Granted, Job
+from workbench.launch.launchers import RANK_WRAPPER, Launcher, Local, Ssh
+from workbench.launch.open_pools import POOL_RANK_MODULE, holding_cores, pool_for
 from workbench.records.resume import apply_resume
 
-if TYPE_CHECKING:
-    from workbench.launch.pool import Pool
 
-
-def start(cfg: JobConfig, pool: Pool | None = None) -> Job:
+def start(cfg: JobConfig, pool: Any = None) -> Job:
     """Validate `cfg` and launch a training job; returns at once (see `Job`).
 
     With `cfg.resume` set, the job continues that run from its last checkpoint, taking its
@@ -28,34 +30,25 @@ def start(cfg: JobConfig, pool: Pool | None = None) -> Job:
     While this process has a pool of warm ranks (`workbench.ranks`) that can run the job,
     it runs there, in milliseconds instead of seconds (see pool.py); `pool` insists on one.
     """
-    from workbench.launch.open_pools import pool_for
-
     cfg = apply_resume(cfg).validate()
     module = ENGINES[cfg.engine].rank_module
     if module is None:
         raise ConfigError(f"--engine {cfg.engine} runs the labs' workers, not training: use "
                           f"one of {', '.join(training_engines())}")
-    cfg, note = _checked(cfg)
-    if pool is not None and (why := pool.why_not(cfg)):
-        raise ConfigError(f"this job cannot run on {pool!r}: {why}; start it with "
-                          "workbench.start(cfg), on ranks of its own")
-    pool = pool or pool_for(cfg)
-    job = pool._train(cfg, module) if pool is not None else Job(cfg, module, [])
-    if note:
-        job._warn(note)
-    return job
+    return place(cfg, module, [], warm=("module", module.encode()), pool=pool)
 
 
 def start_module(engine: str, np: int, module: str, args: list[str] | None = None,
                  runs_dir: str = "runs", name: str = "", threads_per_rank: int = 1,
                  hosts: str | None = None, stall_timeout: float = 120.0,
-                 files: dict[str, bytes] | None = None, **fields: Any) -> Job:
+                 files: dict[str, bytes] | None = None, warm: tuple[str, bytes] | None = None,
+                 **fields: Any) -> Job:
     """Launch any rank module as a job on `np` ranks: each rank runs it in the rank wrapper
     (rank/wrapper.py), which gives it its context (`rank.context.this_rank()`).
 
     `files` ({path in the run folder: bytes}) are written into the run folder before the
     ranks start: inputs too large for command-line arguments, such as the pickled function of
-    `workbench.launch` (and so of the labs' workers).
+    `workbench.launch`. `warm` (kind, payload) is what a pool's ranks would run instead.
     """
     if engine == "fork" and module != RANK_WRAPPER:
         raise ConfigError(f"the fork engine runs a function, not the module {module}: use "
@@ -64,11 +57,66 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
     cfg = JobConfig(engine=engine, np=fixed or np, runs_dir=runs_dir,
                     name=name, threads_per_rank=threads_per_rank, hosts=hosts,
                     stall_timeout=stall_timeout, **fields).validate()
+    return place(cfg, module, list(args or []), files, warm)
+
+
+def place(cfg: JobConfig, module: str, args: list[str], files: dict[str, bytes] | None = None,
+          warm: tuple[str, bytes] | None = None, pool: Any = None) -> Job:
+    """Run the (validated) job `cfg` on `pool`, or else on the open pool of this process
+    that can run it, when `warm` says what its ranks would run; else on fresh ranks running
+    `module` with `args`. A pool that cannot is refused in one line saying why."""
     cfg, note = _checked(cfg)
-    job = Job(cfg, module, list(args or []), files)
+    if pool is not None and (why := pool.why_not(cfg)):
+        raise ConfigError(f"this job cannot run on {pool!r}: {why}; start it with "
+                          "workbench.start(cfg), on ranks of its own")
+    pool = pool or (pool_for(cfg) if warm is not None else None)
+    job = pool.call(cfg, *warm) if pool is not None else fresh(cfg, module, args, files)
     if note:
-        job._warn(note)
+        job.warn(note)
+    if job.status == "queued" and module != POOL_RANK_MODULE and (pools := holding_cores()):
+        job.warn(f"this job waits for cores that your warm ranks hold "  # (not a pool's new
+                 f"({', '.join(map(repr, pools))}): close the pool (pool.close()) to "  # ranks)
+                 "free them")
     return job
+
+
+def fresh(cfg: JobConfig, module: str, args: list[str], files: dict[str, bytes] | None
+          ) -> Job:
+    """The job `cfg` on ranks of its own: handed its launcher and its place in this host's
+    queue for cores (under Slurm, in the cluster's queue instead)."""
+    sharing = cores.settings()  # a bad setting fails here, before anything is written
+    launcher = launcher_for(cfg, module, args)
+    slurm_queues = cfg.launcher == "slurm"
+    ticket = Granted() if slurm_queues else cores.Ticket(None, launcher.cores_bound(), sharing)
+    return Job(cfg, launcher, ticket, files)
+
+
+def launcher_for(cfg: JobConfig, module: str = RANK_WRAPPER, args: list[str] | None = None
+                 ) -> Launcher:
+    """The launcher that starts `cfg`'s ranks, each running `module` with `args` in the rank
+    wrapper: Slurm's, ssh's (`--hosts` naming another host than this one) or this host's
+    (`localhost:4` is this host)."""
+    from workbench.launch.torch_hosts import is_local  # (not at import: it is a program too)
+
+    args = list(args or [])
+    if module != RANK_WRAPPER:  # every rank runs in the wrapper, which opens its context
+        module, args = RANK_WRAPPER, ["--module", module, *args]
+    if cfg.launcher == "slurm":
+        return slurm.SlurmBatch(cfg, module, args)
+    if cfg.hosts is not None and not all(is_local(h) for h in parse_hosts(cfg.hosts)):
+        return Ssh(cfg, module, args)
+    return Local(cfg, module, args)
+
+
+def safe_name(label: str) -> str:
+    """A run-folder-friendly name: `<lambda>` becomes `lambda`; at most 40 characters, as
+    the `name` field allows (a long function name is cut)."""
+    return (re.sub(r"[^A-Za-z0-9_.-]+", "", label) or "function")[:40]
+
+
+def qualified_name(fn: Any) -> str:
+    """`module.qualname` of a function, as a run's record names what it ran."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', 'function')}"
 
 
 def apply_preset(cfg: JobConfig) -> JobConfig:

@@ -1,32 +1,17 @@
 """Run your own function or script on real ranks: `workbench.launch(fn_or_path, *args, np=2)`.
 
-    import workbench
-
-    def hello(greeting):
-        print(greeting, "from rank", workbench.rank(), "of", workbench.size())
-        return workbench.rank() * 10
-
     job = workbench.launch(hello, "hi", np=2)       # returns at once, like start()
-    job.wait()
-    job.results()                                   # [0, 10]: each rank's return value
-
+    job.wait(); job.results()                       # each rank's return value
     job = workbench.launch("train.py", "--epochs", "3", np=2, engine="torch")
 
-It is `horovodrun -np 2 python train.py`, or Horovod's `horovod.run(fn, np=2)`, going
-through the workbench's launcher: the same `Job`, records, Stop, failure reports and engines
-as every other job (the ranks run `workbench.rank.wrapper`). When a pool of warm ranks of
-that engine and size is idle (`workbench.ranks(np=2, engine=...)`, see pool.py), a function
-runs on it instead: the same kind of job, in milliseconds instead of seconds.
-
-A function is sent to the ranks *by value* with cloudpickle (by_value.py): one defined in a
-notebook cell works, with the globals it uses. What cannot be pickled (an open file, a lock,
-a live process group) is refused here, before any process starts, with one line naming it.
+It is `horovodrun -np 2 python train.py` (or `horovod.run(fn, np=2)`) through the
+workbench's launcher: the same `Job`, records, Stop and failure reports. A function travels
+by value (by_value.py), and runs on an open pool of warm ranks that can run it (pool.py).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,8 +19,9 @@ from typing import Any
 
 from workbench.config import ConfigError
 from workbench.launch.by_value import check_payload, pickle_function
-from workbench.launch.job import RANK_WRAPPER, Job
-from workbench.launch.starting import start_module
+from workbench.launch.job import Job
+from workbench.launch.launchers import RANK_WRAPPER
+from workbench.launch.starting import qualified_name, safe_name, start_module
 from workbench.rank.by_value import PAYLOAD
 
 #: Your code may compute for long without calling report(): a job is called stalled only
@@ -76,41 +62,16 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
     else:
         raise ConfigError(f"launch() runs a function or a script path, not a "
                           f"{type(fn_or_path).__name__}")
-    fields.setdefault("name", _safe_name(label))
+    fields.setdefault("name", safe_name(label))
     fields.setdefault("stall_timeout", STALL_TIMEOUT_S)
-    pool = warm_pool(engine, np, files, fields)
-    if pool is not None:  # a pool of warm ranks of this engine and size waits: use it
-        job = pool.run_pickled(files[PAYLOAD], fields["name"], ran)
-    else:  # what ran is recorded (the config's `extra`): its training fields are not it
-        fields["extra"] = {**fields.get("extra", {}), **ran}
-        job = start_module(engine, np, RANK_WRAPPER, rank_args, files=files, **fields)
+    fields["extra"] = {**fields.get("extra", {}), **ran}  # what ran, not training fields
+    warm = ("function", files[PAYLOAD]) if PAYLOAD in files else None  # a pool may run it
+    job = start_module(engine, np, RANK_WRAPPER, rank_args, files=files, warm=warm, **fields)
     if echo and in_kernel():
         from workbench.ui.rank_output import RankOutput
 
         RankOutput(job).show()
     return job
-
-
-def warm_pool(engine: str, np: int, files: dict[str, bytes], fields: dict[str, Any]):
-    """The idle pool (`workbench.ranks`) that can run this launch, or None: a function (not
-    a script), no settings a pool does not share (hosts, threads, ...)."""
-    if PAYLOAD not in files or set(fields) - {"name", "stall_timeout", "runs_dir"}:
-        return None
-    from workbench.launch.open_pools import running_pool
-
-    pool = running_pool(engine, np, fields.get("runs_dir", "runs"))
-    return pool if pool is not None and pool.fields["threads_per_rank"] == 1 else None
-
-
-def qualified_name(fn: Callable[..., Any]) -> str:
-    """`module.qualname` of a function, as a run's record names what it ran."""
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', 'function')}"
-
-
-def _safe_name(label: str) -> str:
-    """A run-folder-friendly name: `<lambda>` becomes `lambda`; at most 40 characters, as
-    the `name` field allows (a long function name is cut)."""
-    return (re.sub(r"[^A-Za-z0-9_.-]+", "", label) or "function")[:40]
 
 
 def in_kernel() -> bool:

@@ -1,32 +1,10 @@
 """Run a Python function on a few worker processes: how the labs start their processes.
 
-The labs (parameter server, Hogwild!, ring allreduce, pipelines, the data-vs-model
-comparison) need what they teach, waiting, staleness, bubbles, to happen between *real*
-processes. They start them as the workbench runs any function on N ranks,
-`workbench.launch` (user_code.py): one supervisor, one rank protocol, one record.
-
-- `run_workers(fn, n, args)` is `launch(lab_worker, fn, ..., np=n, engine="fork")`: every
-  worker is a rank like any other, so every lab run leaves a run folder that `workbench
-  runs` and `workbench show` list, and the function, its arguments and each worker's return
-  value travel as for `launch()`;
-- with `distributed=True` the workers join a gloo group through a `FileStore` in the run
-  folder (no port to choose, so none to lose to another program), so `fn` can use
-  `dist.send`/`dist.recv` and collectives;
-- failures, timeouts and Ctrl-C are handled by the `Job`: a worker that raises or dies ends
-  the run at once, the others are ended (they may be blocked in `recv` waiting for it) and
-  `WorkerError` names the worker that failed; a dead kernel ends the workers through their
-  owner watchdog, and processes.py reaps them. No process is left behind.
-
-**Why the fork engine, not torchrun as training uses.** Most of a worker's start-up is
-`import torch`; the `fork` engine imports it once and forks the workers
-(`rank.wrapper.fork_ranks`), so notebooks 03 and 04, which start six lab runs each, mostly on
-2-core machines, do not pay it per worker. Training, which needs several hosts and
-Horovod, keeps horovodrun and torchrun.
-
-`fn` must live in a module (not a notebook cell). A module of your own (not installed) is
-sent by value; what it imports must be importable where the ranks start (installed, or in
-the working folder). Arguments are
-pickled once into the run folder; keep them to a few MB.
+`run_workers(fn, n, args)` is `launch(lab_worker, fn, ..., np=n, engine="fork")`: each
+worker is a rank like any other (a run on record, reaped, stopped and timed out by the
+`Job`), optionally in a gloo group joined through a `FileStore` in the run folder, and
+`WorkerError` names the worker that failed. `fn` must live in a module, not a notebook
+cell. Why the fork engine: docs/ARCHITECTURE.md, "The labs' processes".
 """
 
 from __future__ import annotations
@@ -36,9 +14,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.launch.processes import exit_records, rank_pids
+from workbench.launch.processes import rank_pids
 from workbench.rank.workers import lab_worker
 from workbench.records import RunRecord
+from workbench.records.blame import exit_records
 
 
 class WorkerError(RuntimeError):
@@ -118,25 +97,14 @@ def _timeout_message(job: Any, timeout: float, names: list[str]) -> str:
 
 
 def _failure_message(run_dir: Path, summary: dict[str, Any], names: list[str]) -> str:
-    """Name the worker that failed first, with its error and traceback.
-
-    When one worker fails, the others often fail a moment later on a broken connection, or
-    are ended while they wait; the first error that a worker *reported* is the cause. When
-    no worker started, the launcher failed (for example, importing the lab's module).
-    """
-    records = exit_records(run_dir, len(names))
-    reported = sorted((rec.get("time", 0.0), r) for r, rec in records.items() if not rec["ok"])
+    """Name the worker that failed first (the job's one rule: records/blame.py), with its
+    error and traceback; when no worker started, the launcher (importing the lab's module,
+    say), with its log."""
     failure = summary.get("failure") or {}
-    if reported:
-        rank = reported[0][1]
-        who, failure = names[rank], records[rank]
-    elif not rank_pids(run_dir):
-        who = "the launcher"
+    rank = failure.get("rank")
+    if rank is None and not rank_pids(run_dir):
         failure = {**failure, "log_tail": RunRecord(run_dir).log("launcher", last=20)}
-    else:
-        rank = failure.get("rank")
-        who = names[rank] if rank is not None and rank < len(names) else "the launcher"
+    who = names[rank] if rank is not None and rank < len(names) else "the launcher"
     detail = failure.get("traceback") or failure.get("log_tail") or ""
     return (f"{who} failed: {failure.get('error') or summary.get('status', 'unknown')}\n"
             f"{detail.rstrip()}\nThe other workers were stopped; run record: {run_dir}")
-

@@ -1,39 +1,23 @@
 """How a rank module finds its context: the one its launcher opened, or one it makes itself.
 
-Under the workbench's launcher the rank wrapper (rank/wrapper.py) opened the rank's
-context (rank/protocol.py) before the module's first line. The same module also runs under
-a plain launcher, typed by hand:
-
-    torchrun --standalone --nproc-per-node 2 -m workbench.training.ddp_rank --epochs 1
-    horovodrun -np 2 --gloo -H localhost:2 python -m workbench.training.horovod_rank
-    python -m workbench.training.serial_rank --batch-size 64
-
-Then the flags of `workbench run` configure it, and once the ranks have joined, rank 0
-makes the run folder under `--runs-dir` (records/store.py `new_run_dir`) and broadcasts its
-name. Every rank keeps the same record as under the workbench's launcher, less that
-launcher's care: output stays on the terminal, no watchdog runs (the typed launcher ends
-the ranks itself), and a failure to join is not recorded. Rank 0 writes `summary.json` as
-it ends (records/summary.py), so `workbench show RUN` opens the run like any other.
-
-A rank module's own lines for it, in order:
-
-    cfg = job_config("torch")                  # the launcher's config.json, or the flags
-    dist.init_process_group("gloo")            # join the job
-    ctx = job_record(cfg, share=from_rank0)    # the launcher's run folder, or a new one
+Under the workbench's launcher the rank wrapper (wrapper.py) opened it before the module's
+first line. Under a plain launcher typed by hand (`torchrun ... -m workbench.training.ddp_rank
+--epochs 1`) the flags of `workbench run` configure the rank, rank 0 makes the run folder
+and broadcasts its name, and `run_main` closes the context as `main` ends (rank 0 writes
+`summary.json`). A rank module's own lines: `cfg = job_config("torch")`, join the group,
+`ctx = job_record(cfg, share=from_rank0)`; and `run_main(main)`. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import psutil
 
@@ -48,13 +32,12 @@ from workbench.rank.protocol import (
     launcher_identity,
 )
 from workbench.records import (
-    CorruptRecord,
     MetricsReader,
     new_run_dir,
     read_json,
     write_json_atomic,
 )
-from workbench.records.blame import culprit, reported_failure
+from workbench.records.blame import culprit, exit_records, reported_failure
 from workbench.records.liveness import known_ranks, owner_beat
 from workbench.records.resume import apply_resume
 from workbench.records.summary import summary_of
@@ -84,8 +67,7 @@ def job_record(cfg: JobConfig, share: Callable[[Any], Any] | None = None) -> Ran
     shared = share(mine) if share is not None else mine
     ctx = RankContext(Path(shared["run_dir"]), rank, size, local_rank, t0=float(shared["t0"]),
                       supervised=False)
-    attach(ctx.__enter__())
-    _close_at_exit(ctx)
+    attach(ctx.__enter__())  # closed by run_main
     return ctx
 
 
@@ -139,65 +121,50 @@ def create_run(cfg: JobConfig) -> Path:
     return run_dir
 
 
-def _close_at_exit(ctx: RankContext) -> None:
-    """Close `ctx` when the process ends, with the error that ended it: its exit record, and
-    on rank 0 the summary. `atexit` cannot see that error, so `sys.excepthook` keeps it;
-    the hook never sees a SystemExit, so `sys.exit` keeps a non-zero one raised on the main
-    thread (0 is success, as under the rank wrapper; in another thread it ends only that
-    thread). The last error kept is the one named. Limits: a `sys.exit(n)` the code catches
-    and carries on from still counts as a failure, and a bare `raise SystemExit(n)` or an
-    `os._exit` goes unseen. A SIGTERM the context sees itself."""
-    failed: list[BaseException] = []
-    shown = sys.excepthook
+def run_main(main: Callable[[], Any]) -> None:
+    """Run a rank module's `main`. Under a plain launcher, close the context `job_record`
+    opened with how `main` ended: the exit record, and on rank 0 the summary. `sys.exit(0)`
+    (or none) is success, any other exit code a failure, as under the rank wrapper."""
+    try:
+        main()
+    except BaseException as exc:
+        _close_plain(exc)
+        raise
+    _close_plain(None)
 
-    def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
-        failed.append(exc)
-        shown(exc_type, exc, tb)
 
-    def leave(code: Any = None) -> NoReturn:
-        exc = SystemExit(code)
-        if code not in (None, 0) and threading.current_thread() is threading.main_thread():
-            exc.rank_traceback = f"SystemExit: {code}\n"  # (the frames would be ours)
-            failed.append(exc)
-        raise exc
-
-    def close() -> None:
-        # A SIGTERM now (torchrun ends every rank once one has failed) would raise Ended
-        # inside this handler and lose the record: it is over already.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        exc = failed[-1] if failed else None
-        if exc is None and ctx.ended:
-            exc = Ended()
-        ctx.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)
-        if ctx.rank == 0:
-            write_summary(ctx, exc)
-
-    sys.excepthook, sys.exit = hook, leave
-    atexit.register(close)
+def _close_plain(exc: BaseException | None) -> None:
+    ctx = current()
+    if ctx is None or ctx.supervised:
+        return  # no context, or the wrapper's: it closes its own
+    attach(None)
+    if isinstance(exc, SystemExit):
+        if exc.code in (None, 0):
+            exc = None
+        else:
+            exc.rank_traceback = f"SystemExit: {exc.code}\n"  # (the frames would be ours)
+    # A SIGTERM now (torchrun ends every rank once one has failed) would raise Ended here
+    # and lose the record: it is over already.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if exc is None and ctx.ended:
+        exc = Ended()
+    ctx.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)
+    if ctx.rank == 0:
+        write_summary(ctx, exc)
 
 
 def first_failure(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
-    """The failure a plain launch's summary names: the first rank whose exit record reports
-    an error (records/blame.py), not rank 0 when its launcher only ended it with SIGTERM
+    """The failure a plain launch's summary names: the first rank that failed, by the one
+    rule (records/blame.py), not rank 0 when its launcher only ended it with SIGTERM
     because another rank had failed; else rank 0's own `exc`."""
-    records = {k: _exit_record(ctx.run_dir, k) for k in range(ctx.size)}
-    first = culprit(f for k, record in records.items() if record
+    records = exit_records(ctx.run_dir, ctx.size)
+    first = culprit(f for k, record in records.items()
                     if (f := reported_failure(k, record, True, time.time())))
     if first is None or first.rank == ctx.rank:
         return {"rank": ctx.rank, "error": f"{type(exc).__name__}: {exc}",
                 "traceback": "".join(traceback.format_exception(exc))}
     return {"rank": first.rank, "error": first.error,
             "traceback": records[first.rank].get("traceback")}
-
-
-def _exit_record(run_dir: Path, rank: int) -> dict[str, Any] | None:
-    """A rank's exit record, or None where none can be read (the summary then names rank
-    0's own error)."""
-    try:
-        record = read_json(run_dir / "exit" / f"rank{rank}.json")
-    except (CorruptRecord, OSError):
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def write_summary(ctx: RankContext, exc: BaseException | None) -> None:

@@ -2,27 +2,11 @@
 
     torchrun --standalone --nproc-per-node 2 -m workbench.rank.wrapper \
         --module workbench.rank.pool --address ADDR
-    horovodrun -np 2 --gloo -H localhost:2 python -m workbench.rank.wrapper \
-        --module workbench.rank.pool --address ADDR
 
-It is a rank of an ordinary job (the pool's run, see rank/protocol.py) that imports torch,
-joins the process group once (`hvd.init()` or `init_process_group("gloo")`), connects to its
-owner (rank/channel.py) and then runs calls, one at a time. A call costs milliseconds because
-it skips a fresh interpreter, `import torch` (about 2.4 s of CPU) and the rendezvous.
-
-Each call is a run of its own: its folder gets this rank's pid, log, metrics, exit record
-and return value exactly as under `workbench.launch` (rank/wrapper.py). Each call starts
-from a fresh namespace (a function unpickled anew, a cell's code in a new dict); what is
-kept is kept on purpose, in `workbench.kept()` (rank/api.py) or, for cells run with `keep`
-(`%%ranks --keep`), in the one namespace those cells share.
-
-The process group stays up between calls, so your code's `init_process_group()`,
-`hvd.init()`, `destroy_process_group()` and `hvd.shutdown()` do nothing here: code written
-for `launch()` runs unchanged.
-
-A training job on the pool (pool.py) is a call too: the rank runs the engine's own rank
-module (`ddp_rank`, `horovod_rank`, ...), whose `job_config()` and `job_record()`
-(rank/context.py) find the call's context, already open.
+It joins the process group once, connects to its owner (channel.py) and runs calls one at
+a time, each a run of its own, in a fresh namespace; what is kept is kept on purpose, in
+`workbench.kept()` or the namespace that `%%ranks --keep` cells share. No environment
+variable and no thread of a call leaks into the next: docs/ARCHITECTURE.md, "Warm ranks".
 """
 
 from __future__ import annotations
@@ -87,13 +71,13 @@ class Rank:
 
     def serve(self) -> None:
         channel.send(self.conn, {"op": "hello", "rank": self.ctx.rank, "pid": os.getpid(),
-                                      "token": self.token})
+                                 "token": self.token})
         threading.Thread(target=self._read, name="pool-reader", daemon=True).start()
         while (message := self.calls.get()) is not None:
             header, payload = message
-            ok = self.run_call(header, payload)
-            channel.send(self.conn, {"op": "done", "id": header["id"],
-                                          "rank": self.ctx.rank, "ok": ok})
+            ok, left = self.run_call(header, payload)
+            channel.send(self.conn, {"op": "done", "id": header["id"], "rank": self.ctx.rank,
+                                     "ok": ok, "left": left})
 
     def _read(self) -> None:
         """Messages from the owner: calls queue up; an interrupt stops the running call."""
@@ -111,12 +95,14 @@ class Rank:
         if self.running is not None:  # between calls there is nothing to interrupt
             raise KeyboardInterrupt("stopped by the pool's owner")
 
-    def run_call(self, header: dict[str, Any], payload: bytes) -> bool:
-        """Run one call in its own run folder; True when it returned."""
+    def run_call(self, header: dict[str, Any], payload: bytes) -> tuple[bool, list[str]]:
+        """Run one call in its own run folder: (whether it returned, the names of the
+        threads it left running). Its changes to the environment are undone."""
         ctx = self.ctx
         self.ctx.metric("event", message="call", run_id=header["run_id"])
         call = CallContext(Path(header["dir"]), ctx.rank, ctx.size, ctx.local_rank,
                            t0=header["t0"])
+        environ, threads, ok = dict(os.environ), set(threading.enumerate()), False
         try:
             with call:
                 attach(call)
@@ -131,12 +117,18 @@ class Rank:
                 finally:
                     self.running = None
                 save_result(call.run_dir, ctx.rank, value)
-            return True
+            ok = True
         except BaseException:  # noqa: BLE001 - in the call's exit record and log
-            return False
+            pass
         finally:
             attach(ctx)
             call.restore()
+            os.environ.clear()
+            os.environ.update(environ)
+        new = [t for t in threading.enumerate() if t not in threads]
+        for thread in new:
+            thread.join(0.05)  # one about to end is no leak
+        return ok, [t.name for t in new if t.is_alive()]
 
 
 #: The namespace that the cells run with `keep` share, for this rank process's life.

@@ -1,25 +1,23 @@
 """Which rank a failed job blames: the one that failed first, on the watcher's clock.
 
-When one rank fails, the others follow within a fraction of a second (their collectives
-fail on a broken connection, or their launcher SIGTERMs them): the first failure is the
-cause. So each failure is placed on the watcher's clock (other hosts' clocks may differ):
-
-- a rank that reported an error (its exit record): on the watcher's host, the time in its
-  record; on another host, when the watcher first saw the record;
-- a rank that vanished without reporting (kill -9, the out-of-memory killer): the last
-  time the watcher saw it alive. It died after that, how long after is unknown, so an
-  error reported after that moment may be its consequence: the vanished rank is blamed.
-  An error reported before it was last seen alive came first, and wins;
-- a rank that recorded being ended by a signal (its launcher's SIGTERM, see
-  rank/protocol.py): a consequence, blamed only when no rank failed otherwise.
+When one rank fails, the others follow within a fraction of a second (a broken connection,
+their launcher's SIGTERM): the first failure is the cause. One rule, `culprit`, decides it
+for the launcher's watcher, a plain launch's rank 0 and the labs; `exit_records` is the one
+reader of how ranks ended. The rule, case by case: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from workbench.records.liveness import heartbeat_path, read_beat
+from workbench.records.runs import RunRecord
+from workbench.records.store import CorruptRecord, read_json
 
 #: The kinds of failure, in the order a tie between them is decided.
 KINDS = ("vanished", "error", "ended")
@@ -45,12 +43,31 @@ def culprit(failures: Iterable[Failure]) -> Failure | None:
                key=lambda f: (f.kind == "ended", f.at, KINDS.index(f.kind), f.rank))
 
 
+def exit_records(run_dir: Path, world_size: int) -> dict[int, dict[str, Any]]:
+    """{rank: exit record} of the ranks that have ended: from the rank's heartbeat (which
+    the launcher's host sees fresh on NFS: records/liveness.py), else `exit/rank<k>.json`.
+    A record that cannot be read counts as that rank's failure, `unreadable`."""
+    out: dict[int, dict[str, Any]] = {}
+    for rank in range(world_size):
+        rec = (read_beat(heartbeat_path(run_dir, f"rank{rank}")) or {}).get("exit")
+        if not isinstance(rec, dict):
+            try:
+                rec = read_json(Path(run_dir) / "exit" / f"rank{rank}.json")
+            except CorruptRecord as exc:
+                rec = {"ok": False, "error": f"unreadable exit record: {exc}",
+                       "time": time.time(), "unreadable": True}
+        if isinstance(rec, dict):
+            out[rank] = rec
+    return out
+
+
 def reported_failure(rank: int, record: dict, local: bool, first_seen: float) -> Failure | None:
     """The failure an exit record reports (None for success). `local`: the rank ran on the
-    watcher's host, whose clock its record's time is on; else `first_seen` is used."""
+    watcher's host, whose clock its record's time is on; else `first_seen` is used. A rank
+    ended by a signal, or whose record is unreadable, is blamed only if no other failed."""
     if record.get("ok"):
         return None
-    kind = "ended" if record.get("ended_by") else "error"
+    kind = "ended" if record.get("ended_by") or record.get("unreadable") else "error"
     at = record.get("time")
     if not local or not isinstance(at, (int, float)) or isinstance(at, bool):
         at = first_seen
@@ -110,3 +127,15 @@ def launcher_tail(text: str, last: int = 20) -> str:
     if ranks:
         lines = lines[:ranks[-1] + 1]
     return "\n".join(lines[-last:])
+
+
+def failure_log(run_dir: Path, rank: int | None) -> dict[str, str]:
+    """The failed rank's last log lines, as the summary's `log_tail` and `log`; the
+    launcher's when the rank's log is empty (a rank that died before it could redirect its
+    output left its error there)."""
+    record = RunRecord(run_dir)
+    if rank is not None:
+        tail = record.log(rank, last=20)
+        if tail.strip():
+            return {"log_tail": tail, "log": f"rank{rank}.log"}
+    return {"log_tail": launcher_tail(record.log("launcher", last=200)), "log": "launcher.log"}

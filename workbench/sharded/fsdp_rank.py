@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from workbench.models import make_optimizer
-from workbench.rank.context import from_rank0, job_config, job_record
+from workbench.rank.context import from_rank0, job_config, job_record, run_main
 from workbench.rank.protocol import launcher_identity
 from workbench.sharded.fsdp import shard_model
 from workbench.sharded.memory import Footprint
@@ -72,4 +72,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -6,6 +6,7 @@ record in ./runs themselves. The steps are in zero_rank.py, shared with ZeRO-1; 
 optimizer is zero2.py's.
 """
 
+from workbench.rank.context import run_main
 from workbench.sharded import zero_rank
 
 
@@ -14,4 +15,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -37,7 +37,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from workbench.config import JobConfig
 from workbench.models import make_optimizer
-from workbench.rank.context import from_rank0, job_config, job_record
+from workbench.rank.context import from_rank0, job_config, job_record, run_main
 from workbench.rank.protocol import launcher_identity
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import SENDS
@@ -163,4 +163,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

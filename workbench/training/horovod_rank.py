@@ -29,7 +29,7 @@ import horovod.torch as hvd
 import torch
 
 from workbench.models import make_optimizer
-from workbench.rank.context import job_config, job_record
+from workbench.rank.context import job_config, job_record, run_main
 from workbench.training.checkpoint import restore
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
@@ -119,4 +119,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from workbench.models import make_optimizer
-from workbench.rank.context import from_rank0, job_config, job_record
+from workbench.rank.context import from_rank0, job_config, job_record, run_main
 from workbench.synchronization.ring_allreduce import dist_ring_allreduce
 from workbench.training.checkpoint import restore
 from workbench.training.evaluation import evaluate_and_save
@@ -109,4 +109,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

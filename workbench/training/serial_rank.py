@@ -10,7 +10,7 @@ batch b.
 from __future__ import annotations
 
 from workbench.models import make_optimizer
-from workbench.rank.context import job_config, job_record
+from workbench.rank.context import job_config, job_record, run_main
 from workbench.training.checkpoint import restore
 from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
@@ -32,4 +32,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
