@@ -95,9 +95,11 @@ def test_a_rank_that_fails_by_hand_leaves_a_failed_summary_naming_it(engine, ran
     failing = ranks - 1
     command = (typed(ENGINES[engine].plain_command(ranks)) + TINY
                + ["--fail-at-step", "2", "--fail-rank", str(failing)])
-    run_plainly(command, tmp_path, rc=1)
+    out = run_plainly(command, tmp_path, rc=1)
     [record] = list_runs(tmp_path / "runs")
     failure = record.summary["failure"]
+    if engine == "torch":  # torchrun's own failure report, from the error file it reads
+        assert "InjectedFault" in out[out.rindex("FAILED"):], out[-3000:]
     assert record.summary["status"] == "failed" and failure["rank"] == failing, failure
     assert "InjectedFault" in failure["error"] and "maybe_fail" in failure["traceback"]
     exits = {p.name: json.loads(p.read_text()) for p in (record.run_dir / "exit").iterdir()}

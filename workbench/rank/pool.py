@@ -38,6 +38,7 @@ class CallContext(RankContext):
     (the pool's rank has one); output goes to the call's log until `restore()`."""
 
     durable = False  # the exit record is renamed into place, not fsynced (write_json_atomic)
+    owns_process = False  # the pool's rank goes on
 
     def _supervise(self) -> None:
         sys.stdout.flush()

@@ -21,6 +21,7 @@ own `metrics/rank<k>.jsonl`: one writer per file (records/metrics.py says why).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -105,6 +106,8 @@ class RankContext:
 
     #: Whether the exit record is fsynced (see `write_json_atomic`).
     durable = True
+    #: Whether this context's end is its process's (not a pool's call): torchrun hears of it.
+    owns_process = True
 
     def __init__(self, run_dir: Path, rank: int, size: int, local_rank: int,
                  t0: float | None = None, supervised: bool = True) -> None:
@@ -175,10 +178,21 @@ class RankContext:
             record["traceback"] = getattr(exc, "rank_traceback", None) or "".join(
                 traceback.format_exception(exc_type, exc, tb))
             sys.stderr.write(record["traceback"])
+            self._tell_torchrun(record)
         sys.stdout.flush()
         sys.stderr.flush()
         self._record_exit(record, self.durable)
         return False
+
+    def _tell_torchrun(self, record: dict[str, Any]) -> None:
+        """Under torchrun, also write its error file as its `@record` would: torchrun's own
+        report of the first failure (in the launcher's log) then names this error."""
+        path = os.environ.get("TORCHELASTIC_ERROR_FILE") if self.owns_process else None
+        if path:
+            info = {"py_callstack": record["traceback"], "timestamp": str(int(record["time"]))}
+            with contextlib.suppress(OSError):
+                Path(path).write_text(json.dumps({"message": {"message": record["error"],
+                                                              "extraInfo": info}}))
 
     def _record_exit(self, record: dict[str, Any], durable: bool = True) -> None:
         """How this rank ended: `exit/rank<k>.json`, and the same in its heartbeat."""
