@@ -293,6 +293,22 @@ def test_every_module_has_a_row_in_the_tests_map_and_its_tests_exist():
     assert not wrong, "\n".join(wrong)
 
 
+#: The machinery's packages: their modules' docstrings say what, in at most ten lines, and
+#: point to docs/ARCHITECTURE.md for the why.
+MACHINERY = ("launch", "rank", "training", "records")
+
+
+def test_the_machinerys_module_docstrings_are_at_most_ten_lines():
+    long = {}
+    for path, name in modules():
+        tree = ast.parse(path.read_text())
+        if name.count(".") and name.split(".")[1] in MACHINERY and ast.get_docstring(tree):
+            lines = tree.body[0].end_lineno - tree.body[0].lineno + 1
+            if lines > 10:
+                long[name] = lines
+    assert long == {}
+
+
 def test_no_module_is_over_400_lines():
     """A file a student can read in one sitting (and most are under 300)."""
     sizes = {name: len(path.read_text().splitlines()) for path, name in modules()}

@@ -1,39 +1,11 @@
 """Sharing one host's cores between jobs: disjoint core sets, a FIFO queue, a per-user limit.
 
-Each job binds its ranks to cores (`cpu_bind="core"`, like `mpirun --bind-to core`). Two jobs
-that each picked "the first cores" would stack on cores 0 and 1 while others sit idle. So
-every job on the host - from any notebook, terminal or student - asks for its cores in one
-small JSON file, `cores.json`, in a shared folder; an `flock` on it makes each
-read-change-write atomic. It holds the jobs that run (`held`: their cores) and those that
-wait (`waiting`), in the order they asked. A waiting job starts when
-
-1. every job that asked before it waits only for its own user's running jobs (first in,
-   first out: a job waiting for cores is never overtaken by one that takes cores, so a big
-   job cannot starve; one user's jobs held back by their limit do not hold up other users;
-   a job that takes no cores, binding none or needing more than the host has, waits only
-   behind its own user's jobs, since it takes nothing another job waits for),
-2. its user runs fewer jobs than the per-user limit, and
-3. enough cores are free: it then takes the lowest-numbered free ones.
-
-When cores run short, a job waits (`WORKBENCH_WHEN_BUSY=queue`, the default) or starts at
-once without cores of its own (`unbound`), with a warning. A job that needs more cores than
-the host has runs unbound at once (ranks wrap round the cores, see `placement.pin_cpu`).
-An entry whose owner - the Python process that started the job - has died is dropped, so a
-crashed kernel frees its cores; so is one whose owner runs as another user than the one who
-made its proof file (shared_file.py): no student can hold cores in the name of pid 1, or of
-another student's kernel.
-
-Settings (environment variables, so a hub's administrator sets them once for everyone):
-
-- `WORKBENCH_SHARED_DIR`: the shared folder (default /tmp/workbench-shared; created
-  world-writable with the sticky bit, like /tmp itself, so every user's jobs can share it).
-  Its users need not trust each other (see shared_file.py): a folder owned by another user
-  than root, or writable by others without the sticky bit, is refused. On a server with
-  several users, the administrator makes it once, as root, before anyone else can:
-  `install -d -o root -g root -m 1777 /tmp/workbench-shared`;
-- `WORKBENCH_WHEN_BUSY`: `queue` or `unbound`;
-- `WORKBENCH_JOBS_PER_USER`: running jobs per user, 0 for no limit. Default: 1 on a
-  JupyterHub (a `JUPYTERHUB_*` variable is set), no limit elsewhere.
+Every job on the host asks for its cores in one JSON file, `cores.json`, in a shared folder
+(`WORKBENCH_SHARED_DIR`, default /tmp/workbench-shared, made `1777` by an administrator);
+a `flock` makes each change atomic. First in, first out (one user's jobs held back by
+their limit hold up no one else), a per-user limit (`WORKBENCH_JOBS_PER_USER`), and when
+cores run short a job waits or runs unbound (`WORKBENCH_WHEN_BUSY`). An entry whose owner
+died is dropped. The rules in full: docs/ARCHITECTURE.md, "Sharing the host's cores".
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Which device a job's ranks compute on, checked before anything is launched.
 
-`device` is "cpu", "cuda" or "auto" (see `workbench.config.DEVICES`). The checks here catch,
-in the notebook and in one line, what would otherwise fail inside the ranks a minute later:
-
-- **One GPU per rank.** NCCL refuses two ranks on one GPU at its first collective
-  ("Duplicate GPU detected"), so with `cuda` the ranks of a host must not outnumber its
-  visible GPUs. With `--hosts` we can see only this host's GPUs, so every host is assumed to
-  have as many as this one (the usual cluster node).
-- **Horovod moves GPU tensors with NCCL only if it was built with NCCL.** A Horovod built
-  without it would copy every gradient to the CPU and back, so a cuda Horovod job is refused
-  with the command that rebuilds it.
-- **A cpu job never touches CUDA.** Its ranks start with ``CUDA_VISIBLE_DEVICES=""``, so
-  nothing in them (PyTorch, Horovod, NCCL) can create a CUDA context or take GPU memory on
-  a machine other people's jobs use.
-
-`gpu_count()` is the one place that asks how many GPUs are visible; tests replace it to
-play a machine with GPUs.
+`device` is "cpu", "cuda" or "auto". In the notebook and in one line, not a minute later
+inside the ranks: one GPU per rank on each host (NCCL refuses two), a cuda Horovod job
+needs a Horovod built with NCCL, and a cpu job's ranks start with `CUDA_VISIBLE_DEVICES=""`
+so they never take GPU memory. `gpu_count()` is the one place that counts GPUs (tests
+replace it). See docs/ARCHITECTURE.md, "The machinery".
 """
 
 from __future__ import annotations

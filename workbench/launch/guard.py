@@ -1,29 +1,12 @@
 """The launcher's guard: end the launcher when the process that started the job dies.
 
-A job's launcher (`horovodrun`, `torchrun`) runs in a session of its own (launchers.py), so a
-notebook kernel that is restarted or killed leaves it behind. Its ranks notice that their
-owner is gone and leave (the watchdog in rank/protocol.py), but nothing would end the
-launcher itself: `horovodrun` may then wait a long time on ranks it can no longer reach.
-So every launcher on the owner's host runs under this guard:
-
     kernel (the owner) ── guard ── horovodrun ── ranks
 
-The guard starts the launcher as its child and watches its own parent: when a process dies,
-its children are adopted by init (or a subreaper), so `os.getppid()` changes. The guard then
-ends the launcher - SIGTERM, which horovodrun and torchrun pass on to their ranks, then
-SIGKILL after `GRACE_S` seconds. While the owner lives, it exits with the launcher's exit
-code (128 + N for a launcher killed by signal N, like a shell).
-
-A Slurm job has no launcher here (Slurm starts the ranks on its nodes), so its guard watches
-the owner alone and, within `POLL_S` of its death, `scancel`s the job by its name (the run
-id). It is started before `sbatch` (no job is ever queued unguarded), and ended by the job
-once the job has ended.
-
-Run as a file (`python .../guard.py`), not with `-m`, it imports the standard library only:
-a few tens of milliseconds per job, not the package's.
-
-Usage: guard.py OWNER_PID -- LAUNCHER [ARGS...]
-       guard.py OWNER_PID --scancel JOB_NAME
+The guard starts the launcher as its child and watches its own parent: when the owner dies,
+init adopts the guard and `os.getppid()` changes; it then ends the launcher (SIGTERM, then
+SIGKILL after `GRACE_S`), or `scancel`s a Slurm job by name (`--scancel`). Run as a file,
+it imports the standard library only. Why: docs/ARCHITECTURE.md, "Supervision".
+Usage: guard.py OWNER_PID -- LAUNCHER [ARGS...]  |  guard.py OWNER_PID --scancel JOB_NAME
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """One file that every user of a host reads and writes, safe among users who distrust each other.
 
-The core queue (cores.py) keeps its state in one file, in a folder that every student's jobs
-write. Any user may have made that folder first, or planted a symbolic link, a folder or
-garbage where the file should be. The code here assumes someone did:
-
-- The folder is opened one component at a time from its real path, never following a link
-  (`openat`, `O_NOFOLLOW`); each component is checked on its descriptor: owned by root or
-  by us, and sticky (like /tmp) if others may write it, else they could swap what is in it.
-- The file is opened relative to that descriptor, never following a link, and without
-  `O_CREAT` when it exists: in a sticky world-writable folder `fs.protected_regular` (on
-  by default in systemd distributions) makes an `O_CREAT` open of another user's file fail
-  with EACCES, even for root. It must be a regular file with one link; its mode is set with
-  `fchmod`, never by path. Anything else in its place is moved aside, or refused in one line.
-- The lock (`flock`) is waited for at most `LOCK_TIMEOUT_S` seconds; a time-out names the
-  holder as the kernel lists it in /proc/locks (no user can fake that).
-- Anyone can write any process's id into the file, so a writer also leaves a *proof*, a
-  small file of its own beside it (`proof-<random>`, holding its claim): the kernel sets
-  its owner, and a claim is believed only while its proof exists, says the same, and
-  belongs to the user it claims to be (`make_proof`, `proof_owner`).
-
-What an administrator sets up on a shared server, once, as root (see docs/classroom.md):
-
-    install -d -o root -g root -m 1777 /tmp/workbench-shared
-
-A folder that a student made first is refused by every other student, in one line.
+The folder is opened one component at a time, never following a link, each checked on its
+descriptor (owned by root or us, sticky if others may write it); the file is opened
+relative to it without `O_CREAT` when it exists (`fs.protected_regular`), must be a regular
+file with one link, and its mode is set with `fchmod`; the lock's wait is bounded and names
+its holder from /proc/locks; a writer's claim is believed only with its proof file beside
+it. See docs/ARCHITECTURE.md, "Sharing the host's cores".
 """
 
 from __future__ import annotations

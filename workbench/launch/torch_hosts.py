@@ -2,23 +2,11 @@
 
     python -m workbench.launch.torch_hosts --hosts a:2,b:2 --np 4 --rdzv-id RUN -- -m MODULE
 
-This is what `horovodrun -H` does for Horovod, and no more: for each host it runs
-
-    ssh HOST 'cd CWD; exec env -i K=V ... python -m torch.distributed.run
-              --nnodes=N --nproc-per-node=SLOTS --rdzv-backend=c10d
-              --rdzv-endpoint=FIRST_HOST:PORT --rdzv-id=RUN -m MODULE'
-
-and waits. The torchruns meet in a c10d rendezvous hosted by the first host's, which
-assigns the ranks. If one host's torchrun fails, the others are ended (as horovodrun does).
-
-The rendezvous cannot be squatted: the first host's torchrun hosts it (`--rdzv-conf
-is_host=true`; the others `is_host=false`), on a port that the first host's operating
-system gave as free a moment before (asked there, over ssh if it is remote). Without
-`is_host`, a torchrun that cannot bind its port becomes a client of whatever listens
-there; with it, a port taken meanwhile is an error that fails the job at once.
-
-`env -i` gives the remote command only the variables this launcher got, the job's
-allow-list (launch/environment.py): no secret of the notebook reaches the remote host or `ps`.
+What `horovodrun -H` does for Horovod, and no more: `ssh HOST 'cd CWD; exec env -i K=V ...
+python -m torch.distributed.run --nnodes=N ... -m MODULE'` on each host, meeting in a c10d
+rendezvous that the first host's torchrun hosts (`is_host=true`, on a port its system gave
+as free: it cannot be squatted). One host's failure ends the others. `env -i` passes only
+the job's allow-listed environment. See docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """What your own code can ask and tell while it runs as one rank of a job.
 
-    import workbench
-
     def train(steps):
-        for step in range(steps):
-            loss = ...                                   # your training step
-            workbench.report(step=step, loss=loss)       # a live point in the panel's charts
-        return workbench.rank()                          # collected by job.results()
+        workbench.report(step=0, loss=0.5)    # a live point in the panel's charts
+        return workbench.rank()               # collected by job.results()
 
-    job = workbench.launch(train, 100, np=2)
-
-- `rank()`, `size()`, `local_rank()` read the variables that the launchers set for every
-  process they start (horovodrun: `HOROVOD_RANK`, ...; torchrun: `RANK`, ...). So they work
-  on every engine, before `hvd.init()` or `init_process_group()`, and outside a job they
-  are 0, 1 and 0: the same function also runs unchanged in a notebook cell.
-- `report(**metrics)` appends one line to the rank's `metrics/rank<k>.jsonl`, which every
-  panel and `workbench show` read (docs/ARCHITECTURE.md). Outside a job it does nothing.
-- `kept()` is the one place a rank keeps things from one call to the next on purpose: on a
-  pool of warm ranks, where every call starts from a fresh namespace, `kept()["model"] =
-  model` in one call is there in the next (until the pool restarts its ranks). Under
-  `launch()` each process runs one call, so it starts empty.
+`rank()`, `size()`, `local_rank()` read the launchers' variables (0, 1, 0 outside a job);
+`report()` appends to `metrics/rank<k>.jsonl`; `kept()` is what a pool's rank keeps on
+purpose. See docs/ARCHITECTURE.md, "Your own code on real ranks".
 """
 
 from __future__ import annotations

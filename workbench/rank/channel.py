@@ -1,23 +1,11 @@
-"""The channel between a pool of warm ranks and the process that owns it (pool.py).
+"""The channel between a pool of warm ranks and the process that owns it (launch/pool.py).
 
-One stream connection per rank. On the owner's host, a Unix-domain socket in Linux's
-abstract namespace: it leaves no file behind when a kernel is killed. The owner binds it
-*before* it starts the ranks, so no one else can take the name, and accepts only processes
-of its own user (`SO_PEERCRED`). Ranks on other hosts (placed by Slurm) connect over TCP,
-to a port the owner bound (the system's choice, on every interface) before submitting them.
-
-Either way a rank proves it is one of the pool's by the pool's secret token in its first
-message, read from the job's 0600 secrets file (`WORKBENCH_POOL_TOKEN`, never on a command
-line): no one else, on any host, can send work to the ranks, take it, or fake their replies.
-
-A message is one frame: a JSON header and an optional payload of bytes,
-
-    | header length (4 bytes) | payload length (4 bytes) | header (JSON) | payload |
-
-The owner sends `{"op": "call", ...}` with the pickled work as payload, `{"op": "interrupt"}`
-and `{"op": "quit"}`; a rank sends `{"op": "hello", "rank", "pid", "token"}` once it is
-ready and `{"op": "done", "id", "rank", "ok"}` after each call. Replies are JSON only: the
-owner never unpickles what a rank sends.
+One stream connection per rank: an abstract Unix socket on the owner's host (no file left
+behind; only our own user's processes, `SO_PEERCRED`), TCP for ranks Slurm places elsewhere.
+A rank proves it is one of the pool's with the pool's secret token in its first message.
+A message is one frame, `| header length | payload length | header (JSON) | payload |`:
+"call", "interrupt", "quit" from the owner; "hello", "done" from a rank (JSON only: the
+owner never unpickles what a rank sends). See docs/ARCHITECTURE.md, "Warm ranks".
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The rank protocol: what every process of a job does so the launcher can look after it.
 
-The rank wrapper (rank/wrapper.py) opens each rank's `RankContext` before the rank
-module's first line and closes it after its last, so the module stays a plain script
-(context.py: how it finds its context). The context reads `config.json` or stops at once
-with one line naming the file (a runs folder not shared at the same path on every host,
-say), rather than train with defaults that differ from its peers'. On entry it writes the
-rank's pid and host (so the launcher can reap it although `horovodrun` puts ranks in
-sessions of their own), sends stdout/stderr to `logs/rank<k>.log` (ui/rank_output.py shows
-it) and starts a watchdog (`_watchdog`). On exit it writes `exit/rank<k>.json`: success,
-the error and its traceback, or that a SIGTERM ended it (`ended_by`): torchrun and
-horovodrun end every other rank that way once one has failed, and the launcher must not
-blame such a rank (records/blame.py). The same record goes into the rank's heartbeat, which
-the launcher's host can read on every host (records/liveness.py: on NFS a new file of ours
-may stay unseen for a minute). A plain launch's rank is unsupervised: no log redirection,
-no watchdog (context.py).
-
-`ctx.metric(...)` appends one whole JSON line (records/store.py `write_all`) to this rank's
-own `metrics/rank<k>.jsonl`: one writer per file (records/metrics.py says why).
+A `RankContext`, opened by the wrapper (wrapper.py) or a plain launch (context.py), reads
+`config.json` (or stops at once, naming it), writes the rank's pid and host, sends its
+output to `logs/rank<k>.log`, starts the owner watchdog, and on exit writes
+`exit/rank<k>.json` and the same into its heartbeat: success, the error and traceback, or
+that a SIGTERM ended it (`ended_by`: not the culprit, records/blame.py). `ctx.metric()`
+appends one line to the rank's own metrics file. Why: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations

@@ -5,22 +5,8 @@
     python -m workbench.rank.wrapper                        # the function in user/function.pkl
     python -m workbench.rank.wrapper --fork 3               # the function on 3 forked ranks
 
-The launcher (torchrun, horovodrun, ssh, Slurm or python) starts this module, never a rank
-module itself. It opens the rank's context (rank/protocol.py: pid file, log, owner
-watchdog, exit record) around the code it runs, so the workbench's rank modules, a
-student's script and a function of `workbench.launch` are looked after the same way, and
-the rank modules stay plain scripts that also run under the plain launchers
-(rank/context.py). What it adds:
-
-- `workbench.report()` and `workbench.rank()` work inside it (rank/api.py);
-- a function's return value goes to `results/rank<k>.pkl`, which `job.results()` reads;
-- if your code raises, the exit record carries *your* frames only: the workbench's frames
-  and the importers' (runpy, importlib) in front of them would only hide where it is;
-- with the `fork` engine it is also its own launcher (`fork_ranks`): the labs' workers
-  (workers.py) and `launch(fn, engine="fork")` start in a fraction of a second.
-
-Your code does its own `hvd.init()` or `dist.init_process_group()`, as it would under
-horovodrun or torchrun: the point is to write those lines yourself.
+It opens the rank's context (protocol.py) around that code, saves a function's value, keeps
+only your frames in a traceback, and forks the labs' ranks. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

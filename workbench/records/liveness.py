@@ -1,29 +1,11 @@
 """Who is alive: pid files with their host, and heartbeats in the shared run folder.
 
-Cluster nodes share a file system (the runs folder, e.g. over NFS) but not a process table:
-a pid means something only on the host that owns it. So every pid is written beside its
-host's name, and a process is checked by pid only from its own host. Across hosts, the
-processes of a job watch each other through files they rewrite about once a second:
-
-- `heartbeat/owner`: the process that started the job (a notebook's kernel, `workbench
-  run`) writes who it is and whether the job should go on ("run") or end ("stop").
-  A rank on another host exits when it reads "stop", or when the file has not changed
-  for `OWNER_STALE_S` seconds (the owner died or lost the shared folder).
-- `heartbeat/rank<k>`: each rank rewrites it with its host and pid, and, when it ends,
-  with its exit record (how it ended); the launcher's host judges a remote rank gone when
-  it stops changing for `RANK_STALE_S` seconds.
-
-Staleness is measured as "how long since *I* saw the content change", on the reader's own
-monotonic clock, so the hosts' clocks need not agree; time in which the reader could not
-look (a stalled file server blocks its reads too) does not count. The files are rewritten
-in place, not renamed: NFS's close-to-open consistency then guarantees that a reader who
-opens the file sees what the writer last closed.
-
-What NFS does *not* promise is that a reader sees a file that another host created: a
-folder's listing, and a name looked up before the file existed, may be cached by the
-reader's host for up to a minute (`acdirmax`). So the owner's host makes every file it
-will read before any rank starts (`prepare_heartbeats`), the ranks only rewrite them,
-and nothing is judged from a folder listing.
+A pid means something only on its own host, so it is written beside the host's name and
+checked only there. Across hosts, the processes of a job watch each other through files
+they rewrite about once a second: `heartbeat/owner` (the job's owner: "run" or "stop") and
+`heartbeat/rank<k>` (a rank's host and pid, then its exit record). Staleness is counted on
+the reader's own monotonic clock, not counting time it could not look; nothing is judged
+from a folder listing (NFS may cache one). Why: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """Run folders are private to their owner, and pickles are read only from one's own runs.
 
-On a shared server (a classroom JupyterHub) students are users of one machine. A run folder
-holds a student's code (`user/function.pkl`), results (`results/*.pkl`, graded
-exercises) and the variables passed with `--env`, so it is made `0700`: only its owner (and
-root) can enter it. An instructor who wants to read the students' runs in a shared runs
-folder switches that, for every run, with one setting:
-
-| `WORKBENCH_RUN_FOLDERS` | run folder mode | who can read a run |
-| --- | --- | --- |
-| `private` (default) | `0700` | its owner |
-| `group` | `0750` | its owner and the members of the folder's group (e.g. the instructors) |
-| `shared` | `0755` | every user of the machine |
-
-Nobody but the owner may ever write a run folder.
-
-A pickle is code: `pickle.load` can run any command as whoever loads it. So the workbench
-loads a pickle only when the file *and every folder from the run folder down to it* belong to
-the user loading it, and no other user can write them: a folder that another student created
-(or swapped in for one of yours, in a runs folder they own) is refused in one line. The
-checks are made on open file descriptors (`O_NOFOLLOW`, `fstat`), so a symlink or a folder
-renamed between the check and the read cannot slip through.
+A run folder holds a student's code, results and `--env` values, so it is made `0700`
+(`WORKBENCH_RUN_FOLDERS=group`: `0750`, `shared`: `0755`, for an instructor who reads the
+students' runs). A pickle is code, so one is loaded only when the file and every folder
+from the run folder down to it belong to the loading user and no one else may write them,
+checked on open descriptors (`O_NOFOLLOW`, `fstat`). Nobody but the owner ever writes a
+run folder. See docs/ARCHITECTURE.md, "The record of a run".
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
-"""Writing run records safely.
+"""Writing run records safely: a reader may look, and a job be killed, at any moment.
 
-A reader (a widget, `workbench show`, another process, another host) may look at a run
-folder at any moment, and a job may be killed at any moment. So:
-
-- Whole files (JSON, pickles, checkpoints, datasets) are written to a temporary name and
-  renamed into place (`atomic_file`): `os.replace` is atomic, and a reader sees the old
-  file or the new one, never half of one.
-- Appends (`write_all`) loop until every byte is written: `os.write` may write only part
-  of its buffer (a signal, a full pipe, an NFS server under load), and a partial line
-  would be glued to the next one.
-- A file that exists but cannot be parsed raises `CorruptRecord`, one line naming the
-  file, so the code that reads it can report it instead of crashing.
+Whole files are written to a temporary name and renamed into place (`atomic_file`:
+`os.replace` is atomic, a reader sees the old file or the new one); appends (`write_all`)
+loop until every byte is written (a short write would glue half a line to the next); a
+file that exists but cannot be parsed raises `CorruptRecord`, naming it.
 """
 
 from __future__ import annotations

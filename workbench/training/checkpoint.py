@@ -1,25 +1,11 @@
 """Checkpoints, and resuming a job from one after a rank was lost.
 
-A synchronous job is only as reliable as its least reliable rank: when one process dies,
-the others wait in an allreduce that cannot complete and the job ends (`workbench.launch.job`),
-losing what it learned unless it was saved. So rank 0 (the replicas are identical) saves,
-every `checkpoint_every` epochs, all the rest of the run depends on:
-
-- the model's parameters and the optimizer's state (momentum buffers, Adam's moments and
-  step count): without the latter the resumed run would take different steps;
-- the number of epochs completed: each epoch's sample order is drawn from (`seed`, epoch)
-  (`sharding.epoch_order`) and the held-out samples from `seed`, so that is all the data
-  order needs.
-
-The file is written atomically (records/store.py `atomic_file`): a crash while saving
-leaves the previous checkpoint intact, never half of a new one.
-
-`workbench run --resume RUN_ID` starts a new run that loads the last checkpoint of RUN_ID
-and continues from the next epoch (its configuration is merged before launch:
-records/resume.py), reaching the same final parameters as a run never interrupted. The
-steps after the checkpoint are done again: saving more often loses less work, and costs a
-save each time (how often is best: synchronization/checkpoint_interval.py, Young's
-formula). A failure on purpose, to try it: lab_hooks.py.
+When one rank dies, a synchronous job ends and loses what it learned unless it was saved.
+So rank 0 saves, every `checkpoint_every` epochs and atomically, what the rest of the run
+depends on: the parameters, the optimizer's state (momentum, Adam's moments) and the epochs
+done (the data order follows from `seed` and the epoch). `workbench run --resume RUN_ID`
+continues from the next epoch to the same final parameters as a run never interrupted.
+How often to save: synchronization/checkpoint_interval.py (Young's formula).
 """
 
 from __future__ import annotations

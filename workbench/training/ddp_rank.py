@@ -1,26 +1,12 @@
 """torchrun --standalone --nproc-per-node 2 -m workbench.training.ddp_rank
 
 One rank of a PyTorch DistributedDataParallel job, started by `torchrun`: by the workbench
-(`workbench run --engine torch`), or by hand as above, with any flag of `workbench run`
-(`--epochs 1 --batch-size 16`); then the ranks keep their record in ./runs themselves
-(rank/context.py), and `workbench show RUN` opens it.
-
-The same steps as the Horovod rank, in PyTorch's words (Li et al., VLDB 2020,
-arXiv:2006.15704):
-
-1. `dist.init_process_group`: join the job (gloo on CPU; on GPUs NCCL, told the rank's
-   GPU up front with `device_id=`, so the GPU is taken before joining).
-2. Pin the device: one GPU per local rank, or this rank's share of the CPU cores.
-3-4. Wrap the model in `DistributedDataParallel`: its constructor broadcasts rank 0's
-   parameters, and during `backward()` it averages gradients with allreduce, bucket by
-   bucket (the first one capped at 1 MiB, the rest at `bucket_cap_mb` = 25 MiB),
-   overlapping communication with the backward pass.
-5. Shard the data: each rank trains on its own slice of every global batch.
-
-DDP averages with its own reducer; `DDPSync` times what `backward()` waits for it, so a
-step splits into computing and time blocked on synchronization. Each step line also gives
-the bytes this rank holds and sends (sharded/memory.py, traffic.py), beside the sharded
-engines' figures.
+(`workbench run --engine torch`), or by hand as above, with any flag of `workbench run`.
+The Horovod rank's steps in PyTorch's words (Li et al., VLDB 2020, arXiv:2006.15704):
+1. `dist.init_process_group` (gloo; NCCL on GPUs, told its GPU with `device_id=`);
+2. pin the device; 3-4. wrap the model in `DistributedDataParallel`, which broadcasts rank
+0's parameters and averages gradients bucket by bucket during `backward()` with its own
+reducer; 5. shard the data. `DDPSync` times what `backward()` waits for it.
 """
 
 from __future__ import annotations

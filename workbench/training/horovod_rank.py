@@ -1,22 +1,12 @@
 """horovodrun -np 2 --gloo -H localhost:2 python -m workbench.training.horovod_rank
 
 One rank of a Horovod data-parallel job, started by `horovodrun`: by the workbench
-(`workbench run --engine horovod`), or by hand as above, with any flag of `workbench run`
-(`--epochs 1 --batch-size 16`); then the ranks keep their record in ./runs themselves
-(rank/context.py), and `workbench show RUN` opens it.
-
-The five Horovod steps appear in order in `main()`, as in Horovod's own
-examples/pytorch/pytorch_mnist.py (Sergeev & Del Balso 2018, arXiv:1802.05799):
-
-1. `hvd.init()`: join the job; learn this process's rank and the world size.
-2. Pin the device: one GPU per local rank (on a CPU: its own cores and threads), so
-   ranks do not collide.
-3. Broadcast the initial parameters (and any optimizer state) from rank 0, so every
-   replica starts identical.
-4. Wrap the optimizer in `hvd.DistributedOptimizer`: during `backward()` each gradient is
-   averaged across ranks with allreduce, overlapping communication with the rest of the
-   backward pass; `step()` waits for the averages and updates.
-5. Shard the data: each rank trains on its own slice of every global batch.
+(`workbench run --engine horovod`), or by hand as above, with any flag of `workbench run`.
+The five Horovod steps of examples/pytorch/pytorch_mnist.py (Sergeev & Del Balso 2018,
+arXiv:1802.05799), in order in `main()`: 1. `hvd.init()`; 2. pin the device (a GPU per
+local rank, or this rank's cores); 3. broadcast rank 0's parameters and optimizer state;
+4. `hvd.DistributedOptimizer`, which averages each gradient with allreduce during
+`backward()`; 5. shard the data.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """The training loop every rank runs, whatever the engine.
 
-The engines differ only in how gradients are averaged: one small `Synchronizer`
-(synchronizer.py), given the optimizer. The step itself is plain SGD, the whole of it in
-`train_step` (the labs' additions, a fault, a warm-up, a straggler: lab_hooks.py):
-
     zero_grad -> forward -> loss -> backward -> wait for the averaged gradients -> step
 
-DDP averages bucket by bucket *during* `backward()`; Horovod's wrapped optimizer starts an
-allreduce per gradient during `backward()` and `synchronize()` waits for them; the naive
-engine averages one gradient after another once `backward()` has returned.
-
-With gradient accumulation (`accumulate` k > 1) forward, loss and backward run on k
-micro-batches of `batch_size` in turn, each loss divided by k, so the gradients add up to
-those of one batch of k·b; only the last backward pass synchronizes (DDP's `no_sync()`,
-Horovod's `backward_passes_per_step`): k times fewer bytes per sample.
-
-Each step records how long it *computed* (forward + backward) and how long it then waited
-for synchronization not hidden behind the backward pass (timing.py: the wall clock on
-CPUs, CUDA events on a GPU); its metrics line is computed and written with the others of
-the last half second, later, so that reading them costs a step nothing and never leaves a
-GPU idle (timing.py's `StepLog`). What a rank builds
-first: setup.py; the held-out evaluation and the saved results: evaluation.py.
+The engines differ only in how gradients are averaged, a `Synchronizer` (synchronizer.py):
+DDP during `backward()` bucket by bucket, Horovod per gradient during `backward()` then
+`synchronize()`, the naive engine after it. With `accumulate` k > 1 the step runs k
+micro-batches, each loss divided by k, and only the last backward pass synchronizes. Each
+step records its compute and unhidden wait, written later with others (timing.py's StepLog).
 """
 
 from __future__ import annotations

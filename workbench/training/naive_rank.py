@@ -1,32 +1,12 @@
 """torchrun --standalone --nproc-per-node 2 -m workbench.training.naive_rank
 
 One rank of a naive data-parallel job, started by `torchrun`: by the workbench
-(`workbench run --engine naive`), or by hand as above, with any flag of `workbench run`;
-then the ranks keep their record in ./runs themselves (rank/context.py).
-
-Data parallelism built from the ring allreduce of notebook 04 (`ring_allreduce.py`), and
-nothing else. Once `backward()` has returned, every gradient is summed around the ring
-and divided by the number of ranks, one tensor after another. Like picotron's
-`DataParallelNaive` beside `DataParallelBucket`, it is not used in practice: it is the
-starting point that shows what DDP and Horovod add.
-
-Why it is slower than DDP and Horovod, which average the very same gradients:
-
-- **No overlap.** Communication starts only when the whole backward pass is done, so every
-  second of it adds to the step. DDP and Horovod send a gradient as soon as `backward()`
-  has produced it, while the layers below are still being differentiated.
-- **No buckets.** One ring allreduce per parameter tensor. Each costs 2(p−1) messages
-  (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
-  workstations", J. Parallel Distrib. Comput. 69(2), 2009), so the latency term
-  2(p−1)·α is paid once per tensor: twice per layer (weight and bias). DDP packs
-  gradients into buckets (1 MiB first, then 25 MiB) and Horovod fuses them (Tensor Fusion),
-  paying it once per bucket.
-- **Python, one message at a time.** Each ring step is an `isend` and a `recv` from
-  Python, where gloo's own allreduce runs its ring in C++.
-
-The result is exact all the same: N ranks with batch b follow one process with batch N·b.
-The steps of `main()` are those of the DDP rank, with our synchronizer in place of DDP. It
-runs on CPUs only, over gloo (workbench/launch/devices.py says why not on GPUs).
+(`workbench run --engine naive`), or by hand as above, with any flag of `workbench run`.
+Data parallelism from notebook 04's ring allreduce and nothing else: once `backward()` has
+returned, each gradient in turn is summed around the ring and divided by the ranks (like
+picotron's `DataParallelNaive`). Exact, and slower than DDP and Horovod: no overlap, no
+buckets, one Python message at a time (docs/ARCHITECTURE.md, "The engines' rank modules").
+CPUs only, over gloo.
 """
 
 from __future__ import annotations

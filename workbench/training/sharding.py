@@ -1,15 +1,10 @@
 """How the samples of an epoch are split between ranks.
 
-The rule that makes data parallelism *exactly* equivalent to serial training:
-
-1. Every rank draws the same seeded permutation of the dataset for epoch `e`.
-2. That order is cut into *global* batches of `world_size × batch_size` samples.
-3. Rank `r` takes the `r`-th slice of `batch_size` samples of each global batch.
-
-Each rank computes the mean loss over its slice; averaging the gradients of the slices
-(what Horovod's allreduce and DDP do) gives the gradient of the mean loss over the whole
-global batch. So N ranks with batch b take the same steps as one process with batch N·b.
-An incomplete last global batch is dropped, in both cases, to keep every slice equal.
+Every rank draws the same seeded permutation for epoch `e`, cut into global batches of
+`world_size × batch_size`; rank `r` takes the `r`-th slice of each. Averaging the slices'
+gradients gives the gradient of the mean loss over the global batch, so N ranks with batch
+b take the same steps as one process with batch N·b. An incomplete last global batch is
+dropped, in both cases.
 """
 
 from __future__ import annotations
