@@ -1,4 +1,5 @@
-"""`workbench.launch`: a user's own function or script on real ranks, and the rank-side API.
+"""`workbench.launch`: a user's own function or script on real ranks (the rank-side API
+alone: tests/rank/test_api.py).
 
 Each test starts a real job (torchrun ranks start fastest; Horovod is covered in
 test_launch_notebook.py and by the data-parallel exercise). The functions are defined in this
@@ -17,7 +18,6 @@ import pytest
 import workbench
 from workbench.launch.by_value import source_of
 from workbench.launch.processes import job_processes, live_rank_pids
-from workbench.rank import protocol
 from workbench.ui import RunPanel
 from workbench.ui.run_controls import what_ran
 
@@ -176,23 +176,6 @@ def test_forked_ranks_report_the_workbenchs_own_frames_and_each_failure_once(tmp
     assert job.wait(60) == "failed"
     assert "returned a lock that cannot be pickled" in job.summary["failure"]["error"]
     assert job.record().log(0).count("Traceback (most recent call last)") == 1
-
-
-def test_the_rank_api_outside_a_job_lets_the_same_function_run_in_a_cell(monkeypatch):
-    for var in ("HOROVOD_RANK", "RANK", "HOROVOD_SIZE", "WORLD_SIZE", "LOCAL_RANK"):
-        monkeypatch.delenv(var, raising=False)
-    assert (workbench.rank(), workbench.size(), workbench.local_rank()) == (0, 1, 0)
-    assert count_and_return(2)["sum"] == 1          # report() does nothing outside a job
-    monkeypatch.setenv("RANK", "3")
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    assert (workbench.rank(), workbench.size()) == (3, 4)   # torchrun's variables
-
-
-def test_report_refuses_values_that_are_not_one_number(monkeypatch):
-    """workbench.rank.api.report(), in a rank (a context attached), takes numbers only."""
-    monkeypatch.setattr(protocol, "_current", object())
-    with pytest.raises(TypeError, match=r"report\(loss=...\) takes a number.*loss.item\(\)"):
-        workbench.report(loss=[1.0, 2.0])
 
 
 @pytest.mark.timeout(90)
