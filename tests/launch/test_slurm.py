@@ -422,13 +422,13 @@ def _where_am_i() -> tuple:
 @needs_cluster
 @pytest.mark.timeout(300)
 def test_a_pool_of_warm_ranks_through_slurm(cluster: str, tmp_path: Path) -> None:
-    """Slurm places the pool's ranks; they reach their owner over TCP and show the pool's
-    token: a stranger who connects first with a wrong one, or says nothing, is shut out and
-    holds up no rank. Calls run in the Slurm job's ranks; close() ends that job."""
+    """Slurm places the pool's ranks; they reach their owner over TCP, on the address this
+    host's name resolves to, and prove they hold the pool's key: a stranger who connects
+    first without it, or says nothing, is shut out and holds up no rank for long. Calls run
+    in the Slurm job's ranks; close() ends that job."""
     import socket
 
     import workbench
-    from workbench.rank import channel
 
     pool = workbench.ranks(np=2, engine="torch", runs_dir=str(tmp_path / "runs"),
                            launcher="slurm")
@@ -436,11 +436,14 @@ def test_a_pool_of_warm_ranks_through_slurm(cluster: str, tmp_path: Path) -> Non
         address = pool._ranks.address
         assert address.startswith("tcp:"), address
         host, port = address[len("tcp:"):].rsplit(":", 1)
+        assert pool._ranks.server.getsockname()[0] == socket.gethostbyname(host)
         stranger = socket.create_connection((host, int(port)), timeout=60)
-        channel.send(stranger, {"op": "hello", "rank": 0, "pid": 1, "token": "a guess"})
+        stranger.recv(100)                                 # the challenge
+        stranger.sendall(b"\x00\x00\x00\x10" + b"a guess 16 bytes")
         silent = socket.create_connection((host, int(port)), timeout=60)
         pool.wait_ready(240)
-        assert stranger.recv(1) == b""                     # closed by the pool
+        assert stranger.recv(100)[4:] == b"#FAILURE#"      # and closed by the pool
+        assert pool._ranks.key not in (pool.job.run_dir / "config.json").read_text()
         job_id = str(json.loads((pool.job.run_dir / "slurm" / "job.json").read_text())[
             "slurm_job_id"])
         assert in_queue(job_id)

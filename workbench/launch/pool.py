@@ -40,10 +40,9 @@ class _Ranks:
     """One start of a pool's ranks: their job, their sockets, whether they are all there."""
 
     def __init__(self, pool: Pool) -> None:
-        self.pool, self.token = pool, channel.new_token()
+        self.pool, self.key = pool, channel.new_key()
         # bound before the ranks start; over TCP when Slurm may place them on other hosts
-        self.server, self.address = channel.listen(
-            pool.np, tcp=pool.fields.get("launcher") == "slurm")
+        self.server, self.address = channel.listen(tcp=pool.fields.get("launcher") == "slurm")
         self.conns: dict[int, Any] = {}
         self.lost: dict[int, int] = {}      # rank -> pid, of ranks whose channel closed
         self.pids: dict[int, int] = {}
@@ -51,48 +50,39 @@ class _Ranks:
         self.job = start_module(pool.engine, pool.np, POOL_RANK_MODULE,
                                 ["--address", self.address], name=f"pool-{pool.engine}",
                                 stall_timeout=IDLE_FOR_EVER_S,
-                                env=[f"{channel.ENV_TOKEN}={self.token}"], **pool.fields)
+                                env=[f"{channel.ENV_KEY}={self.key}"], **pool.fields)
         threading.Thread(target=self._accept, name=f"pool-{self.job.run_id}",
                          daemon=True).start()
 
     def _accept(self) -> None:
-        """Take every connection until each rank has one; greet each in a thread of its own
-        (a peer that says nothing holds up no one)."""
-        self.server.settimeout(0.2)
+        """Take connections one at a time until every rank has proved itself and said which
+        rank it is; then follow each rank in a thread of its own."""
         while len(self.conns) < self.pool.np and not self.job.done:
             try:
-                conn, _ = self.server.accept()
+                conn = channel.accept(self.server, self.key)
             except TimeoutError:
                 continue
             except OSError:
                 return  # closed
-            threading.Thread(target=self._greet, args=(conn,), daemon=True).start()
+            hello = channel.receive(conn, channel.MAX_REPLY) if conn and conn.poll(
+                channel.HELLO_S) else None
+            rank = hello[0].get("rank") if hello else None
+            if not isinstance(rank, int) or not 0 <= rank < self.pool.np or rank in self.conns:
+                if conn:
+                    conn.close()
+                continue
+            self.pids[rank], self.conns[rank] = hello[0].get("pid", -1), conn
+            threading.Thread(target=self._follow, args=(rank, conn), daemon=True).start()
         self.server.close()
-
-    def _greet(self, conn: Any, hello_s: float = 30.0) -> None:
-        """Keep `conn` if its first message is a rank's hello with the pool's token, then
-        follow it; close it otherwise."""
-        conn.settimeout(hello_s)
-        hello = channel.receive(conn)
-        header = hello[0] if hello is not None else {}
-        rank = header.get("rank")
-        if (header.get("op") != "hello" or not channel.trusted(conn, header, self.token)
-                or not isinstance(rank, int) or not 0 <= rank < self.pool.np
-                or rank in self.conns):
-            conn.close()
-            return
-        conn.settimeout(None)
-        self.pids[rank], self.conns[rank] = header.get("pid", -1), conn
         if len(self.conns) == self.pool.np:
             self.ready.set()
-        self._follow(rank, conn)
 
     def _follow(self, rank: int, conn: Any) -> None:
         """Pass this rank's replies to its call; note when its channel closes."""
-        while (message := channel.receive(conn)) is not None:
+        while (message := channel.receive(conn, channel.MAX_REPLY)) is not None:
             header = message[0]
             if header.get("op") == "done":
-                self.pool.replied(header["id"], rank, bool(header["ok"]),
+                self.pool.replied(header.get("id"), rank, bool(header.get("ok")),
                                   list(header.get("left") or []))
         self.lost[rank] = self.pids.get(rank, -1)
         self.pool.lost(self)

@@ -1,99 +1,116 @@
-"""The channel between a pool of warm ranks and the process that owns it (launch/pool.py).
+"""The channel between a pool of warm ranks and its owner: `multiprocessing.connection`.
 
-One stream connection per rank: an abstract Unix socket on the owner's host (no file left
-behind; only our own user's processes, `SO_PEERCRED`), TCP for ranks Slurm places elsewhere.
-A rank proves it is one of the pool's with the pool's secret token in its first message.
-A message is one frame, `| header length | payload length | header (JSON) | payload |`:
-"call", "interrupt", "quit" from the owner; "hello", "done" from a rank (JSON only: the
-owner never unpickles what a rank sends). See docs/ARCHITECTURE.md, "Warm ranks".
+An abstract Unix socket, or TCP on the address this host's name resolves to when Slurm
+places the ranks. Both ends prove they hold the pool's key (the standard library's
+challenge, each way) before anything else is read; the owner takes one connection at a
+time, gives each `HELLO_S`, reads at most `MAX_REPLY` bytes a message, and never unpickles
+one. The key reaches the ranks in the job's 0600 secrets file (`ENV_KEY` is a secret, not a
+WORKBENCH_ variable). Why: docs/ARCHITECTURE.md, "Warm ranks".
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import os
 import secrets
 import socket
 import struct
+from multiprocessing.connection import (
+    AuthenticationError,
+    Client,
+    Connection,
+    answer_challenge,
+    deliver_challenge,
+)
 from typing import Any
 
 from workbench.records.liveness import this_host
 
-_SIZES = struct.Struct("!II")
-ENV_TOKEN = "WORKBENCH_POOL_TOKEN"
+ENV_KEY = "POOL_KEY"
+MAX_REPLY = 1 << 16  # bytes: a rank's reply is a few dozen
+HELLO_S = 5.0        # seconds a connection gets to prove it holds the key
 _TCP = "tcp:"
 
 
-def new_token() -> str:
-    """A pool's secret (its ranks show it in their hello)."""
+def new_key() -> str:
+    """A pool's key (its ranks prove they hold it, and it proves it to them)."""
     return secrets.token_hex(32)
 
 
-def listen(backlog: int, tcp: bool = False) -> tuple[socket.socket, str]:
-    """(a listening socket, the address its ranks connect to): an abstract Unix socket with a
-    random name (two pools never meet), or with `tcp` a port on every interface, as
-    "tcp:<this host's name>:<port>"."""
+def listen(tcp: bool = False) -> tuple[socket.socket, str]:
+    """(a listening socket, the address its ranks connect to): an abstract Unix socket of a
+    random name, or with `tcp` a port of the system's choice on this host's address. It
+    waits at most 0.2 s in accept(), so the thread accepting sees the pool end."""
     if tcp:
-        server = socket.create_server(("", 0), backlog=backlog)
-        return server, f"{_TCP}{this_host()}:{server.getsockname()[1]}"
-    address = f"workbench-pool-{os.getuid()}-{secrets.token_hex(16)}"
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind("\0" + address)  # a leading NUL byte: the abstract namespace, no file
-    server.listen(backlog)
+        server = socket.create_server((socket.gethostbyname(this_host()), 0), backlog=16)
+        address = f"{_TCP}{this_host()}:{server.getsockname()[1]}"
+    else:
+        address = f"workbench-pool-{os.getuid()}-{secrets.token_hex(16)}"
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind("\0" + address)  # a leading NUL: the abstract namespace, no file
+        server.listen(16)
+    server.settimeout(0.2)
     return server, address
 
 
-def trusted(conn: socket.socket, hello: dict[str, Any], token: str) -> bool:
-    """True when the peer showed the pool's token and, on a Unix socket, runs as our user."""
-    if conn.family == socket.AF_UNIX:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        if struct.unpack("3i", creds)[1] != os.getuid():
-            return False
-    shown = hello.get("token")
-    return isinstance(shown, str) and hmac.compare_digest(shown.encode(), token.encode())
+def accept(server: socket.socket, key: str) -> Connection | None:
+    """The next connection once its peer proved it holds `key` (on a Unix socket, also that
+    it runs as this user) within HELLO_S seconds; None for any other, closed. (This is what
+    `Listener(authkey=...).accept()` does, with a time limit: a silent peer would hold it
+    up for ever.) Raises TimeoutError when no one connected within 0.2 s."""
+    sock, _ = server.accept()
+    sock.setblocking(True)
+    try:
+        if sock.family == socket.AF_UNIX and peer_uid(sock) != os.getuid():
+            raise AuthenticationError("another user")
+        _time_limit(sock, HELLO_S)
+        conn = Connection(os.dup(sock.fileno()))
+        try:
+            deliver_challenge(conn, key.encode())
+            answer_challenge(conn, key.encode())
+        except BaseException:
+            conn.close()
+            raise
+        _time_limit(sock, 0)
+        return conn
+    except (OSError, EOFError, AuthenticationError):
+        return None
+    finally:
+        sock.close()
 
 
-def connect(address: str) -> socket.socket:
-    """Connect to the owner at `address` (see `listen`)."""
+def connect(address: str, key: str) -> Connection:
+    """Connect to the owner at `address` (see `listen`); both ends prove they hold `key`."""
     if address.startswith(_TCP):
         host, _, port = address[len(_TCP):].rpartition(":")
-        conn = socket.create_connection((host, int(port)), timeout=60)
-        conn.settimeout(None)
-        return conn
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect("\0" + address)
-    return conn
+        return Client((host, int(port)), "AF_INET", authkey=key.encode())
+    return Client("\0" + address, "AF_UNIX", authkey=key.encode())
 
 
-def send(conn: socket.socket, header: dict[str, Any], payload: bytes = b"") -> None:
-    """Send one frame (the whole of it, or raise OSError)."""
-    head = json.dumps(header).encode()
-    conn.sendall(_SIZES.pack(len(head), len(payload)) + head + payload)
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket, as the kernel says."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
 
 
-def receive(conn: socket.socket) -> tuple[dict[str, Any], bytes] | None:
-    """The next frame as (header, payload); None when the other side has closed."""
-    sizes = _exactly(conn, _SIZES.size)
-    if sizes is None:
+def _time_limit(sock: socket.socket, seconds: float) -> None:
+    """A kernel time limit on each read and write of the socket (0: none)."""
+    limit = struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
+    for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
+        sock.setsockopt(socket.SOL_SOCKET, option, limit)
+
+
+def send(conn: Connection, header: dict[str, Any], payload: bytes = b"") -> None:
+    """Send one message (or raise OSError)."""
+    conn.send_bytes(json.dumps(header).encode() + b"\0" + payload)
+
+
+def receive(conn: Connection, maxlength: int | None = None) -> tuple[dict[str, Any], bytes] | None:
+    """The next message as (header, payload); None when the other side has closed, or sent
+    more than `maxlength` bytes or something that is not a message."""
+    try:
+        head, _, payload = conn.recv_bytes(maxlength).partition(b"\0")
+        header = json.loads(head)
+    except (OSError, EOFError, ValueError):
         return None
-    head_len, payload_len = _SIZES.unpack(sizes)
-    head = _exactly(conn, head_len)
-    payload = _exactly(conn, payload_len) if payload_len else b""
-    if head is None or payload is None:
-        return None
-    return json.loads(head), payload
-
-
-def _exactly(conn: socket.socket, n: int) -> bytes | None:
-    chunks, left = [], n
-    while left:
-        try:
-            chunk = conn.recv(min(left, 1 << 20))
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+    return (header, payload) if isinstance(header, dict) else None

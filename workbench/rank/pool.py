@@ -64,15 +64,14 @@ class Rank:
 
     def __init__(self, ctx: RankContext, address: str) -> None:
         self.ctx = ctx
-        self.conn = channel.connect(address)
-        self.token = os.environ.pop(channel.ENV_TOKEN, "")  # not for the calls' code
+        # the key, from the job's 0600 secrets file, is not for the calls' code
+        self.conn = channel.connect(address, os.environ.pop(channel.ENV_KEY, ""))
         self.calls: queue.Queue[tuple[dict[str, Any], bytes] | None] = queue.Queue()
         self.running: int | None = None  # the id of the call in progress
         signal.signal(signal.SIGINT, self._on_interrupt)
 
     def serve(self) -> None:
-        channel.send(self.conn, {"op": "hello", "rank": self.ctx.rank, "pid": os.getpid(),
-                                 "token": self.token})
+        channel.send(self.conn, {"op": "hello", "rank": self.ctx.rank, "pid": os.getpid()})
         threading.Thread(target=self._read, name="pool-reader", daemon=True).start()
         while (message := self.calls.get()) is not None:
             header, payload = message
