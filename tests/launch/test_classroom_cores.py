@@ -212,70 +212,60 @@ def test_a_queued_job_can_be_stopped_and_leaves_the_queue(tmp_path, two_cores):
     assert cores.snapshot() == {"held": [], "waiting": []}
 
 
-def ticket(n_cores: int, user: str, monkeypatch) -> cores.Ticket:
-    monkeypatch.setenv("JUPYTERHUB_USER", user)
+def ticket(n_cores: int) -> cores.Ticket:
     return cores.Ticket(f"run-{uuid.uuid4().hex[:6]}", n_cores, cores.settings())
 
 
-def test_the_queue_is_first_in_first_out(two_cores, monkeypatch):
-    monkeypatch.setenv(cores.ENV_JOBS_PER_USER, "0")
-    one = ticket(1, "ann", monkeypatch)
+def test_the_queue_is_first_in_first_out(two_cores):
+    one = ticket(1)
     assert one.poll() and one.cores == [two_cores[0]]
-    both = ticket(2, "ann", monkeypatch)
-    small = ticket(1, "ann", monkeypatch)
+    both = ticket(2)
+    small = ticket(1)
     # A core is free, but `small` asked after `both`: it does not overtake.
     assert not both.poll() and not small.poll()
     assert (both.position, small.position) == (1, 2)
+    assert f"its turn: 1 job(s) asked first, root's run {both.run_id}" in small.reason
     one.release()
     assert not small.poll() and both.poll() and both.cores == two_cores
     both.release()
     assert small.poll() and small.position == 0
+    small.release()
 
 
-def test_the_per_user_limit_is_one_on_a_hub_and_holds_only_that_user(two_cores, monkeypatch):
+def test_the_per_user_limit_is_one_on_a_hub(two_cores, monkeypatch):
     assert cores.settings().jobs_per_user == 0                  # not on a hub: no limit
-    ann = ticket(1, "ann", monkeypatch)                         # JUPYTERHUB_USER: on a hub
+    monkeypatch.setenv("JUPYTERHUB_API_URL", "http://hub:8081/hub/api")
     assert cores.settings().jobs_per_user == 1
-    assert ann.poll()
-    ann_again = ticket(1, "ann", monkeypatch)
-    bob = ticket(1, "bob", monkeypatch)
-    assert not ann_again.poll()                                 # a core is free, but ann runs
-    assert bob.poll() and ann_again.position == 1               # bob is not held up by ann
-    ann.release()
-    bob.release()
-    assert ann_again.poll()
+    mine = ticket(1)
+    assert mine.poll()
+    again, none = ticket(1), ticket(0)
+    assert not again.poll() and not none.poll()                 # a core is free, but I run
+    assert "one of your running jobs to end (WORKBENCH_JOBS_PER_USER=1)" in again.reason
+    mine.release()
+    assert again.poll()
+    again.release()
+    none.release()
 
 
 @needs_two_cores
-def test_a_job_that_starts_unbound_after_queueing_names_its_run_in_the_warning(
-        tmp_path, two_cores, monkeypatch):
-    """Its warning is given from the queue's thread, where no line of the caller's is."""
-    holder = ticket(1, "ann", monkeypatch)              # on a hub: ann's one job at a time
+def test_a_job_needing_more_cores_than_the_host_queues_then_takes_them_all(
+        tmp_path, two_cores):
+    """Its warning is given from the queue's thread, where no line of the caller's is: it
+    names the run."""
+    holder = ticket(1)
     assert holder.poll()
     with pytest.warns(UserWarning, match="speedups will flatten"):  # said at once
-        job = start(tmp_path, threads_per_rank=3)       # 3 cores of 2: unbound, in its turn
+        job = start(tmp_path, threads_per_rank=3)       # 3 cores of 2: in its turn
     assert job.status == "queued" and len(job.warnings) == 1
     with pytest.warns(UserWarning) as said:
         holder.release()
         assert job.wait(120) == "succeeded"
-    text = "this job needs 3 cores and the host has 2: it runs without cores of its own"
+    text = "this job needs 3 cores and the host has 2: it takes them all, and its ranks share them"
     [warned] = [w for w in said if text in str(w.message)]
     assert str(warned.message) == f"run {job.run_id}: {text}"
     assert Path(warned.filename).name == "job.py"       # not threading.py
     assert job.warnings[1:] == [text] and job.summary["warnings"] == job.warnings
-
-
-def test_entries_of_a_dead_owner_are_dropped(tmp_path, monkeypatch):
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    owner = cores.owner_id(gone.pid)
-    gone.wait()
-    folder = tmp_path / "shared"
-    folder.mkdir()
-    (folder / "cores.json").write_text(json.dumps({"held": [
-        {"run_id": "crashed", "user": "ann", "owner": owner, "proof": "proof-" + "0" * 16,
-         "cores": [0], "since": 0}],
-        "waiting": []}))
-    assert cores.snapshot(folder) == {"held": [], "waiting": []}
+    assert job.summary["cores"] == two_cores
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [
@@ -293,7 +283,7 @@ def test_bad_sharing_settings_are_one_line_errors(tmp_path, monkeypatch, name, v
 def test_the_training_panel_shows_a_queued_job_and_its_place(tmp_path, two_cores, monkeypatch):
     from workbench.ui import TrainingPanel
 
-    holder = ticket(2, "ann", monkeypatch)                      # another job holds both cores
+    holder = ticket(2)                                          # another job holds both cores
     assert holder.poll()
     panel = TrainingPanel(runs_dir=str(tmp_path), engine="serial", np=1, model="logreg",
                           dataset="digits", epochs=1, threads_per_rank=1)
@@ -309,25 +299,13 @@ def test_the_training_panel_shows_a_queued_job_and_its_place(tmp_path, two_cores
         holder.release()
 
 
-def test_a_job_that_takes_no_cores_waits_only_behind_its_own_users_jobs(two_cores, monkeypatch):
-    """It takes nothing the jobs ahead wait for (cpu_bind="none", or more ranks than cores:
-    unbound), so it need not queue behind another user's job waiting for cores."""
-    monkeypatch.setenv(cores.ENV_JOBS_PER_USER, "0")
-    holder = ticket(1, "ann", monkeypatch)
+def test_a_job_that_takes_no_cores_waits_behind_its_own_users_jobs(two_cores):
+    """Behind another user's, it would not (tests/launch/test_shared_queue.py)."""
+    holder = ticket(1)
     assert holder.poll()
-    both = ticket(2, "ann", monkeypatch)                  # waits for the held core
-    unbound = ticket(0, "bob", monkeypatch)               # binds none: starts at once
-    too_big = ticket(3, "bob", monkeypatch)               # more than the host: unbound too
-    anns_own = ticket(0, "ann", monkeypatch)              # but not before ann's own job
-    small = ticket(1, "bob", monkeypatch)                 # takes a core: still first in, first out
-    assert not both.poll()
-    assert unbound.poll() and unbound.cores == []
-    assert too_big.poll() and too_big.cores == [] and "host has 2" in too_big.warning
-    assert not anns_own.poll() and not small.poll()
+    both, none = ticket(2), ticket(0)
+    assert not both.poll() and not none.poll()
     holder.release()
-    assert both.poll() and both.cores == two_cores
-    assert anns_own.poll() and not small.poll()
-    for t in (both, unbound, too_big, anns_own):
-        t.release()
-    assert small.poll()
-    small.release()
+    assert both.poll() and none.poll() and none.cores == []
+    both.release()
+    none.release()

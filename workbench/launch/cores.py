@@ -1,44 +1,49 @@
-"""Sharing one host's cores between jobs: disjoint core sets, a FIFO queue, a per-user limit.
+"""Sharing one host's cores between jobs: a kernel lock per core, and a queue of tickets.
 
-Every job on the host asks for its cores in one JSON file, `cores.json`, in a shared folder
-(`WORKBENCH_SHARED_DIR`, default /tmp/workbench-shared, made `1777` by an administrator);
-a `flock` makes each change atomic. First in, first out (one user's jobs held back by
-their limit hold up no one else), a per-user limit (`WORKBENCH_JOBS_PER_USER`), and when
-cores run short a job waits or runs unbound (`WORKBENCH_WHEN_BUSY`). An entry whose owner
-died is dropped. The rules in full: docs/ARCHITECTURE.md, "Sharing the host's cores".
+A job holds each of its cores with an `flock` on that core's file, and waits for them with a
+ticket: a file of its user's, placed by the time the kernel stamped on it, alive while its
+job holds its lock. Settings: `WORKBENCH_SHARED_DIR` (the folder), `WORKBENCH_WHEN_BUSY`
+(`queue` or `unbound`), `WORKBENCH_JOBS_PER_USER` (running jobs per user; 0: no limit, the
+default but on a JupyterHub: 1). Why, and what each guarantee rests on: docs/ARCHITECTURE.md,
+"Sharing the host's cores".
 """
 
 from __future__ import annotations
 
 import contextlib
-import getpass
+import fcntl
 import json
 import os
+import pwd
+import re
+import secrets
+import stat
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from workbench.config import ConfigError
 from workbench.hosts.cpu import affinity
-from workbench.launch import shared_file
-from workbench.launch.queue_file import MAX_STATE_BYTES, find, parse_state
-from workbench.records.liveness import started
+from workbench.records.private import folder_problem
 
 ENV_SHARED_DIR = "WORKBENCH_SHARED_DIR"
 ENV_WHEN_BUSY = "WORKBENCH_WHEN_BUSY"
 ENV_JOBS_PER_USER = "WORKBENCH_JOBS_PER_USER"
-STATE_FILE = "cores.json"
 WHEN_BUSY = ("queue", "unbound")
+TICKET = re.compile(r"(wait|run)-[0-9a-f]{16}")
+MAX_TICKET_BYTES = 4096
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_FIX = (f"set {ENV_SHARED_DIR} to a folder owned by root, that every user may write, with "
+        "the sticky bit (as root: install -d -m 1777 FOLDER)")
 
 
 @dataclass(frozen=True)
 class Settings:
-    """How this host shares its cores (see the module docstring)."""
+    """How this host shares its cores."""
 
     folder: Path
     when_busy: str
@@ -51,65 +56,197 @@ def on_a_hub() -> bool:
 
 
 def settings() -> Settings:
-    """Read the settings from the environment; a bad value is a ConfigError saying so."""
+    """The settings from the environment; a bad value, or an unsafe folder, is a one-line
+    ConfigError."""
     folder = Path(os.environ.get(ENV_SHARED_DIR) or "/tmp/workbench-shared")
     when_busy = os.environ.get(ENV_WHEN_BUSY) or "queue"
     if when_busy not in WHEN_BUSY:
         raise ConfigError(f"invalid {ENV_WHEN_BUSY}={when_busy!r}: expected queue or unbound")
-    limit_text = os.environ.get(ENV_JOBS_PER_USER) or ("1" if on_a_hub() else "0")
-    if not limit_text.isdigit():
-        raise ConfigError(f"invalid {ENV_JOBS_PER_USER}={limit_text!r}: expected a whole "
-                          "number of running jobs per user (0: no limit)")
-    with _folder(folder):
-        pass  # only the check (and the folder made if missing)
-    return Settings(folder, when_busy, int(limit_text))
+    limit = os.environ.get(ENV_JOBS_PER_USER) or ("1" if on_a_hub() else "0")
+    if not limit.isdigit():
+        raise ConfigError(f"invalid {ENV_JOBS_PER_USER}={limit!r}: expected a whole number "
+                          "of running jobs per user (0: no limit)")
+    os.close(open_folder(folder))
+    return Settings(folder, when_busy, int(limit))
 
 
-def current_user() -> str:
-    """The hub's user name when there is one, else the login name."""
-    return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+def user_name(uid: int) -> str:
+    """The login name of `uid`, or "uid N"."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
-def owner_id(pid: int | None = None) -> str:
-    """"pid:start time" of a process: a pid reused by a later process does not match."""
-    pid = os.getpid() if pid is None else pid
-    return f"{pid}:{started(pid)}"
+# ---------------------------------------------------------------------- the shared folder
+def open_folder(folder: Path) -> int:
+    """A descriptor of `folder`, made (mode 1777) if missing, each folder on its path opened
+    without following a link and refused, in one line, if another user than root owns it or
+    others may write it without the sticky bit: they could swap what is in it."""
+    real = Path(os.path.realpath(folder))
+    try:
+        real.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open("/", _DIR)
+    except OSError as err:
+        raise ConfigError(f"cannot share cores through {folder} ({err.strerror}): {_FIX}") from None
+    try:
+        for i, part in enumerate(real.parts[1:], start=2):
+            made = False
+            if i == len(real.parts):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o700, dir_fd=fd)  # no one else's until its mode is set
+                    made = True
+            child = os.open(part, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = child
+            if made:
+                os.fchmod(fd, 0o1777)
+            problem = folder_problem(os.fstat(fd))
+            if problem:
+                raise ConfigError(f"cannot share cores through {folder}: "
+                                  f"{Path(*real.parts[:i])} {problem}: {_FIX}")
+    except OSError as err:
+        os.close(fd)
+        raise ConfigError(f"cannot share cores through {folder} ({err.strerror}; a link is "
+                          f"not followed): {_FIX}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
+@dataclass
+class Entry:
+    """A live ticket as the kernel vouches for it: its user (the file's owner) and its place
+    (the file's status-change time, which only moves forward), with what its job asked."""
+
+    name: str
+    uid: int
+    since_ns: int
+    run_id: str = "?"
+    n_cores: int = 0
+    cores: list[int] = field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        return self.name.startswith("run-")
+
+    def __str__(self) -> str:
+        age = time.time() - self.since_ns / 1e9
+        return f"{user_name(self.uid)}'s run {self.run_id} ({age:.0f} s)"
+
+
+def tickets(folder_fd: int) -> list[Entry]:
+    """The live tickets in the folder, oldest first; this user's dead ones are removed."""
+    out = []
+    for name in filter(TICKET.fullmatch, os.listdir(folder_fd)):
+        with contextlib.suppress(OSError), _opened(name, folder_fd) as fd:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_TICKET_BYTES:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:  # its job holds it: alive
+                entry = Entry(name, st.st_uid, st.st_ctime_ns)
+                with contextlib.suppress(ValueError, TypeError, AttributeError):
+                    asked = json.loads(os.read(fd, MAX_TICKET_BYTES))
+                    entry.run_id, entry.n_cores = str(asked["run_id"])[:80], int(asked["n_cores"])
+                    entry.cores = [int(c) for c in asked.get("cores", [])][:4096]
+                out.append(entry)
+                continue
+            if st.st_uid == os.geteuid():  # ours, left by a kernel that died
+                os.unlink(name, dir_fd=folder_fd)
+    return sorted(out, key=lambda e: (e.since_ns, e.name))
+
+
+@contextlib.contextmanager
+def _opened(name: str, folder_fd: int, flags: int = _READ):
+    fd = os.open(name, flags, dir_fd=folder_fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def lock_core(folder_fd: int, core: int) -> int | None:
+    """A descriptor holding core `core`'s lock (its file made, read-only, if missing), or None
+    while another process holds it (or its file is not a plain file)."""
+    name = f"core-{core}"
+    try:
+        fd = os.open(name, _READ, dir_fd=folder_fd)
+    except FileNotFoundError:
+        try:
+            fd = os.open(name, _READ | os.O_CREAT | os.O_EXCL, 0o444, dir_fd=folder_fd)
+        except FileExistsError:
+            return None  # made by another job this instant: next time
+    except OSError:
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+    except BlockingIOError:
+        pass
+    os.close(fd)
+    return None
+
+
+def core_holder(folder_fd: int, core: int) -> str:
+    """Who holds core `core`'s lock, as the kernel lists it in /proc/locks."""
+    try:
+        with _opened(f"core-{core}", folder_fd) as fd:
+            st = os.fstat(fd)
+        device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == device:
+                pid = fields[4]
+                return f"pid {pid} ({user_name(os.stat(f'/proc/{pid}').st_uid)})"
+    except OSError:
+        pass
+    return "another process"
+
+
+# ---------------------------------------------------------------------- a job's ticket
 class Ticket:
     """One job's place: first in the queue, then holding its cores until released.
 
-    `n_cores` is 0 for a job that binds no cores here (`cpu_bind="none"`, several hosts):
-    it only counts towards its user's limit. Without `run_id`, `join` enters the queue.
+    `n_cores` is 0 for a job that binds no cores here (`cpu_bind="none"`, several hosts): it
+    only counts towards its user's limit. Without `run_id`, `join` enters the queue. `reason`
+    says what a waiting job waits for.
     """
 
     def __init__(self, run_id: str | None, n_cores: int, sharing: Settings) -> None:
         self.n_cores, self.sharing = n_cores, sharing
-        self.user = current_user()
         self.cores: list[int] | None = None   # once granted: the cores ([] = unbound)
-        self.warning: str | None = None       # once granted unbound: why
-        self._position = 0
-        self._released = False
-        self._guard = threading.Lock()  # poll() and release() one at a time, across threads
-        self._owner = owner_id()
+        self.warning: str | None = None       # once granted without cores of its own: why
+        self.reason = "its turn"
+        self._position, self._released, self._locks, self._fd = 0, False, [], -1
+        self._guard = threading.Lock()        # poll() and release(), one at a time
         if run_id is not None:  # else the job joins once its run has a name
             self.join(run_id)
 
     def join(self, run_id: str) -> None:
-        """Take the job's place at the back of the queue, under its run's name."""
-        self.run_id, sharing = run_id, self.sharing
-        with _folder(sharing.folder) as folder_fd:
-            for name, claim in shared_file.my_proofs(folder_fd).items():
-                if not _owner_alive(claim):  # left by a crashed kernel of ours
-                    shared_file.drop_proof(folder_fd, name)
-            self._proof = shared_file.make_proof(folder_fd, self._owner)
-        with _state(sharing.folder) as state:
-            state["waiting"].append(self._entry(n_cores=self.n_cores))
+        """Take the job's place at the back of the queue, under its run's name: a ticket
+        made 0600, locked, then readable (that change's time, the kernel's, is its place)."""
+        self.run_id, self._folder = run_id, open_folder(self.sharing.folder)
+        new, self._name = f".new-{secrets.token_hex(8)}", f"wait-{secrets.token_hex(8)}"
+        try:
+            self._fd = os.open(new, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                               | os.O_CLOEXEC, 0o600, dir_fd=self._folder)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            self._write()
+            os.rename(new, self._name, src_dir_fd=self._folder, dst_dir_fd=self._folder)
+            os.fchmod(self._fd, 0o644)
+        except OSError as err:
+            os.close(self._folder)
+            raise ConfigError(f"cannot queue for cores in {self.sharing.folder} "
+                              f"({err.strerror}): {_FIX}") from None
 
-    def _entry(self, **place: Any) -> dict[str, Any]:
-        """This job's entry: `n_cores` while it waits, `cores` once it holds them."""
-        return {"run_id": self.run_id, "user": self.user, "owner": self._owner,
-                "proof": self._proof, **place, "since": time.time()}
+    def _write(self, **more: Any) -> None:
+        data = json.dumps({"run_id": self.run_id, "n_cores": self.n_cores, **more}).encode()
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
 
     @property
     def granted(self) -> bool:
@@ -121,189 +258,101 @@ class Ticket:
         return 0 if self.granted else self._position
 
     def poll(self) -> bool:
-        """Take the cores if this job's turn has come; True once granted.
-
-        After `release()` it is always False: a released ticket never asks again (else a
-        poll racing a stop would put the job back in the queue, where no one would take it out).
-        """
+        """Take the cores if this job's turn has come; True once granted (never after
+        `release()`: a poll racing a stop must not queue the job again)."""
         with self._guard:
             if self.granted or self._released:
                 return self.granted and not self._released
-            return self._poll()
+            try:
+                return self._poll()
+            except OSError as err:
+                raise ConfigError(f"cannot queue for cores in {self.sharing.folder} "
+                                  f"({err.strerror}): {_FIX}") from None
 
     def _poll(self) -> bool:
-        with _state(self.sharing.folder) as state:
-            mine = find(state["waiting"], self.run_id)
-            if mine is None:  # dropped from a rebuilt file, say: ask again, at the back
-                mine = self._entry(n_cores=self.n_cores)
-                state["waiting"].append(mine)
-            ahead = state["waiting"][:state["waiting"].index(mine)]
-            self._position = 1 + len(ahead)
-            # First in, first out: wait behind anyone who asked earlier, unless they wait
-            # for their own user's running job (that must not hold up other users), or this
-            # job takes no cores (it takes nothing another user's job waits for).
-            if any(self._under_limit(e["user"], state) and not (
-                    self._takes_none(mine) and e["user"] != self.user) for e in ahead):
+        live = tickets(self._folder)
+        waiting = [e for e in live if not e.running]
+        mine = next((i for i, e in enumerate(waiting) if e.name == self._name), None)
+        if mine is None:
+            raise ConfigError(f"this job's ticket {self.sharing.folder / self._name} was "
+                              "removed by another process")
+        me, limit = os.geteuid(), self.sharing.jobs_per_user
+        running = Counter(e.uid for e in live if e.running)
+        held_back = lambda uid: limit and running[uid] >= limit  # noqa: E731
+        ahead = [e for e in waiting[:mine] if not held_back(e.uid)
+                 and not (self.n_cores == 0 and e.uid != me)]
+        self._position = mine + 1
+        if ahead:
+            self.reason = f"its turn: {len(ahead)} job(s) asked first, {ahead[0]} the first"
+            return False
+        if held_back(me):
+            mine_running = ", ".join(str(e) for e in live if e.running and e.uid == me)
+            self.reason = (f"one of your running jobs to end ({ENV_JOBS_PER_USER}={limit}): "
+                           f"{mine_running}")
+            return False
+        return self._take(live)
+
+    def _take(self, live: list[Entry]) -> bool:
+        """Lock the lowest free cores, or wait (or run unbound, with a warning)."""
+        host = affinity()
+        need = min(self.n_cores, len(host))
+        claimed = {c: e for e in live if e.running for c in e.cores}
+        for core in host:
+            if len(self._locks) < need and core not in claimed:
+                fd = lock_core(self._folder, core)
+                if fd is not None:
+                    self._locks.append((core, fd))
+        if len(self._locks) < need:
+            busy = [f"core {c}: {claimed[c]}" if c in claimed else
+                    f"core {c}: {core_holder(self._folder, c)}"
+                    for c in host if c not in dict(self._locks)]
+            self._unlock()
+            if self.sharing.when_busy == "queue":
+                self.reason = f"{need} free cores; busy: " + "; ".join(busy)
                 return False
-            if not self._could_start(mine, state):
-                return False
-            self.cores = self._take(state)
-            state["waiting"].remove(mine)
-            state["held"].append(self._entry(cores=self.cores))
+            self.warning = (f"only {len(host) - len(busy)} of the {need} cores this job needs "
+                            f"are free ({ENV_WHEN_BUSY}=unbound): it shares cores with other "
+                            "jobs, so both run slower")
+        elif self.n_cores > need:
+            self.warning = (f"this job needs {self.n_cores} cores and the host has {need}: it "
+                            "takes them all, and its ranks share them")
+        self.cores = [c for c, _ in self._locks]
+        self._write(cores=self.cores)
+        granted = f"run-{self._name[5:]}"
+        os.rename(self._name, granted, src_dir_fd=self._folder, dst_dir_fd=self._folder)
+        self._name = granted
         return True
+
+    def _unlock(self) -> None:
+        for _, fd in self._locks:
+            fcntl.flock(fd, fcntl.LOCK_UN)  # for every copy of it, a forked child's too
+            os.close(fd)
+        self._locks = []
 
     def release(self) -> None:
-        """Give the cores back (or leave the queue). Safe to call more than once.
-
-        If the file cannot be reached now (its lock held too long, say), the error is
-        raised and a thread keeps trying: the entry must not outlive its job.
-        """
-        with self._guard:  # a poll under way finishes first; none follows
-            self._released = True
-        try:
-            self._remove()
-        except (OSError, ConfigError):
-            threading.Thread(target=self._remove_later, name=f"release-{self.run_id}",
-                             daemon=True).start()
-            raise
-
-    def _remove_later(self, period_s: float = 2.0, give_up_s: float = 600.0) -> None:
-        end = time.monotonic() + give_up_s
-        while time.monotonic() < end:
-            time.sleep(period_s)
-            with contextlib.suppress(OSError, ConfigError):
-                self._remove()
+        """Give the cores back (or leave the queue). Safe to call more than once."""
+        with self._guard:
+            if self._released or self._fd < 0:  # (or it never joined the queue)
+                self._released = True
                 return
-
-    def _remove(self) -> None:
-        with _state(self.sharing.folder) as state:
-            for key in ("held", "waiting"):
-                state[key] = [e for e in state[key] if e["run_id"] != self.run_id]
-        with _folder(self.sharing.folder) as folder_fd:
-            shared_file.drop_proof(folder_fd, self._proof)
-
-    # ------------------------------------------------------------------ the rules
-    def _under_limit(self, user: str, state: dict[str, Any]) -> bool:
-        limit = self.sharing.jobs_per_user
-        return limit == 0 or sum(e["user"] == user for e in state["held"]) < limit
-
-    def _takes_none(self, entry: dict[str, Any]) -> bool:
-        """A job that binds no cores here, or needs more than the host has (it runs unbound)."""
-        return entry["n_cores"] == 0 or entry["n_cores"] > len(affinity())
-
-    def _could_start(self, entry: dict[str, Any], state: dict[str, Any]) -> bool:
-        """Whether `entry` may start now: its user is under the limit and cores suffice
-        (or the job will not wait for cores: it binds none, or runs unbound)."""
-        if not self._under_limit(entry["user"], state):
-            return False
-        return (self._takes_none(entry) or self.sharing.when_busy == "unbound"
-                or len(_free(state)) >= entry["n_cores"])
-
-    def _take(self, state: dict[str, Any]) -> list[int]:
-        """The lowest free cores, or [] (unbound, with a warning saying why)."""
-        free, need = _free(state), self.n_cores
-        if need == 0:
-            return []
-        if need > len(affinity()):
-            self.warning = (f"this job needs {need} cores and the host has "
-                            f"{len(affinity())}: it runs without cores of its own")
-            return []
-        if len(free) < need:
-            self.warning = (f"only {len(free)} of the {need} cores this job needs are free "
-                            f"({ENV_WHEN_BUSY}=unbound): it shares cores with other jobs, so "
-                            "both run slower")
-            return []
-        return free[:need]
+            self._released = True
+            self._unlock()
+            with contextlib.suppress(OSError):
+                os.unlink(self._name, dir_fd=self._folder)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            os.close(self._folder)
 
 
-def _free(state: dict[str, Any]) -> list[int]:
-    taken = {c for e in state["held"] for c in e["cores"]}
-    return [c for c in affinity() if c not in taken]
-
-
-def _owner_alive(owner: str) -> bool:
-    pid = owner.partition(":")[0]
+def snapshot(folder: Path | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Who holds which cores and who waits, for display: {"held": [...], "waiting": [...]}."""
+    fd = open_folder(folder or settings().folder)
     try:
-        return owner_id(int(pid)) == owner
-    except (psutil.Error, ValueError):
-        return False
-
-
-def _believed(folder_fd: int, entry: dict[str, Any], path: Path) -> bool:
-    """True if the entry's owner lives and runs as the user who made the entry's proof.
-
-    A dead owner's entry is dropped quietly (a kernel crashed); a live one's whose proof
-    is missing or someone else's is a forgery, dropped saying so in one line."""
-    owner = entry["owner"]
-    try:
-        if not _owner_alive(owner):
-            return False
-        uid = psutil.Process(int(owner.partition(":")[0])).uids().real
-    except psutil.Error:
-        return False
-    if shared_file.proof_owner(folder_fd, entry["proof"], owner) == uid:
-        return True
-    shared_file.say(f"{path} has an entry for run {entry['run_id']!r} in the name of pid "
-                    f"{owner.partition(':')[0]} (user {shared_file.user_name(uid)}) that "
-                    "this user did not make: not trusted, dropped")
-    return False
-
-
-def snapshot(folder: Path | None = None) -> dict[str, Any]:
-    """The host's allocation as it is now: {"held": [...], "waiting": [...]} (for display)."""
-    with _state(folder or settings().folder) as state:
-        return json.loads(json.dumps(state))
-
-
-@contextlib.contextmanager
-def _state(folder: Path) -> Iterator[dict[str, Any]]:
-    """The shared state, locked (`flock`) for the duration of the block, then written back.
-
-    The file is both the lock and the state, and is rewritten in place: in a sticky shared
-    folder only its creator could rename another file over it. What it holds is never
-    trusted: a file that is not the queue's (garbage, a JSON list, an entry without an
-    owner, a half-written file) is reported in one line and rebuilt from its valid
-    entries, and entries of dead owners are dropped (see `parse_state`).
-    """
-    path = folder / STATE_FILE
-    with _folder(folder) as folder_fd, \
-            os.fdopen(shared_file.open_file(folder_fd, STATE_FILE, folder), "r+b") as f, \
-            shared_file.locked(f.fileno(), path):
-        state, problems = parse_state(f.read(MAX_STATE_BYTES + 1))
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            shared_file.say(f"{path} {problems[0]}{more}: not trusted, rebuilt from its "
-                            "valid entries")
-        state = {key: [e for e in state[key] if _believed(folder_fd, e, path)]
-                 for key in ("held", "waiting")}
-        yield state
-        f.seek(0)
-        f.truncate()
-        f.write(json.dumps(state, indent=1).encode())
-        f.flush()
-
-
-@contextlib.contextmanager
-def _folder(folder: Path) -> Iterator[int]:
-    """The shared folder's descriptor for the block (created if missing). An unsafe folder,
-    or an OSError opening it or inside the block, is a one-line ConfigError."""
-    try:
-        folder_fd = shared_file.open_folder(folder)
-    except ConfigError as err:
-        raise ConfigError(f"cannot share cores through {folder}: {err}: {_FIX}") from None
-    except OSError as err:
-        raise _cannot_share(folder, err) from None
-    try:
-        yield folder_fd
-    except OSError as err:
-        raise _cannot_share(folder, err) from None
+        live = tickets(fd)
+        held = [{"run_id": e.run_id, "user": user_name(e.uid), "cores": e.cores,
+                 "since": e.since_ns / 1e9} for e in live if e.running]
+        waiting = [{"run_id": e.run_id, "user": user_name(e.uid), "n_cores": e.n_cores,
+                    "since": e.since_ns / 1e9} for e in live if not e.running]
+        return {"held": held, "waiting": waiting}
     finally:
-        os.close(folder_fd)
-
-
-def _cannot_share(folder: Path, err: OSError) -> ConfigError:
-    return ConfigError(f"cannot share cores through {folder} ({err.strerror or err}): {_FIX}")
-
-
-_FIX = (f"set {ENV_SHARED_DIR} to a folder every user can write that is owned by root and "
-        "sticky (as root: install -d -m 1777 FOLDER)")
+        os.close(fd)

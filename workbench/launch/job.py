@@ -139,6 +139,11 @@ class Job:
         return self.launcher.pending_reason if self._launched else None
 
     @property
+    def waiting_for(self) -> str | None:
+        """While queued: what the job waits for, and whose jobs hold it; else None."""
+        return self._ticket.reason if self._status == "queued" else None
+
+    @property
     def queue_position(self) -> int:
         """While queued: 1 when this job starts next, 2 behind it, ...; else 0."""
         return self._ticket.position if self._status == "queued" else 0

@@ -44,6 +44,17 @@ def user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
+def folder_problem(st: os.stat_result) -> str | None:
+    """What would let another user swap what is in a folder, from its stat; None: nothing
+    (it is ours or root's, and sticky if others may write it)."""
+    if st.st_uid not in (0, os.geteuid()):
+        return f"is owned by {user_name(st.st_uid)}"
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        mode = stat.S_IMODE(st.st_mode)
+        return f"may be written by others (mode {mode:o}) without the sticky bit"
+    return None
+
+
 def check_own(st: os.stat_result, path: Path | str) -> None:
     """Raise ForeignRecord unless `st` (of `path`) is owned by us and not writable by others."""
     me = os.geteuid()
