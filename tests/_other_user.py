@@ -42,21 +42,23 @@ def closed_to_others(path: Path) -> str | None:
     return None
 
 
-def other_user() -> tuple[int, int]:
-    """(uid, gid) of the second user, created if it does not exist yet."""
+def other_user(name: str = NAME) -> tuple[int, int]:
+    """(uid, gid) of the second user (or of another, `name`), created if it does not exist
+    yet."""
     try:
-        entry = pwd.getpwnam(NAME)
+        entry = pwd.getpwnam(name)
     except KeyError:
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
-                        "/usr/sbin/nologin", NAME], check=True, capture_output=True)
-        entry = pwd.getpwnam(NAME)
+                        "/usr/sbin/nologin", name], check=True, capture_output=True)
+        entry = pwd.getpwnam(name)
     return entry.pw_uid, entry.pw_gid
 
 
-def as_other(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    """Run `cmd` as the second user (no supplementary groups); its CompletedProcess."""
-    uid, gid = other_user()
-    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+def as_other(cmd: list[str], name: str = NAME, **kwargs) -> subprocess.CompletedProcess:
+    """Run `cmd` as the second user (or `name`), with its own groups only; its
+    CompletedProcess."""
+    uid, gid = other_user(name)
+    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups",
                            "--", *cmd], capture_output=True, text=True, timeout=120, **kwargs)
 
 

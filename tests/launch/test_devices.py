@@ -7,6 +7,7 @@ how many GPUs are visible; everything else (Horovod's build, the launchers) is r
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -108,7 +109,7 @@ def test_cpu_job_ranks_never_initialise_cuda(tmp_path, engine) -> None:
         assert event["cuda_initialized"] is False, rank
         assert event["timing"].startswith("wall clock"), rank
     assert job.record().config["device"] == "cpu"
-    cached = list((tmp_path / "runs" / ".cache").glob("*/digits-float32-*.x.npy"))
+    cached = list((tmp_path / "runs").glob(f".cache-uid{os.getuid()}/*/digits-float32-*.x.npy"))
     assert len(cached) == 1, "the ranks of a host share one prepared copy of the data"
 
 

@@ -6,6 +6,7 @@ are truly its own, made by its own processes, and the victim is this test proces
 
 from __future__ import annotations
 
+import json
 import pickle
 import shutil
 import sys
@@ -14,7 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _other_user import as_other, folder_for_other, needs_other_user, open_tmp, why_not
+from _other_user import (
+    as_other,
+    folder_for_other,
+    needs_other_user,
+    open_tmp,
+    other_user,
+    why_not,
+)
 
 from workbench.config import ConfigError, JobConfig
 from workbench.launch import start
@@ -192,3 +200,187 @@ def test_a_rank_reads_secrets_only_from_its_owners_0600_file(shared: Path) -> No
     assert made.returncode == 0, made.stderr
     with pytest.raises(SystemExit, match="belongs to wbother"):
         load_env_file({ENV_FILE: str(theirs / "secrets.json")})
+
+
+# ---------------------------------------------------------------------- modes, caps, sharing
+def _returns(value):
+    return value
+
+
+def _naps(seconds: float) -> float:
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def _returns_too_much() -> bytes:
+    from workbench.records.private import MAX_RETURN_BYTES
+
+    return b"x" * (MAX_RETURN_BYTES + 1)
+
+
+@pytest.mark.timeout(120)
+def test_a_umask_of_000_leaves_nothing_of_a_run_that_another_user_may_write(tmp_path) -> None:
+    import os
+
+    import workbench
+
+    before = os.umask(0)
+    try:
+        job = workbench.launch(_returns, 1, np=2, engine="fork", echo=False,
+                               runs_dir=str(tmp_path / "runs"))
+        assert job.wait(60) == "succeeded", job.summary
+    finally:
+        os.umask(before)
+    assert job.results() == [1, 1]
+    made = [tmp_path / "runs", *(tmp_path / "runs").rglob("*")]
+    assert [p for p in made if p.lstat().st_mode & 0o022] == []
+
+
+@needs_other_user
+@pytest.mark.timeout(120)
+def test_in_shared_mode_another_user_cannot_forge_an_exit_record(monkeypatch) -> None:
+    """A runs folder shared with another user's group, a umask of 002 (Debian's, for users
+    with a group of their own): the run's folders would be that group's to write into."""
+    import os
+
+    import workbench
+    _, gid = other_user()
+    base = open_tmp("wb-forge-")
+    runs = base / "runs"
+    runs.mkdir()
+    os.chown(runs, 0, gid)
+    runs.chmod(0o3775)
+    monkeypatch.setenv(ENV_RUN_FOLDERS, "shared")
+    before = os.umask(0o002)
+    try:
+        job = workbench.launch(_naps, 2.0, np=1, engine="fork", echo=False, runs_dir=str(runs))
+    finally:
+        os.umask(before)
+    try:
+        forged = '{"ok": false, "error": "forged", "time": 0}'
+        beat = f'{{"exit": {forged}}}'
+        tried = as_other(["sh", "-c", f"echo '{forged}' > {job.run_dir}/exit/rank0.json; "
+                                      f"echo '{beat}' > {job.run_dir}/heartbeat/rank0"])
+        assert tried.stderr.count("Permission denied") == 2, tried.stderr
+        assert job.wait(60) == "succeeded", job.summary
+    finally:
+        job.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@needs_other_user
+@pytest.mark.timeout(180)
+def test_one_runs_folder_for_several_users_lists_each_their_own_and_caches_apart() -> None:
+    import torch
+
+    from workbench.training.setup import build
+
+    base = open_tmp("wb-runs-")
+    runs = base / "runs"
+    runs.mkdir()
+    runs.chmod(0o1777)
+    try:
+        _, mine = new_run_dir(runs, "mine")
+        (mine / "config.json").write_text("{}")
+        cfg = JobConfig(engine="serial", model="logreg", dataset="digits", runs_dir=str(runs))
+        build(cfg, torch.device("cpu"))                  # my cache of the prepared data
+        theirs = as_other([sys.executable, "-c", (
+            "import sys, torch\nfrom workbench.config import JobConfig\n"
+            "from workbench.records import new_run_dir\n"
+            "from workbench.training.setup import build\n"
+            "run_id, run = new_run_dir(sys.argv[1], 'theirs')\n"
+            "(run / 'config.json').write_text('{}')\n"
+            "build(JobConfig(engine='serial', model='logreg', dataset='digits', "
+            "runs_dir=sys.argv[1]), torch.device('cpu'))\nprint(run_id)"), str(runs)],
+            env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+        assert theirs.returncode == 0, theirs.stderr
+        listed = as_other([sys.executable, "-m", "workbench.cli", "runs", "--runs-dir",
+                           str(runs), "--json"], env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"})
+        assert listed.returncode == 0, listed.stderr
+        assert [r["run_id"] for r in json.loads(listed.stdout)] == [theirs.stdout.strip()]
+        caches = {p.stat().st_uid: p.stat().st_mode & 0o777 for p in runs.glob(".cache-uid*")}
+        assert caches == {0: 0o700, other_user()[0]: 0o700}, caches
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.timeout(120)
+def test_returns_and_logs_are_capped_saying_so(tmp_path) -> None:
+    import psutil
+
+    import workbench
+
+    me = psutil.Process()
+    rss = me.memory_info().rss
+    job = workbench.launch(_returns_too_much, np=1, engine="fork", echo=False,
+                           runs_dir=str(tmp_path / "runs"))
+    assert job.wait(60) == "failed"
+    assert "returned 64 MiB, more than the 64 MiB a return value may hold" in (
+        job.summary["failure"]["error"])
+    log = job.run_dir / "logs" / "rank0.log"
+    with open(log, "ab") as f:                           # a rank that printed a GiB
+        f.truncate(1 << 30)
+        f.seek(0, 2)
+        f.write(b"\nthe last line\n")
+    text = job.record().log(0)
+    assert text == (f"[1,020.0 MiB before these lines: see {log}]\nthe last line\n")
+    assert job.record().log(0, last=1) == "the last line"
+    assert me.memory_info().rss - rss < 48 << 20
+
+
+STUDENTS_RUN = """
+import os, sys
+from workbench.records import new_run_dir, write_json_atomic
+from workbench.records.store import open_file
+run_id, run = new_run_dir(sys.argv[1], "t")
+write_json_atomic(run / "config.json", {"engine": "serial"})
+os.write(open_file(run / "logs" / "rank0.log"), b"epoch 1\\n")
+"""
+
+
+@needs_other_user
+@pytest.mark.timeout(240)
+def test_the_course_folder_of_docs_classroom_works_as_written_for_two_students() -> None:
+    """docs/classroom.md's commands, run as written (a group of this test's own for the
+    instructors): two students each run a job in the course folder; neither can read the
+    other's, an instructor reads both. (Each makes a run as a job does, not a whole job: this
+    checkout's Python, under /root, is no launcher that another user may start.)"""
+    import re
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "classroom.md").read_text()
+    [make] = re.findall(r"^ *(install -d -m \d+ -o root -g instructors /srv/course-runs)$",
+                        doc, re.MULTILINE)
+    assert "WORKBENCH_RUN_FOLDERS=group" in doc and "`/srv/course-runs/$USER`" in doc
+    subprocess.run(["groupadd", "-f", "wbinstructors"], check=True)
+    students = ["wbother", "wbother2"]
+    for name in students:
+        other_user(name)
+    other_user("wbteacher")
+    subprocess.run(["usermod", "-a", "-G", "wbinstructors", "wbteacher"], check=True)
+    base = open_tmp("wb-course-")
+    course, queue = base / "course-runs", base / "queue"
+    try:
+        subprocess.run(make.replace("instructors", "wbinstructors")
+                       .replace("/srv/course-runs", str(course)).split(), check=True)
+        subprocess.run(["install", "-d", "-m", "1777", str(queue)], check=True)
+        env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "WORKBENCH_RUN_FOLDERS": "group",
+               "WORKBENCH_SHARED_DIR": str(queue)}
+        for name in students:  # what a job makes first (launch/job.py), then its log
+            ran = as_other([sys.executable, "-c", STUDENTS_RUN, f"{course}/{name}"],
+                           name=name, env=env)
+            assert ran.returncode == 0, ran.stdout + ran.stderr
+        first = next((course / "wbother").glob("*/config.json"))
+        for who, path in (("wbother2", first), ("wbother2", first.parent.parent),
+                          ("wbother", course)):
+            denied = as_other(["ls", str(path)], name=who)
+            assert denied.returncode != 0 and "Permission denied" in denied.stderr, (who, path)
+        for name in students:
+            seen = as_other(["cat", *map(str, (course / name).glob("*/config.json"))],
+                            name="wbteacher")
+            assert seen.returncode == 0 and '"engine": "serial"' in seen.stdout, seen.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

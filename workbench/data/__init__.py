@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workbench.records.store import atomic_file
+from workbench.records.private import check_own_folder
+from workbench.records.store import atomic_file, make_folder, open_file
 
 
 @dataclass
@@ -143,9 +144,9 @@ def _prepared(folder: Path, key: str,
     seen), the others wait and then only map the finished files. The inputs are mapped
     copy-on-write ("c"): the pages stay shared between ranks as long as nobody writes.
     """
-    folder.mkdir(parents=True, exist_ok=True)
+    check_own_folder(make_folder(folder, 0o700).parent)
     x_path, y_path, meta_path = (folder / f"{key}.{part}" for part in ("x.npy", "y.npy", "json"))
-    with open(folder / f"{key}.lock", "w") as lock:
+    with open(open_file(folder / f"{key}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not x_path.exists():
             x, y, k = prepare()

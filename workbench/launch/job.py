@@ -42,6 +42,7 @@ from workbench.records.liveness import (
     this_host,
 )
 from workbench.records.private import load_own_pickle
+from workbench.records.store import atomic_file, make_folder
 from workbench.records.summary import summary_of
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
@@ -83,8 +84,9 @@ class Job:
         write_json_atomic(self.run_dir / "config.json",
                           {**cfg.to_dict(), "env": recorded(cfg.env)}, launcher.durable)
         for name, data in (files or {}).items():  # inputs the ranks read as they start
-            (self.run_dir / name).parent.mkdir(parents=True, exist_ok=True)  # e.g. user/
-            (self.run_dir / name).write_bytes(data)
+            make_folder((self.run_dir / name).parent)  # e.g. user/
+            with atomic_file(self.run_dir / name) as f:
+                f.write(data)
         self.warnings: list[str] = []
         self._status, self._done, self._lock = "running", threading.Event(), threading.Lock()
         self._reader = MetricsReader(self.run_dir)

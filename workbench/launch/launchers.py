@@ -23,6 +23,7 @@ from workbench.launch.processes import end_job_processes
 from workbench.records.blame import Failure
 from workbench.records.liveness import RANK_STALE_S, Staleness, heartbeat_path, this_host
 from workbench.records.liveness import process_alive as pid_alive
+from workbench.records.store import open_file
 
 GUARD = Path(__file__).with_name("guard.py")  # run beside every launcher (see guard.py)
 POLL_S = 0.2  # how often the watcher looks (s)
@@ -120,7 +121,7 @@ class Local(Launcher):
         cmd = [sys.executable, str(GUARD), str(os.getpid()), "--", *launcher]
         if cores:  # the launcher and every rank it starts inherit these cores
             cmd = ["taskset", "--cpu-list", ",".join(map(str, cores)), *cmd]
-        with open(run_dir / "logs" / "launcher.log", "ab") as log:
+        with open(open_file(run_dir / "logs" / "launcher.log"), "ab") as log:
             log.write((" ".join(cmd) + "\n").encode())
             log.flush()
             try:

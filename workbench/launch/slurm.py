@@ -34,6 +34,7 @@ from workbench.rank.protocol import ENV_OWNER
 from workbench.records import CorruptRecord, read_json, write_json_atomic
 from workbench.records.blame import Failure
 from workbench.records.liveness import this_host
+from workbench.records.store import open_file
 
 #: Slurm states in which the job still holds (or waits for) resources.
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
@@ -94,7 +95,7 @@ def _sbatch(script: Path, run_id: str, run_dir: Path, env: dict[str, str]) -> st
                           "cancelled: try again") from None
     except OSError as exc:
         raise ConfigError(f"cannot run sbatch: {exc.strerror or exc}") from None
-    with open(run_dir / "logs" / "launcher.log", "a") as log:
+    with open(open_file(run_dir / "logs" / "launcher.log"), "a") as log:
         log.write(f"{shlex.join(cmd)}\n{out.stdout}{out.stderr}")
     if out.returncode != 0:  # nothing was queued, so nothing ran: leave no run behind
         last = (out.stderr.strip().splitlines() or ["no message"])[-1]
@@ -150,7 +151,7 @@ class SlurmBatch(Launcher):
                if k != ENV_OWNER and (not k.startswith("SLURM_") or k == "SLURM_CONF")}
         # The guard scancels the job if this process dies (guard.py); started before sbatch,
         # so that no job is ever queued without one.
-        with open(run_dir / "logs" / "launcher.log", "ab") as log:
+        with open(open_file(run_dir / "logs" / "launcher.log"), "ab") as log:
             self.guard = subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()),
                                            "--scancel", run_id], stdout=log,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

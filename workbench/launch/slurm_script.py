@@ -20,6 +20,7 @@ from pathlib import Path
 from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
 from workbench.hosts.lists import sbatch_args
+from workbench.records.store import atomic_file, make_folder
 
 
 def tasks_per_node(cfg: JobConfig) -> int:
@@ -67,6 +68,7 @@ BATCH_TEMPLATE = """\
 # Run {run_id} of the workbench, submitted with `sbatch --parsable {script}`
 # (submitted again by hand, it would write into the same run folder).
 set -u
+umask 022  # what this script and the ranks make: never another user's to change
 RUN_DIR={run_dir}
 if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then  # requeued all the same (by an admin, say)
     echo "slurm job $SLURM_JOB_ID was restarted (attempt $((SLURM_RESTART_COUNT + 1))): not" \
@@ -108,9 +110,9 @@ exit $rc
 def write_scripts(cfg: JobConfig, run_id: str, run_dir: Path, module: str,
                   args: list[str]) -> Path:
     """Write slurm/job.sbatch and slurm/task.sh into the run folder; return the batch script."""
-    folder = run_dir / "slurm"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "task.sh").write_text(TASK_SCRIPT)
+    folder = make_folder(run_dir / "slurm")
+    with atomic_file(folder / "task.sh") as f:
+        f.write(TASK_SCRIPT.encode())
     script = folder / "job.sbatch"
     opts = sbatch_options(cfg, run_id, run_dir)
     for text in (*opts, str(script)):  # sbatch reads #SBATCH lines up to the first newline
@@ -119,9 +121,10 @@ def write_scripts(cfg: JobConfig, run_id: str, run_dir: Path, module: str,
                               "holds a line break (a folder name?); a line break would become"
                               " a line of shell in job.sbatch")
     options = "\n".join(f"#SBATCH {shlex.quote(o)}" for o in opts)
-    script.write_text(BATCH_TEMPLATE.format(
-        options=options, run_id=run_id, script=script, run_dir=shlex.quote(str(run_dir)),
-        command=rank_command(cfg, module, args, run_dir)))
+    with atomic_file(script) as f:
+        f.write(BATCH_TEMPLATE.format(
+            options=options, run_id=run_id, script=script, run_dir=shlex.quote(str(run_dir)),
+            command=rank_command(cfg, module, args, run_dir)).encode())
     return script
 
 

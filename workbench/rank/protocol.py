@@ -37,7 +37,14 @@ from workbench.records.liveness import (
 )
 from workbench.records.metrics import metrics_path
 from workbench.records.private import read_own
-from workbench.records.store import CorruptRecord, read_json, write_all, write_json_atomic
+from workbench.records.store import (
+    CorruptRecord,
+    make_folder,
+    open_file,
+    read_json,
+    write_all,
+    write_json_atomic,
+)
 
 #: Environment variables the launcher sets for every rank.
 ENV_RUN_DIR = "WORKBENCH_RUN_DIR"
@@ -124,7 +131,7 @@ class RankContext:
         except (CorruptRecord, ConfigError, TypeError) as exc:
             message = f"rank {self.rank} cannot read its configuration: {exc}"
         try:  # tell the launcher, if the run folder is writable from here at all
-            (self.run_dir / "exit").mkdir(parents=True, exist_ok=True)
+            make_folder(self.run_dir / "exit")
             self._record_exit({"rank": self.rank, "ok": False, "time": time.time(),
                                "host": this_host(), "error": message})
         except OSError:
@@ -135,15 +142,14 @@ class RankContext:
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> RankContext:
         for sub in ("logs", "pids", "exit", "metrics", "heartbeat"):
-            (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+            make_folder(self.run_dir / sub)
         write_pid_file(self.run_dir / "pids" / f"rank{self.rank}.pid")
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
             signal.signal(signal.SIGTERM, self._on_sigterm)  # so that __exit__ records it
         if self.supervised:
             self._supervise()
-        self._metrics_fd = os.open(metrics_path(self.run_dir, self.rank),
-                                   os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._metrics_fd = open_file(metrics_path(self.run_dir, self.rank))
         self.metric("event", message="start", host=socket.gethostname(), pid=os.getpid())
         return self
 
@@ -202,7 +208,7 @@ class RankContext:
 
     def _redirect_output(self) -> None:
         """Send stdout and stderr (fd 1 and 2 too) to the rank's log file."""
-        log = open(self.run_dir / "logs" / f"rank{self.rank}.log", "a", buffering=1)
+        log = open(open_file(self.run_dir / "logs" / f"rank{self.rank}.log"), "a", buffering=1)
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(log.fileno(), 1)

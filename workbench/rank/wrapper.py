@@ -31,7 +31,8 @@ from workbench.rank.protocol import (
     launcher_identity,
     load_env_file,
 )
-from workbench.records.store import atomic_file
+from workbench.records.private import MAX_RETURN_BYTES
+from workbench.records.store import atomic_file, make_folder
 
 #: Files whose frames, in front of your code, are the machinery that runs it: the workbench
 #: (its launching, and an exercise's checker around your function), and runpy or importlib,
@@ -158,14 +159,20 @@ def _exit_zero_is_success() -> Iterator[None]:
 
 
 def save_result(run_dir: Path, rank: int, value: Any) -> None:
-    """Pickle the return value to results/rank<k>.pkl (temporary file + rename: atomic)."""
+    """Pickle the return value to results/rank<k>.pkl (temporary file + rename: atomic); at
+    most MAX_RETURN_BYTES, since every rank's value is loaded into the owner's memory."""
     try:
         data = cloudpickle.dumps(value)
     except Exception as exc:
         raise TypeError(f"rank {rank} returned a {type(value).__name__} that cannot be pickled"
                         f" ({exc}): return numbers, lists, dicts or tensors") from None
+    if len(data) > MAX_RETURN_BYTES:
+        raise ValueError(f"rank {rank} returned {len(data) / 2**20:,.0f} MiB, more than the "
+                         f"{MAX_RETURN_BYTES >> 20} MiB a return value may hold (each goes "
+                         "through your notebook's memory): save it to a file and return its "
+                         "path")
     path = run_dir / "results" / f"rank{rank}.pkl"
-    path.parent.mkdir(mode=0o700, exist_ok=True)
+    make_folder(path.parent)
     with atomic_file(path) as f:
         f.write(data)
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import psutil
 
+from workbench.records.store import open_file
+
 HEARTBEAT_PERIOD_S = 1.0   # how often owner and ranks rewrite their heartbeat
 OWNER_STALE_S = 7.0        # a remote rank gives its owner this long before exiting: long
                            # enough for a busy kernel, short enough to be gone in 15 s
@@ -35,7 +37,8 @@ def this_host() -> str:
 # ---------------------------------------------------------------------- pid files
 def write_pid_file(path: Path) -> None:
     """Write "<pid> <host>" (the host tells readers where the pid means something)."""
-    Path(path).write_text(f"{os.getpid()} {this_host()}\n")
+    with open(open_file(path, os.O_WRONLY | os.O_TRUNC), "w") as f:
+        f.write(f"{os.getpid()} {this_host()}\n")
 
 
 def read_pid_file(path: Path) -> tuple[int, str] | None:
@@ -93,7 +96,7 @@ def beat(path: Path, **state: Any) -> None:
     """Rewrite a heartbeat file in place: a changing time stamp plus `state`."""
     text = json.dumps({"time": time.time(), **state}) + "\n"
     try:
-        with open(path, "w") as f:
+        with open(open_file(path, os.O_WRONLY | os.O_TRUNC), "w") as f:
             f.write(text)
     except FileNotFoundError:
         pass  # the run folder is being deleted
@@ -112,7 +115,7 @@ def prepare_heartbeats(run_dir: Path, world_size: int) -> None:
     """Make each rank's (empty) heartbeat file on the owner's host, before any rank starts:
     the watcher then reads files its own host made, which NFS shows it fresh at each open."""
     for rank in range(world_size):
-        heartbeat_path(run_dir, f"rank{rank}").touch()
+        os.close(open_file(heartbeat_path(run_dir, f"rank{rank}")))
 
 
 def owner_beat(run_dir: Path, stop: bool = False) -> None:

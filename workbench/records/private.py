@@ -68,7 +68,8 @@ def check_own(st: os.stat_result, path: Path | str) -> None:
                             "results only from folders no one else can change")
 
 
-def read_own(path: Path, run_dir: Path, secret: bool = False) -> bytes:
+def read_own(path: Path, run_dir: Path, secret: bool = False,
+             max_bytes: int = 1 << 30) -> bytes:
     """The bytes of `path`, a file inside `run_dir`, checked as the module docstring says
     (and, with `secret`, readable by its owner alone).
 
@@ -95,6 +96,9 @@ def read_own(path: Path, run_dir: Path, secret: bool = False) -> bytes:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise ForeignRecord(f"{path} is not a regular file")
+        if st.st_size > max_bytes:
+            raise ValueError(f"{path} holds {st.st_size / 2**20:,.0f} MiB, more than the "
+                             f"{max_bytes >> 20} MiB read from a run")
         check_own(st, path)
         if secret and st.st_mode & 0o077:
             raise ForeignRecord(f"{path} can be read by other users (mode "
@@ -102,9 +106,13 @@ def read_own(path: Path, run_dir: Path, secret: bool = False) -> bytes:
         return f.read()
 
 
+#: The largest pickled return value of a rank: each is loaded into the owner's memory (bytes).
+MAX_RETURN_BYTES = 64 << 20
+
+
 def load_own_pickle(path: Path, run_dir: Path) -> Any:
-    """Unpickle `path` after `read_own`'s checks."""
-    return pickle.loads(read_own(path, run_dir))
+    """Unpickle a rank's return value `path` after `read_own`'s checks."""
+    return pickle.loads(read_own(path, run_dir, max_bytes=MAX_RETURN_BYTES))
 
 
 def check_own_folder(path: Path | str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,9 @@ from typing import Any
 from workbench.records.liveness import owner_status
 from workbench.records.metrics import MetricsReader
 from workbench.records.store import CorruptRecord, read_json
+
+#: The most of a log that is read into memory (its end).
+MAX_LOG_BYTES = 4 << 20
 
 
 @dataclass
@@ -55,12 +59,20 @@ class RunRecord:
         return MetricsReader(self.run_dir).all()
 
     def log(self, rank: int | str = 0, last: int | None = None) -> str:
-        """The log of `rank` ("launcher" for the launcher's), optionally its last lines."""
-        name = "launcher.log" if rank == "launcher" else f"rank{rank}.log"
+        """The log of `rank` ("launcher" for the launcher's), optionally its last lines; at
+        most its last MAX_LOG_BYTES, saying so (a rank may print gigabytes)."""
+        path = self.run_dir / "logs" / ("launcher.log" if rank == "launcher" else
+                                        f"rank{rank}.log")
         try:
-            text = (self.run_dir / "logs" / name).read_text(errors="replace")
+            with open(path, "rb") as f:
+                skipped = max(0, f.seek(0, os.SEEK_END) - MAX_LOG_BYTES)
+                f.seek(skipped)
+                text = f.read().decode(errors="replace")
         except FileNotFoundError:
             return ""
+        if skipped:  # from the first whole line on
+            text = f"[{skipped / 2**20:,.1f} MiB before these lines: see {path}]\n" + (
+                text.partition("\n")[2] or text)
         return "\n".join(text.splitlines()[-last:]) if last else text
 
     def model_state(self) -> dict[str, Any]:
@@ -75,7 +87,8 @@ def list_runs(runs_dir: str | Path = "runs") -> list[RunRecord]:
     root = Path(runs_dir).expanduser()
     if not root.is_dir():
         return []
-    dirs = [d for d in root.iterdir() if (d / "config.json").exists()]
+    dirs = [d for d in root.iterdir() if os.access(d / "config.json", os.R_OK)]  # (not
+    # another user's: a runs folder may be shared)
     return [RunRecord(d) for d in sorted(dirs, key=lambda d: d.name)]
 
 

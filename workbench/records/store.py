@@ -3,7 +3,9 @@
 Whole files are written to a temporary name and renamed into place (`atomic_file`:
 `os.replace` is atomic, a reader sees the old file or the new one); appends (`write_all`)
 loop until every byte is written (a short write would glue half a line to the next); a
-file that exists but cannot be parsed raises `CorruptRecord`, naming it.
+file that exists but cannot be parsed raises `CorruptRecord`, naming it. Modes are set
+explicitly (`open_file`, `make_folder`), never left to the umask (under 000 a run's files
+would be every user's to rewrite).
 """
 
 from __future__ import annotations
@@ -12,10 +14,34 @@ import contextlib
 import json
 import os
 import secrets
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
+
+#: A run's files and folders: only their owner writes them; who may read them is the run
+#: folder's mode (records/private.py).
+FILE_MODE, FOLDER_MODE = 0o644, 0o755
+
+
+def open_file(path: Path, flags: int = os.O_WRONLY | os.O_APPEND, mode: int = FILE_MODE) -> int:
+    """A descriptor of `path` (made if missing, never through a link), with exactly `mode`."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    os.fchmod(fd, mode)
+    return fd
+
+
+def make_folder(path: Path, mode: int = FOLDER_MODE) -> Path:
+    """Make folder `path` and its missing parents with exactly `mode` (a set-group-ID bit
+    they inherit is kept: it gives a course's folder its group); `path`."""
+    path = Path(path)
+    missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
+    path.mkdir(parents=True, exist_ok=True)
+    for folder in reversed(missing):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(folder, mode | (os.stat(folder).st_mode & stat.S_ISGID))
+    return path
 
 
 class CorruptRecord(ValueError):
@@ -36,7 +62,7 @@ def atomic_file(path: Path, durable: bool = False) -> Iterator[BinaryIO]:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(open_file(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as f:
             yield f
             f.flush()
             if durable:
@@ -91,18 +117,21 @@ def new_run_dir(runs_dir: str | Path, label: str) -> tuple[str, Path]:
     cannot be created or written.
     """
     from workbench.config import ConfigError
-    from workbench.records.private import run_folder_mode
+    from workbench.records.private import folder_problem, run_folder_mode
 
     mode = run_folder_mode()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_id = f"{stamp}-{label}-{secrets.token_hex(2)}"
     path = Path(runs_dir).expanduser().resolve() / run_id
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        problem = folder_problem(os.stat(make_folder(path.parent, mode)))
+        if problem:
+            raise ConfigError(f"invalid --runs-dir {str(runs_dir)!r}: {path.parent} {problem}, "
+                              "who could swap your runs for others: use a folder of your own")
         path.mkdir(mode=0o700, exist_ok=False)
-        os.chmod(path, mode)  # exactly this mode, whatever the umask
+        os.chmod(path, mode | (os.stat(path).st_mode & stat.S_ISGID))
         for sub in ("logs", "pids", "exit", "metrics", "heartbeat"):
-            (path / sub).mkdir()
+            make_folder(path / sub)
     except OSError as exc:
         raise ConfigError(f"invalid --runs-dir {str(runs_dir)!r}: cannot create {path} "
                           f"({exc.strerror or exc}); choose a folder you can write to") from None

@@ -6,6 +6,7 @@ equal) and holds every sample once; sharding.py says which of them it trains on.
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,9 +80,10 @@ class Batches:
 def build(cfg: JobConfig, device: torch.device) -> ModelAndData:
     """Load the data and build the model with the job's seed, identically on every rank."""
     dtype = getattr(torch, cfg.dtype)
-    # The ranks of a host share the prepared dataset; per host, as a shared runs folder
-    # serves several.
-    cache_dir = Path(cfg.runs_dir).expanduser().resolve() / ".cache" / socket.gethostname()
+    # The ranks of a host share the prepared dataset; per user and host, as a shared runs
+    # folder serves several (no one's cache is another's to write, or to fill).
+    cache_dir = (Path(cfg.runs_dir).expanduser().resolve() / f".cache-uid{os.getuid()}"
+                 / socket.gethostname())
     data = load_dataset(cfg.dataset, samples=cfg.samples, features=cfg.features,
                         seed=cfg.seed, dtype=dtype, cache_dir=cache_dir)
     torch.manual_seed(cfg.seed)

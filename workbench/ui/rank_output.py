@@ -88,17 +88,23 @@ class RankOutput:
             self._send()
 
     def _new_lines(self, rank: int) -> list[str]:
-        path = Path(self.job.run_dir) / "logs" / f"rank{rank}.log"
+        """The new complete lines of `rank`'s log, read 1 MiB at a time; past the lines
+        shown, only counted (a rank may print gigabytes)."""
+        path, lines = Path(self.job.run_dir) / "logs" / f"rank{rank}.log", []
         try:
             with open(path, "rb") as f:
                 f.seek(self._offsets[rank])
-                chunk = f.read()
+                while chunk := f.read(1 << 20):
+                    self._offsets[rank] += len(chunk)
+                    if self.shown[rank] + len(lines) >= self.max_lines:
+                        self.hidden[rank] += chunk.count(b"\n")
+                        continue
+                    *complete, rest = (self._partial[rank] + chunk).split(b"\n")
+                    self._partial[rank] = rest[:MAX_CHARS]
+                    lines += [c.decode("utf-8", errors="replace") for c in complete]
         except FileNotFoundError:
-            return []
-        self._offsets[rank] += len(chunk)
-        data = self._partial[rank] + chunk
-        *complete, self._partial[rank] = data.split(b"\n")
-        return [c.decode("utf-8", errors="replace") for c in complete]
+            pass
+        return lines
 
     def _closing(self) -> list[str]:
         """Lines not shown, where to find them, and how the job ended if it did not succeed.
