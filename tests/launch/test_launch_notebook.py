@@ -7,6 +7,7 @@ its results, and that a rank printing 10 000 lines does not flood the notebook.
 
 from __future__ import annotations
 
+import re
 import time
 
 import nbformat
@@ -95,3 +96,38 @@ def test_ten_thousand_prints_do_not_flood_the_kernel(tmp_path):
     assert nb.cells[1].outputs[0]["data"]["text/plain"] == "2"
     assert _stdout(nb.cells[2]).startswith("ok "), nb.cells[2].outputs
     assert time.monotonic() - start < 200
+
+
+WAITING = """\
+import _thread, os, sys, threading, time, workbench
+os.environ.update(WORKBENCH_SHARED_DIR={shared!r}, WORKBENCH_JOBS_PER_USER="1")
+sys.path.insert(0, {tests!r})
+from _labs_helpers import square
+from workbench.launch.workers import run_workers
+first = workbench.launch(time.sleep, 60, np=1, engine="serial", echo=False, runs_dir={runs!r})
+threading.Timer(3.5, _thread.interrupt_main).start()
+run_workers(square, 2, (1,), runs_dir={runs!r}, distributed=False)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_cell_waiting_for_cores_says_for_whom_updating_and_stops_in_one_line(tmp_path):
+    """The cell shows one line, updated once a second: what it waits for, whose run holds
+    it, for how long; interrupting the kernel stops the wait with one line, no traceback."""
+    from pathlib import Path
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(WAITING.format(
+        shared=str(tmp_path / "shared"), runs=str(tmp_path / "runs"),
+        tests=str(Path(__file__).parents[1])))]
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    shown = [o for o in nb.cells[0].outputs if o.output_type == "display_data"]
+    [error] = [o for o in nb.cells[0].outputs if o.output_type == "error"]
+    assert len(shown) == 1, nb.cells[0].outputs          # one line, updated in place
+    text = shown[0].data["text/plain"]
+    assert re.search(r"has waited [2-5] s for one of your running jobs to end", text), text
+    assert error.ename == "StoppedWaiting" and len(error.traceback) == 1
+    assert re.search(r"stopped after waiting [3-6] s for one of your running jobs",
+                     error.traceback[0]), error.traceback
+

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from _other_user import folder_for_other, needs_other_user
 
 import workbench
 from workbench.launch.pool_call import WarmRanks
@@ -159,13 +160,16 @@ def test_a_warm_call_is_a_job_on_record_with_results_reports_and_a_panel(pool):
     assert isinstance(launched.launcher, WarmRanks) and _wait_call(launched) == "succeeded"
     assert what_ran(launched.record().config) == "sum_of_ranks()"
     assert [v["pid"] for v in launched.results()] == [v["pid"] for v in values]
-    # ... also while a call still runs there: it waits for that call, not for fresh ranks
-    # (which would queue behind the cores the pool holds)
+    # ... also while a call still runs there: it queues behind that call at once, saying so
+    # (not for fresh ranks, which would queue behind the cores the pool holds)
     napping = pool.run(naps, 1.0)
+    asked = time.monotonic()
     after_nap = workbench.launch(sum_of_ranks, 1, np=2, engine=pool.engine, echo=False,
                                  runs_dir=pool.runs_dir, cpu_bind="none")
-    assert napping.status == "succeeded" and napping.results() == [0, 1]
+    assert time.monotonic() - asked < 1 and after_nap.status == "queued"
+    assert f"your warm pool: a call run {napping.run_id} (running" in after_nap.waiting_for
     assert isinstance(after_nap.launcher, WarmRanks) and _wait_call(after_nap) == "succeeded"
+    assert napping.status == "succeeded" and napping.results() == [0, 1]
     panel = RunPanel(pool.run(sum_of_ranks, 4))
     try:
         deadline = time.monotonic() + 60
@@ -223,7 +227,8 @@ def test_training_jobs_run_on_the_warm_ranks_and_match_fresh_ranks(pool):
 def test_a_pool_holds_its_cores_and_a_job_queued_behind_them_is_told(tmp_path, monkeypatch):
     """A pool's ranks hold their cores in the host's queue while they live (here a queue of
     its own: the suite's other workers must not wait behind it); a job of the same process
-    that then queues is told why, and starts once the pool is closed."""
+    that then queues names the pool's run; one the pool's launcher starts borrows its
+    cores; and they are free once the pool is closed."""
     from workbench.hosts.cpu import affinity
 
     monkeypatch.setenv("WORKBENCH_SHARED_DIR", str(tmp_path / "shared"))
@@ -233,14 +238,25 @@ def test_a_pool_holds_its_cores_and_a_job_queued_behind_them_is_told(tmp_path, m
                            threads_per_rank=threads)
     pool.wait_ready(240)
     assert len(set(pool.job.cores)) == 2 * threads
-    with pytest.warns(UserWarning, match="waits for cores that your warm ranks hold") as said:
-        job = workbench.start(workbench.JobConfig(  # one core more than the pool leaves
-            engine="serial", np=1, model="logreg", epochs=1, max_steps=2,
-            threads_per_rank=host - 2 * threads + 1, runs_dir=str(tmp_path / "runs")))
-    assert {w.filename for w in said if "warm ranks" in str(w.message)} == {__file__}
+    job = workbench.start(workbench.JobConfig(  # one core more than the pool leaves
+        engine="serial", np=1, model="logreg", epochs=1, max_steps=2,
+        threads_per_rank=host - 2 * threads + 1, runs_dir=str(tmp_path / "runs")))
     assert job.status == "queued" and not isinstance(job.launcher, WarmRanks)
+    assert f"'s run {pool.job.run_id} (" in job.waiting_for, job.waiting_for
+    job.stop()
+    # A job of the pool's launcher that the pool cannot run (another size) borrows its
+    # cores while it is idle, at once; the pool's calls wait for the loan to end.
+    borrower = workbench.launch(naps, 1.0, np=1, engine="torch", echo=False,
+                                threads_per_rank=threads, runs_dir=str(tmp_path / "runs"))
+    assert borrower.status == "running" and set(borrower.cores) <= set(pool.job.cores)
+    call = pool.run(naps, 0.0)
+    assert call.status == "queued" and "a loan of its cores to run " in call.waiting_for
+    assert borrower.wait(120) == "succeeded" and _wait_call(call) == "succeeded"
     pool.close()
-    assert job.wait(120) == "succeeded", job.summary
+    later = workbench.start(workbench.JobConfig(
+        engine="serial", np=1, model="logreg", epochs=1, max_steps=2, threads_per_rank=1,
+        runs_dir=str(tmp_path / "runs")))
+    assert later.status == "running" and later.wait(120) == "succeeded", later.summary
 
 
 @pytest.mark.timeout(300)
@@ -254,10 +270,32 @@ def test_a_raising_rank_is_named_and_the_pool_runs_on(pool):
     assert job.summary["interrupted_ranks"] == []   # rank 0 returned by itself: no restart
     ok = pool.run(sum_of_ranks, 1)
     assert _wait_call(ok) == "succeeded" and pool.restarts == []
-    with pytest.raises(RuntimeError, match="is running"):
-        busy = pool.run(sleeps)
-        pool.run(sum_of_ranks, 1)
-    busy.stop()
+
+
+@pytest.mark.timeout(300)
+def test_calls_asked_at_once_queue_in_order_and_a_launched_call_keeps_its_timeout(pool):
+    """Two threads ask while a call runs: both queue behind it, each gets its own replies;
+    launch()'s stall_timeout holds on the pool's ranks, which are interrupted and replaced."""
+    pool.wait_ready(240)
+    busy, racing = pool.run(naps, 1.0), []
+    threads = [threading.Thread(target=lambda: racing.append(pool.run(sum_of_ranks, 1)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [c.status for c in racing] == ["queued", "queued"]
+    assert sorted(c.queue_position for c in racing) == [2, 3]
+    assert all(f"a call run {busy.run_id} (running" in c.waiting_for for c in racing)
+    assert [_wait_call(c) for c in racing] == ["succeeded", "succeeded"]
+    assert [[v["rank"] for v in c.results()] for c in racing] == [[0, 1], [0, 1]]
+    assert busy.results() == [0, 1]
+    restarts = len(pool.restarts)
+    slow = workbench.launch(sleeps, np=2, engine=pool.engine, echo=False, cpu_bind="none",
+                            runs_dir=pool.runs_dir, stall_timeout=2.0)
+    assert isinstance(slow.launcher, WarmRanks) and slow.wait(60) == "stalled", slow.summary
+    assert "no progress for 2 s" in slow.summary["failure"]["error"]
+    assert len(pool.restarts) == restarts + 1
 
 
 @pytest.mark.timeout(300)
@@ -372,3 +410,32 @@ def _until(condition, timeout: float) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+@needs_other_user
+@pytest.mark.timeout(300)
+def test_a_restart_that_fails_fails_the_pool_in_one_line_and_nothing_spins(tmp_path,
+                                                                           monkeypatch):
+    """Stop a call and the ranks are restarted; if that cannot be done (here the core
+    queue's folder has become another user's; a full disk or a read-only runs folder
+    fail the same way), the stop is still a stop, the pool says why in one line, and a
+    later call is refused at once, with no thread spinning meanwhile."""
+    pool = workbench.ranks(np=2, engine="torch", runs_dir=str(tmp_path / "runs"),
+                           cpu_bind="none").wait_ready(240)
+    try:
+        call = pool.run(sleeps)
+        _until(lambda: any(m["kind"] == "step" for m in call.metrics()), 60)
+        monkeypatch.setenv("WORKBENCH_SHARED_DIR", str(folder_for_other(tmp_path / "theirs")))
+        call.stop()
+        assert call.status == "stopped", call.summary
+        assert pool.failed and "\n" not in pool.failed
+        assert "could not restart its ranks" in pool.failed and "wbother" in pool.failed
+        cpu = psutil.Process().cpu_times()
+        with pytest.raises(RuntimeError) as refused:
+            pool.run(naps, 0.0)
+        time.sleep(1.0)
+        spent = sum(psutil.Process().cpu_times()[:2]) - sum(cpu[:2])
+        assert str(refused.value) == pool.failed and spent < 0.3, spent
+    finally:
+        pool.close()
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,22 +144,38 @@ def test_a_function_from_a_notebook_cell_is_refused_before_starting(tmp_path):
     assert list_runs(tmp_path) == []
 
 
-def test_a_lab_queued_behind_its_users_own_job_says_it_never_started(tmp_path, monkeypatch):
-    """One running job per user (a hub's default): the lab waits in the queue, and its
-    time-out says so, not "still running: worker 0, worker 1" of workers never started."""
+def test_a_lab_waiting_for_cores_says_for_whom_and_stops_in_one_line(tmp_path, monkeypatch,
+                                                                      capfd):
+    """One running job per user (a hub's default): the lab waits its turn for as long as it
+    takes, saying what for and whose job holds it (its timeout counts once it runs); Ctrl-C
+    (interrupting the kernel) stops it in one line, not a traceback."""
+    import _thread
+    import threading
+
+    from workbench.launch.waiting import StoppedWaiting
+
     monkeypatch.setenv("WORKBENCH_SHARED_DIR", str(tmp_path / "shared"))
     monkeypatch.setenv("WORKBENCH_JOBS_PER_USER", "1")
     first = workbench.launch(time.sleep, 60, np=1, engine="serial", echo=False,
                              runs_dir=str(tmp_path / "first"))
     try:
-        with pytest.raises(WorkerError) as err:
-            run_workers(sleep_forever, 2, runs_dir=str(tmp_path / "lab"), distributed=False,
-                        timeout=3)
+        threading.Timer(2.5, _thread.interrupt_main).start()
+        with pytest.raises(StoppedWaiting) as err:
+            run_workers(square, 2, (1,), runs_dir=str(tmp_path / "lab"), distributed=False,
+                        timeout=1)
+        said = [line for line in capfd.readouterr().err.splitlines() if "has waited" in line]
+        holder = f"root's run {first.run_id}"
+        assert len(said) == 1 and "for one of your running jobs to end (WORKBENCH_JOBS_PER_" \
+            f"USER=1): {holder}" in said[0] and "interrupt the kernel" in said[0], said
+        message = str(err.value)
+        assert re.match(r"run \S+ stopped after waiting [2-4] s for one of your running jobs",
+                        message) and "\n" not in message, message
+        assert err.value._render_traceback_() == [message]   # what IPython shows
+        (record,) = list_runs(tmp_path / "lab")
+        assert record.status == "stopped"
+        threading.Timer(2.0, first.stop).start()            # its turn comes: it runs
+        assert run_workers(square, 2, (1,), runs_dir=str(tmp_path / "lab"),
+                           distributed=False, timeout=30) == [1, 2]
+        assert re.search(r"started after waiting [2-4] s", capfd.readouterr().err)
     finally:
         first.stop()
-    message = str(err.value)
-    assert "waited 3 s in this machine's queue for cores (number 1) and never started" in \
-        message, message
-    assert "still running" not in message
-    (record,) = list_runs(tmp_path / "lab")
-    assert record.status == "stopped"

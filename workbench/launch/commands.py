@@ -58,7 +58,8 @@ def follow(job: Job, quiet: bool = False, period_s: float = 0.5) -> None:
         if job.queue_position != place and not quiet:  # waiting for cores (launch/cores.py)
             place = job.queue_position
             if place:
-                print(f"  queued: number {place} in this machine's queue for cores", flush=True)
+                print(f"  queued: number {place} in this machine's queue, waiting for "
+                      f"{job.waiting_for}", flush=True)
         if job.pending_reason != reason and not quiet:  # Slurm queues it, or starts it
             reason = job.pending_reason
             print(f"  queued by Slurm: {reason}" if reason else "  running", flush=True)

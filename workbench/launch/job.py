@@ -232,8 +232,8 @@ class Job:
                     return  # stopped while queued; _finish left the queue
                 owner_beat(self.run_dir)
         except Exception as err:  # noqa: BLE001 - any error fails the job: never queued for ever
-            self._finish("failed", {"rank": None, "error": f"lost its place in the queue for "
-                                                           f"cores: {one_line(err)}"})
+            self._finish("failed", {"rank": None, "error": f"lost its place in its queue"
+                                                           f": {one_line(err)}"})
             return
         error = None
         with self._lock:

@@ -18,19 +18,12 @@ POOLS: dict[tuple[str, int, str, str], Any] = {}
 
 
 def pool_for(cfg: JobConfig) -> Any | None:
-    """The open pool of this process that can run the job `cfg` (`pool.why_not`), once it
-    runs no call: one still running the last call is waited for, as fresh ranks would
-    queue behind the cores the pool holds."""
+    """The open pool of this process that can run the job `cfg` (`pool.why_not`); the job
+    queues behind its calls, as fresh ranks would queue behind the cores the pool holds."""
     for pool in list(POOLS.values()):
-        if pool.alive and pool.why_not(cfg) is None:
-            return pool.once_free()
+        if pool.alive and not pool.failed and pool.why_not(cfg) is None:
+            return pool
     return None
-
-
-def holding_cores() -> list[Any]:
-    """The pools of this process that hold cores of this host (a queued job may wait for
-    them)."""
-    return [pool for pool in POOLS.values() if pool.alive and pool.job.cores]
 
 
 def folder(runs_dir: str | Path) -> str:

@@ -22,10 +22,11 @@ from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES as ALL_ENGINES
 from workbench.engines import TorchEngine
 from workbench.launch.by_value import pickle_function
-from workbench.launch.job import Granted, Job
+from workbench.launch.job import Job
 from workbench.launch.open_pools import POOL_RANK_MODULE, POOLS, folder
 from workbench.launch.pool_call import WarmRanks
 from workbench.launch.starting import qualified_name, safe_name, start, start_module
+from workbench.launch.watch import one_line
 from workbench.rank import channel
 
 ENGINES = ("horovod", "torch")
@@ -125,9 +126,10 @@ class Pool:
                        "cpu_bind": cpu_bind, "launcher": launcher, **slurm}
         JobConfig(engine=engine, np=np, **self.fields).validate()  # one line for bad input
         self.restarts: list[str] = []   # why the ranks were restarted, oldest first
-        self._lock = threading.Lock()
-        self._call: Job | None = None
-        self._warm: WarmRanks | None = None  # the launcher of that call
+        self.failed: str | None = None  # why the pool can run nothing more, in one line
+        self._lock = threading.RLock()
+        self.line: list[Turn] = []      # calls and loans, the one under way first
+        self._warm: WarmRanks | None = None  # the launcher of the call under way
         self._closed = False
         self._ranks = _Ranks(self)
 
@@ -146,14 +148,6 @@ class Pool:
     def alive(self) -> bool:
         return not self._closed
 
-    def once_free(self) -> Pool:
-        """Wait for the call in progress, if any, to end; return the pool. (Ctrl-C stops
-        the waiting, not that call.)"""
-        call = self._call
-        while call is not None and not call.done:
-            time.sleep(0.005)
-        return self
-
     def wait_ready(self, timeout: float | None = None) -> Pool:
         """Block until every rank waits for work (the first start: seconds; later: at once).
 
@@ -161,8 +155,9 @@ class Pool:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.ready:
-            if self._closed:
-                raise RuntimeError("this pool is closed: start another with workbench.ranks()")
+            if self._closed or self.failed:
+                raise RuntimeError(self.failed or "this pool is closed: start another with "
+                                   "workbench.ranks()")
             ranks = self._ranks
             if ranks.job.done and not ranks.ready.is_set() and ranks is self._ranks:
                 failure = (ranks.job.summary or {}).get("failure") or {}
@@ -171,17 +166,19 @@ class Pool:
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"the pool's ranks were not ready after {timeout:g} s "
                                    f"({ranks.job.status}: run {ranks.job.run_id})")
-            ranks.ready.wait(0.05)
+            time.sleep(0.02)  # (ranks lost and not yet replaced are not ready either)
         return self
 
-    def run(self, fn: Callable[..., Any], *args: Any, name: str | None = None) -> Job:
+    def run(self, fn: Callable[..., Any], *args: Any, name: str | None = None,
+            stall_timeout: float = IDLE_FOR_EVER_S) -> Job:
         """Run `fn(*args)` on every rank; return the call (a `Job`) at once.
 
-        Like `workbench.launch(fn, *args)`, with `fn` sent by value. Waits first for the
-        ranks to be ready, and refuses a call while another one runs.
+        Like `workbench.launch(fn, *args)`, with `fn` sent by value; "stalled" (and the
+        ranks interrupted) after `stall_timeout` s without a `report()`. It queues behind
+        the calls before it, and behind the ranks' start (`job.waiting_for` says which).
         """
         name = name or safe_name(getattr(fn, "__name__", "function"))
-        cfg = self.config(name)
+        cfg = self.config(name, stall_timeout)
         cfg.extra = {"function": qualified_name(fn)}  # what it ran, on record
         return self.call(cfg, "function", pickle_function(fn, args))
 
@@ -198,11 +195,11 @@ class Pool:
         the next finds, until the pool restarts its ranks)."""
         return self.call(self.config(name), "kept code" if keep else "code", code.encode())
 
-    def config(self, name: str) -> JobConfig:
-        """The configuration of a call named `name` on these ranks (never called stalled:
-        your code may compute for long without a word)."""
+    def config(self, name: str, stall_timeout: float = IDLE_FOR_EVER_S) -> JobConfig:
+        """The configuration of a call named `name` on these ranks (by default never called
+        stalled: your code may compute for long without a word)."""
         return JobConfig(engine=self.engine, np=self.np, name=name,
-                         stall_timeout=IDLE_FOR_EVER_S, **self.fields).validate()
+                         stall_timeout=stall_timeout, **self.fields).validate()
 
     def why_not(self, cfg: JobConfig) -> str | None:
         """Why the (validated) job `cfg` cannot run on this pool; None if it can."""
@@ -225,25 +222,36 @@ class Pool:
 
     def call(self, cfg: JobConfig, kind: str, payload: bytes) -> Job:
         """Run `payload` of `kind` ("function", "module", "code", "kept code") as the job
-        `cfg` on these ranks, once they are ready; refused while another call runs."""
-        if self._call is not None and not self._call.done:
-            raise RuntimeError(f"the pool is running {self._call.run_id}: wait for it "
-                               "(job.wait()) or stop it (job.stop()) first")
-        self.wait_ready()
+        `cfg` on these ranks, once they are ready and the calls before it have ended."""
+        if self._closed or self.failed:
+            raise RuntimeError(self.failed or "this pool is closed: start another with "
+                               "workbench.ranks()")
+        warm = WarmRanks(self._ranks, self.engine, self.np, kind, payload)
+        turn = Turn(self, warm)
+        turn.job = Job(cfg, warm, turn)
+        return turn.job
+
+    def lend(self, engine: str, n_cores: int) -> Turn | None:
+        """A loan of this pool's cores to a job of ranks of its own, of `engine`'s launcher,
+        binding `n_cores`, while the pool is idle (its calls then wait); else None."""
+        family = "torch" if isinstance(ALL_ENGINES[engine], TorchEngine) else engine
         with self._lock:
-            ranks = self._ranks
-            self._warm = WarmRanks(ranks, self.engine, self.np, kind, payload)
-            self._call = Job(cfg, self._warm, Granted(ranks.job.cores))  # sends the work
-        return self._call
+            if (family == self.engine and 0 < n_cores <= len(self.job.cores or [])
+                    and not self.line and self.ready and not self._closed):
+                return Turn(self, None, n_cores)
+        return None
 
     def close(self) -> None:
         """End the ranks and give back their cores (also done when Python exits)."""
         self._closed = True
         with self._lock:
-            ranks = self._ranks
-        if self._call is not None and not self._call.done:
-            self._call.stop()
-        ranks.end()
+            calls = [turn for turn in self.line if turn.job is not None]
+        for turn in reversed(calls):  # queued calls first: they must not start meanwhile
+            turn.job.stop()
+        with self._lock:  # a job its cores are lent to ends them, when it ends (release)
+            if self.line:
+                return
+        self._ranks.end()
         for key, pool in list(POOLS.items()):
             if pool is self:
                 del POOLS[key]
@@ -273,13 +281,76 @@ class Pool:
             self.restart(f"lost {pids}", ranks)
 
     def restart(self, why: str, ranks: _Ranks) -> None:
-        """Replace `ranks` (if they are still the current ones) by new ones."""
+        """Replace `ranks` (if they are still the current ones) by new ones; if that fails (a
+        full disk, an unsafe folder...), the pool fails, saying why in one line."""
         with self._lock:
-            if self._closed or ranks is not self._ranks:
+            if self._closed or self.failed or ranks is not self._ranks:
                 return
             self.restarts.append(why)
-            self._ranks = _Ranks(self)
+            try:
+                self._ranks = _Ranks(self)
+            except Exception as err:  # noqa: BLE001 - any error: the pool can run nothing
+                self.failed = (f"this pool failed: it could not restart its ranks ({why}): "
+                               f"{one_line(err)}; close it and start another with "
+                               "workbench.ranks()")
         threading.Thread(target=ranks.end, daemon=True).start()
+
+
+class Turn:
+    """A call's place in its pool's line, or a loan of its cores to a job of ranks of its
+    own: granted once the ranks wait for work and what came before has ended. It answers
+    what a job asks of its ticket (job.py), `reason` what it waits for."""
+
+    warning: str | None = None
+
+    def __init__(self, pool: Pool, warm: WarmRanks | None, n_cores: int = 0) -> None:
+        self.pool, self.warm, self.n_cores = pool, warm, n_cores
+        self.cores: list[int] | None = None
+        self.run_id, self.reason, self.since = "?", "its turn", time.time()
+        self.job: Job | None = None
+        with pool._lock:
+            pool.line.append(self)
+
+    def join(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    @property
+    def position(self) -> int:
+        line = self.pool.line
+        return line.index(self) + 1 if self.cores is None and self in line else 0
+
+    def poll(self) -> bool:
+        pool = self.pool
+        with pool._lock:
+            if self.cores is not None or self not in pool.line:
+                return self.cores is not None and self in pool.line
+            if pool.failed or pool._closed:
+                raise RuntimeError(pool.failed or "the pool was closed")
+            if pool.line[0] is not self:
+                self.reason = f"your warm pool: {pool.line[0]}"
+                return False
+            if not pool.ready:
+                self.reason = f"your warm pool's ranks to start (run {pool.job.run_id})"
+                return False
+            held = pool.job.cores or []
+            self.cores = held[:self.n_cores] if self.warm is None else held
+            if self.warm is not None:  # its replies come here, from the ranks of now
+                self.warm.ranks, pool._warm = pool._ranks, self.warm
+            self.since = time.time()
+            return True
+
+    def release(self) -> None:
+        pool = self.pool
+        with pool._lock:
+            if self in pool.line:
+                pool.line.remove(self)
+            if pool._closed and not pool.line and self.warm is None:  # the last loan ended
+                threading.Thread(target=pool._ranks.end, daemon=True).start()
+
+    def __str__(self) -> str:
+        what = "a call" if self.warm is not None else "a loan of its cores to"
+        state = "running" if self.cores is not None else "waiting"
+        return f"{what} run {self.run_id} ({state}, {time.time() - self.since:.0f} s)"
 
 
 def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",

@@ -18,7 +18,7 @@ from workbench.launch import cores, slurm
 from workbench.launch.devices import resolve_device
 from workbench.launch.job import Granted, Job
 from workbench.launch.launchers import RANK_WRAPPER, Launcher, Local, Ssh
-from workbench.launch.open_pools import POOL_RANK_MODULE, holding_cores, pool_for
+from workbench.launch.open_pools import POOL_RANK_MODULE, POOLS, pool_for
 from workbench.records.resume import apply_resume
 
 
@@ -73,10 +73,6 @@ def place(cfg: JobConfig, module: str, args: list[str], files: dict[str, bytes] 
     job = pool.call(cfg, *warm) if pool is not None else fresh(cfg, module, args, files)
     if note:
         job.warn(note)
-    if job.status == "queued" and module != POOL_RANK_MODULE and (pools := holding_cores()):
-        job.warn(f"this job waits for cores that your warm ranks hold "  # (not a pool's new
-                 f"({', '.join(map(repr, pools))}): close the pool (pool.close()) to "  # ranks)
-                 "free them")
     return job
 
 
@@ -86,9 +82,43 @@ def fresh(cfg: JobConfig, module: str, args: list[str], files: dict[str, bytes] 
     queue for cores (under Slurm, in the cluster's queue instead)."""
     sharing = cores.settings()  # a bad setting fails here, before anything is written
     launcher = launcher_for(cfg, module, args)
-    slurm_queues = cfg.launcher == "slurm"
-    ticket = Granted() if slurm_queues else cores.Ticket(None, launcher.cores_bound(), sharing)
-    return Job(cfg, launcher, ticket, files)
+    if cfg.launcher == "slurm":
+        return Job(cfg, launcher, Granted(), files)
+    ticket = cores.Ticket(None, launcher.cores_bound(), sharing)
+    if module == POOL_RANK_MODULE or not launcher.cores_bound():
+        return Job(cfg, launcher, ticket, files)
+    return Job(cfg, launcher, Borrowing(ticket, cfg.engine), files)
+
+
+class Borrowing:
+    """A job's place in this host's queue for cores, or a loan of the cores of an idle warm
+    pool of this process (`pool.lend`: the pool's calls wait meanwhile), whichever comes
+    first: a pool never keeps its user's own job waiting for the cores it sits on."""
+
+    def __init__(self, queue: cores.Ticket, engine: str) -> None:
+        self.queue, self.engine, self.loan = queue, engine, None
+
+    def join(self, run_id: str) -> None:
+        self.queue.join(run_id)
+        self.run_id = run_id
+
+    def poll(self) -> bool:
+        if self.loan is None and not self.queue.poll():
+            for pool in [p for p in list(POOLS.values()) if p.alive]:
+                self.loan = pool.lend(self.engine, self.queue.n_cores)
+                if self.loan is not None:
+                    self.loan.join(self.run_id)
+                    self.queue.release()
+                    break
+        return self.queue.granted or self.loan is not None and self.loan.poll()
+
+    def release(self) -> None:
+        self.queue.release()
+        if self.loan is not None:
+            self.loan.release()
+
+    def __getattr__(self, name: str) -> Any:  # cores, position, reason, warning
+        return getattr(self.loan if self.loan is not None else self.queue, name)
 
 
 def launcher_for(cfg: JobConfig, module: str = RANK_WRAPPER, args: list[str] | None = None

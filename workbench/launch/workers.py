@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.launch.processes import rank_pids
+from workbench.launch.waiting import wait_turn
 from workbench.rank.workers import lab_worker
 from workbench.records import RunRecord
 from workbench.records.blame import exit_records
@@ -37,7 +38,9 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
         args: extra arguments, pickled once for every process.
         name: the run's label in its run id (letters, digits, '.', '_', '-').
         runs_dir: where the run folder is written.
-        timeout: seconds after which the run is stopped and `WorkerError` raised.
+        timeout: seconds of running (not of waiting for cores, which is shown as it
+            happens: launch/waiting.py) after which the run is stopped and `WorkerError`
+            raised.
         distributed: join a `torch.distributed` gloo group first (rank = its index).
         names: how errors name each process (default "worker <rank>").
         settings: the lab's own settings, recorded in `config.json` (`extra`).
@@ -67,6 +70,7 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
                      extra={"function": f"{fn.__module__}.{fn.__qualname__}",
                             "workers": names, "settings": settings or {}})
     try:
+        wait_turn(job)               # for cores, seen waiting: the timeout starts after
         status = job.wait(timeout)   # Ctrl-C stops the job, then re-raises
         if not job.done:
             raise WorkerError(_timeout_message(job, timeout, names))
@@ -80,15 +84,7 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
 
 
 def _timeout_message(job: Any, timeout: float, names: list[str]) -> str:
-    """Why a run did not finish in time: it never left the queue, or which workers still run.
-    Stops the job."""
-    place = job.queue_position
-    if job.status == "queued":
-        job.stop()
-        return (f"the run waited {timeout:g} s in this machine's queue for cores (number "
-                f"{place}) and never started: another job, maybe one of yours, holds the "
-                "cores (`workbench classroom cores` shows whose); stop it, or pass a larger "
-                f"timeout (run record: {job.run_dir})")
+    """Which workers still run after `timeout` s. Stops the job."""
     ended = exit_records(job.run_dir, len(names))
     waiting = ", ".join(n for r, n in enumerate(names) if r not in ended)
     job.stop()

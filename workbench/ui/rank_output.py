@@ -17,6 +17,7 @@ Why it cannot freeze the notebook, however much the ranks print:
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,14 @@ class RankOutput:
 
     def _follow(self) -> None:
         while not self.job.done:
+            if self.job.status == "queued":  # said, and updated, until it starts
+                self._tail = [f"run {self.job.run_id} has waited "
+                              f"{time.time() - self.job.asked_at:.0f} s for "
+                              f"{self.job.waiting_for} (job.stop() gives up)\n"]
+                self._send()
+            elif self._tail:
+                self._tail = []
+                self._send()
             self.read()
             self.finished.wait(self.every_s)
         self.read()  # the last lines, written before the job ended

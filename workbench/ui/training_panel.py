@@ -266,7 +266,8 @@ class TrainingPanel(widgets.VBox):
             return
         if self.job.status == "queued":
             self._say(f"Run {self.job.run_id} queued: number {self.job.queue_position} in "
-                      "this machine's queue. It starts when other jobs free enough cores.")
+                      f"this machine's queue, waiting for {self.job.waiting_for}. It starts "
+                      "by itself.")
             return
         if not last:
             self._say(f"Run {self.job.run_id}: ranks starting (importing, loading data) ...")

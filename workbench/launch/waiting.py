@@ -1,0 +1,61 @@
+"""A job waiting its turn, seen waiting: under the notebook cell (or on stderr), once a
+second, what it waits for, whose jobs hold it and for how long; interrupting the kernel
+(Ctrl-C) stops it, said in one line, not a traceback. See docs/ARCHITECTURE.md, "Sharing
+the host's cores".
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class StoppedWaiting(KeyboardInterrupt):
+    """Ctrl-C while a job waited its turn: the job is stopped. IPython shows this one line
+    (`_render_traceback_`) instead of a traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self)]
+
+
+def wait_turn(job: Any, every_s: float = 1.0) -> None:
+    """Block while `job` is queued, saying what for every `every_s` s; return once it has
+    started (or ended). Ctrl-C stops it and raises StoppedWaiting."""
+    if job.status != "queued":
+        return
+    show, reason = _shower(), ""
+    try:
+        while job.status == "queued":
+            reason = job.waiting_for or reason
+            show(f"run {job.run_id} has waited {time.time() - job.asked_at:.0f} s for "
+                 f"{reason} (interrupt the kernel to stop waiting)")
+            job.wait(every_s)
+    except KeyboardInterrupt:
+        job.stop()
+        raise StoppedWaiting(f"run {job.run_id} stopped after waiting "
+                             f"{time.time() - job.asked_at:.0f} s for {reason}") from None
+    show(f"run {job.run_id} started after waiting {time.time() - job.asked_at:.0f} s")
+
+
+def _shower() -> Callable[[str], None]:
+    """A function that shows a line: under the cell, replacing the last one, in a notebook;
+    else on stderr, when it says something new (not only a later time)."""
+    from workbench.launch.user_code import in_kernel
+
+    if in_kernel():
+        from IPython.display import display
+
+        handle = display({"text/plain": ""}, raw=True, display_id=True)
+        return lambda text: handle.update({"text/plain": text}, raw=True)
+    said: list[str] = []
+
+    def say(text: str) -> None:
+        gist = re.sub(r"\d+", "N", text)
+        if gist not in said:
+            said.append(gist)
+            print(f"workbench: {text}", file=sys.stderr, flush=True)
+
+    return say
