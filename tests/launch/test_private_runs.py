@@ -334,6 +334,7 @@ STUDENTS_RUN = """
 import os, sys
 from workbench.records import new_run_dir, write_json_atomic
 from workbench.records.store import open_file
+os.umask(int(sys.argv[2], 8))
 run_id, run = new_run_dir(sys.argv[1], "t")
 write_json_atomic(run / "config.json", {"engine": "serial"})
 os.write(open_file(run / "logs" / "rank0.log"), b"epoch 1\\n")
@@ -369,9 +370,9 @@ def test_the_course_folder_of_docs_classroom_works_as_written_for_two_students()
         subprocess.run(["install", "-d", "-m", "1777", str(queue)], check=True)
         env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "WORKBENCH_RUN_FOLDERS": "group",
                "WORKBENCH_SHARED_DIR": str(queue)}
-        for name in students:  # what a job makes first (launch/job.py), then its log
-            ran = as_other([sys.executable, "-c", STUDENTS_RUN, f"{course}/{name}"],
-                           name=name, env=env)
+        for name, umask in zip(students, ("022", "002"), strict=True):  # 002: Debian's
+            ran = as_other([sys.executable, "-c", STUDENTS_RUN, f"{course}/{name}", umask],
+                           name=name, env=env)  # what a job makes first (job.py), its log
             assert ran.returncode == 0, ran.stdout + ran.stderr
         first = next((course / "wbother").glob("*/config.json"))
         for who, path in (("wbother2", first), ("wbother2", first.parent.parent),

@@ -33,15 +33,23 @@ def open_file(path: Path, flags: int = os.O_WRONLY | os.O_APPEND, mode: int = FI
 
 
 def make_folder(path: Path, mode: int = FOLDER_MODE) -> Path:
-    """Make folder `path` and its missing parents with exactly `mode` (a set-group-ID bit
-    they inherit is kept: it gives a course's folder its group); `path`."""
+    """Make folder `path` and its missing parents with exactly `mode`; `path`."""
     path = Path(path)
     missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
-    path.mkdir(parents=True, exist_ok=True)
     for folder in reversed(missing):
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(folder, mode | (os.stat(folder).st_mode & stat.S_ISGID))
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, mode)
+        set_mode(folder, mode)
     return path
+
+
+def set_mode(folder: Path, mode: int) -> None:
+    """Give `folder` exactly `mode`, changing it only if the umask took bits away: a change
+    by a user outside the folder's group drops the set-group-ID bit it inherited, which
+    gives a course's folders, and the runs in them, their group (docs/classroom.md)."""
+    st = os.stat(folder)
+    if stat.S_IMODE(st.st_mode) & 0o777 != mode:
+        os.chmod(folder, mode | (st.st_mode & stat.S_ISGID))
 
 
 class CorruptRecord(ValueError):
@@ -128,8 +136,8 @@ def new_run_dir(runs_dir: str | Path, label: str) -> tuple[str, Path]:
         if problem:
             raise ConfigError(f"invalid --runs-dir {str(runs_dir)!r}: {path.parent} {problem}, "
                               "who could swap your runs for others: use a folder of your own")
-        path.mkdir(mode=0o700, exist_ok=False)
-        os.chmod(path, mode | (os.stat(path).st_mode & stat.S_ISGID))
+        os.mkdir(path, mode)
+        set_mode(path, mode)
         for sub in ("logs", "pids", "exit", "metrics", "heartbeat"):
             make_folder(path / sub)
     except OSError as exc:
