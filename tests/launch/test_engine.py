@@ -309,8 +309,8 @@ def test_four_jobs_at_once_find_free_ports_and_each_keeps_its_record_and_cores(t
     - Horovod bound to cores: the whole record (config, metrics, logs, summary, model),
       the cycle time reached Horovod in every rank, one core for each rank;
     - Horovod and DDP with `cpu_bind="none"`: every rank may run on every core;
-    - DDP with one rank more than the cores: it warns, records its threads, and the extra
-      rank wraps round to core 0.
+    - DDP with one rank more than the cores: it warns, waits for the bound job's cores, then
+      takes them all, records its threads, and the extra rank wraps round to core 0.
 
     The four share a queue of their own: behind another test's waiting job the crowded one
     would queue, and warn later from the queue rather than from the caller's line.
@@ -325,16 +325,18 @@ def test_four_jobs_at_once_find_free_ports_and_each_keeps_its_record_and_cores(t
 
     recorded = start(engine="horovod", np=2, epochs=2, lr=0.2, cycle_time_ms=2.5)
     unbound = [start(engine=engine, np=2, cpu_bind="none") for engine in ("horovod", "torch")]
-    with pytest.warns(UserWarning) as said:  # also: it runs without cores of its own
+    with pytest.warns(UserWarning) as said:
         crowded = start(engine="torch", np=cores + 1)
-    ours = [w for w in said if "flatten" in str(w.message) or "cores of its own" in str(w.message)]
-    assert len(ours) == 2 and {w.filename for w in ours} == {__file__}  # the caller's line
+    ours = [w for w in said if "flatten" in str(w.message)]
+    assert len(ours) == 1 and ours[0].filename == __file__  # the caller's line
+    assert crowded.status == "queued" and recorded.run_id in crowded.waiting_for
     jobs = [recorded, *unbound, crowded]
     assert [j.wait(240) for j in jobs] == ["succeeded"] * 4, [j.summary for j in jobs]
     assert len({j.run_id for j in jobs}) == 4
     for job in unbound:
         assert ready_cores(job) == {r: allowed for r in (0, 1)}
-    assert crowded.summary["threads_per_rank"] == 1 and crowded.summary["warnings"]
+    assert crowded.summary["threads_per_rank"] == 1
+    assert any("it takes them all" in w for w in crowded.summary["warnings"])
     assert ready_cores(crowded)[cores] == allowed[:1]  # one rank too many: wraps to core 0
 
     job = recorded
@@ -397,7 +399,7 @@ def test_run_json_prints_the_summary_alone_and_runs_and_show_read_it_back(tmp_pa
     assert code == 0 and out["status"] == "succeeded"
     shown = captured.err.splitlines()
     assert len(shown) == 2 and all(line.startswith("warning: ") for line in shown), shown
-    assert "threads exceed" in shown[0] and "without cores of its own" in shown[1], shown
+    assert "threads exceed" in shown[0] and "it takes them all" in shown[1], shown
     assert Path(out["run_dir"]).name == out["run_id"]
     assert cli_main(["runs", "--runs-dir", runs, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
