@@ -9,6 +9,7 @@ host's core queue behind the other.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -275,7 +276,8 @@ def test_a_raising_rank_is_named_and_the_pool_runs_on(pool):
 @pytest.mark.timeout(300)
 def test_calls_asked_at_once_queue_in_order_and_a_launched_call_keeps_its_timeout(pool):
     """Two threads ask while a call runs: both queue behind it, each gets its own replies;
-    launch()'s stall_timeout holds on the pool's ranks, which are interrupted and replaced."""
+    a call's stall_timeout (pool.run's on one engine, launch()'s on the other) holds on the
+    pool's ranks, which are interrupted and replaced."""
     pool.wait_ready(240)
     busy, racing = pool.run(naps, 1.0), []
     threads = [threading.Thread(target=lambda: racing.append(pool.run(sum_of_ranks, 1)))
@@ -291,8 +293,9 @@ def test_calls_asked_at_once_queue_in_order_and_a_launched_call_keeps_its_timeou
     assert [[v["rank"] for v in c.results()] for c in racing] == [[0, 1], [0, 1]]
     assert busy.results() == [0, 1]
     restarts = len(pool.restarts)
-    slow = workbench.launch(sleeps, np=2, engine=pool.engine, echo=False, cpu_bind="none",
-                            runs_dir=pool.runs_dir, stall_timeout=2.0)
+    slow = pool.run(sleeps, stall_timeout=2.0) if pool.engine == "torch" else workbench.launch(
+        sleeps, np=2, engine=pool.engine, echo=False, cpu_bind="none", runs_dir=pool.runs_dir,
+        stall_timeout=2.0)
     assert isinstance(slow.launcher, WarmRanks) and slow.wait(60) == "stalled", slow.summary
     assert "no progress for 2 s" in slow.summary["failure"]["error"]
     assert len(pool.restarts) == restarts + 1
@@ -412,24 +415,55 @@ def _until(condition, timeout: float) -> None:
         time.sleep(0.05)
 
 
-@needs_other_user
+def _full_disk(tmp_path: Path) -> Path:
+    """A 16 MiB file system of its own, for a runs folder that will fill up."""
+    full = tmp_path / "small-disk"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(full)], check=True)
+    return full
+
+
+def _fill(folder: Path) -> None:
+    with open(folder / "filler", "wb") as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"x" * (1 << 20))
+            f.flush()
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mounts a tmpfs")
+
+
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("cause", [
+    pytest.param("another user's queue folder", marks=needs_other_user),
+    pytest.param("a full disk", marks=needs_root)])
 def test_a_restart_that_fails_fails_the_pool_in_one_line_and_nothing_spins(tmp_path,
-                                                                           monkeypatch):
-    """Stop a call and the ranks are restarted; if that cannot be done (here the core
-    queue's folder has become another user's; a full disk or a read-only runs folder
-    fail the same way), the stop is still a stop, the pool says why in one line, and a
-    later call is refused at once, with no thread spinning meanwhile."""
-    pool = workbench.ranks(np=2, engine="torch", runs_dir=str(tmp_path / "runs"),
-                           cpu_bind="none").wait_ready(240)
+                                                                           monkeypatch, cause):
+    """Stop a call and the ranks are restarted; if that cannot be done (the core queue's
+    folder has become another user's, or the runs folder's disk is full), the stop is
+    still a stop, the pool says why in one line, and a later call is refused at once, with
+    no thread spinning meanwhile."""
+    runs = _full_disk(tmp_path) if cause == "a full disk" else tmp_path / "runs"
+    pool = None
     try:
+        pool = workbench.ranks(np=2, engine="torch", runs_dir=str(runs),
+                               cpu_bind="none").wait_ready(240)
         call = pool.run(sleeps)
         _until(lambda: any(m["kind"] == "step" for m in call.metrics()), 60)
-        monkeypatch.setenv("WORKBENCH_SHARED_DIR", str(folder_for_other(tmp_path / "theirs")))
+        if cause == "a full disk":
+            _fill(runs)
+            why = "No space left on device"
+        else:
+            theirs = folder_for_other(tmp_path / "theirs")
+            monkeypatch.setenv("WORKBENCH_SHARED_DIR", str(theirs))
+            why = "is owned by wbother"
         call.stop()
-        assert call.status == "stopped", call.summary
+        if cause == "a full disk":  # nor can its summary be written: it says so
+            assert call.status == "failed" and why in call.summary["failure"]["error"]
+        else:
+            assert call.status == "stopped", call.summary
         assert pool.failed and "\n" not in pool.failed
-        assert "could not restart its ranks" in pool.failed and "wbother" in pool.failed
+        assert "could not restart its ranks" in pool.failed and why in pool.failed, pool.failed
         cpu = psutil.Process().cpu_times()
         with pytest.raises(RuntimeError) as refused:
             pool.run(naps, 0.0)
@@ -437,5 +471,8 @@ def test_a_restart_that_fails_fails_the_pool_in_one_line_and_nothing_spins(tmp_p
         spent = sum(psutil.Process().cpu_times()[:2]) - sum(cpu[:2])
         assert str(refused.value) == pool.failed and spent < 0.3, spent
     finally:
-        pool.close()
-
+        if pool is not None:
+            pool.close()
+            pool.job.wait(30)
+        if cause == "a full disk":
+            subprocess.run(["umount", "--lazy", str(runs)], check=False)
