@@ -1,9 +1,8 @@
 """`workbench run`, `workbench runs` and `workbench show`.
 
-Every `JobConfig` field is a flag of `workbench run` (underscores become dashes). Flags that
-are not given keep the configuration's defaults (or the `--preset`'s values). The flags are
-defined once, in config.py, and shared with `scale` and with the rank modules started by
-plain torchrun or horovodrun (rank/context.py).
+Every `JobConfig` field is a flag of `workbench run`, defined once in config.py and shared
+with `scale` and the rank modules under plain torchrun or horovodrun. See
+docs/ARCHITECTURE.md, "Programming interface of the job engine".
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""This process's open pools of warm ranks (pool.py), and which of them can take a job.
-
-starting.py asks here, the one place where a job is routed to a pool, before it starts
-ranks of its own. The list is kept apart from pool.py, which itself starts jobs.
+"""This process's open pools of warm ranks (pool.py), and which of them can take a job:
+starting.py asks here before it starts ranks of its own. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """A pool's running ranks as the launcher of one call: a call is a `Job` like any other.
 
-It starts by sending the work to the warm ranks (pool.py), not by starting processes, and
-learns that a rank has finished from its reply on the pool's channel; a rank whose channel
-closes without a reply has vanished. Ending the call does not kill the ranks: one still
-running is interrupted (SIGINT: `KeyboardInterrupt` in your code), and then the pool
-restarts its ranks, since a rank stopped inside a collective would hang the next call.
+It sends the work to the warm ranks (pool.py) and hears a rank's end as its reply; a rank
+whose channel closes without one has vanished. Ending a call interrupts a running rank
+(SIGINT) and the pool restarts its ranks. Why: docs/ARCHITECTURE.md, "Warm ranks".
 """
 
 from __future__ import annotations

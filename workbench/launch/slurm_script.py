@@ -1,10 +1,8 @@
 """The batch script of a Slurm job: `slurm/job.sbatch` and `slurm/task.sh` in the run folder.
 
-`write_scripts` writes them (slurm.py submits the first with `sbatch`). The #SBATCH options
-ask for one task per rank, `--threads-per-rank` CPUs each, output into the run folder's
-launcher.log, and `--no-requeue`; each engine's `slurm_lines` (engines.py) say how its
-ranks start inside the allocation. Nothing from the configuration may hold a line break:
-sbatch reads an #SBATCH line up to it, and the rest would run as a line of shell.
+One task per rank, `--threads-per-rank` CPUs each, output into launcher.log, no requeue;
+each engine's `slurm_lines` (engines.py) start its ranks. No configured value may hold a
+line break (sbatch would run the rest as shell). See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

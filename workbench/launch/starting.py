@@ -1,9 +1,8 @@
 """Starting a job: `start(cfg)` for training, `start_module(...)` for any rank module.
 
-Both check what can be checked before anything is written (the configuration, the
-engine's launcher, Slurm, the device) and return a `Job` (job.py) at once. `place` is the
-one place where a job is routed: to an open pool of warm ranks that can run it (pool.py),
-else to ranks of its own, handed their launcher and their ticket for cores.
+Both check what can be checked before anything is written and return a `Job` at once.
+`place` is the one place where a job is routed: to an open pool that can run it, else to
+ranks of its own with their launcher and ticket for cores. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

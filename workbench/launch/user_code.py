@@ -4,9 +4,8 @@
     job.wait(); job.results()                       # each rank's return value
     job = workbench.launch("train.py", "--epochs", "3", np=2, engine="torch")
 
-It is `horovodrun -np 2 python train.py` (or `horovod.run(fn, np=2)`) through the
-workbench's launcher: the same `Job`, records, Stop and failure reports. A function travels
-by value (by_value.py), and runs on an open pool of warm ranks that can run it (pool.py).
+The same `Job`, records, Stop and failure reports as `horovodrun -np 2 python train.py`; a
+function travels by value. See docs/ARCHITECTURE.md, "Your own code on real ranks".
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Watching a running job: is it over, and if it failed, whose fault is it?
 
-Each look (`Watcher.look`) reads the ranks' exit records and pid files and asks the launcher
-(launchers.py) which ranks vanished: every rank reported success and the launcher ended ->
-"succeeded"; a rank reported an error, vanished without a word, or the launcher failed ->
-"failed", naming the rank that failed first (records/blame.py). What one look concludes is
-`outcome()`, a function of what was seen. The job (job.py) adds the stall check.
+Each look (`Watcher.look`) reads the exit records and pid files and asks the launcher which
+ranks vanished; `outcome()` names the rank that failed first (records/blame.py). The job
+(job.py) adds the stall check. See docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations

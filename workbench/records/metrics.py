@@ -1,10 +1,8 @@
 """Reading a run's metrics while they are still being written.
 
-Each rank appends its own file, `metrics/rank<k>.jsonl`: appends from several hosts to one
-file are not atomic on a shared (NFS) runs folder, and lines could interleave or overwrite
-each other. The reader merges the files (and the one `metrics.jsonl` of run folders written
-before this layout), remembers how far it has read in each, so each call returns only the
-new lines, and leaves an unfinished last line for the next call instead of failing.
+Each rank appends its own `metrics/rank<k>.jsonl` (one writer per file: NFS). The reader
+merges them (and an older run's one `metrics.jsonl`), returns only new lines each call,
+and leaves an unfinished last line for the next. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""A run that continues another from its checkpoint: the configuration it runs with.
-
-`JobConfig(resume=RUN_ID)` (`workbench run --resume RUN_ID`) is merged here, before any
-rank starts (launch/starting.py, and the ranks of a plain launch: rank/context.py):
-fields the caller did not set take the values of the run being resumed, and `resume`
-becomes that run's folder, where the ranks load its checkpoint (training/checkpoint.py).
+"""A run that continues another from its checkpoint (`workbench run --resume RUN_ID`):
+fields the caller did not set take that run's values, and `resume` becomes its folder,
+where the ranks load the checkpoint. Merged before any rank starts (launch/starting.py,
+rank/context.py). See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Reading run records back: `workbench runs`, `workbench show`, the panels' run picker."""
+"""Reading run records back: `workbench runs`, `workbench show`, the panels' run picker
+(docs/ARCHITECTURE.md, "The record of a run")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Writing run records safely: a reader may look, and a job be killed, at any moment.
 
-Whole files are written to a temporary name and renamed into place (`atomic_file`:
-`os.replace` is atomic, a reader sees the old file or the new one); appends (`write_all`)
-loop until every byte is written (a short write would glue half a line to the next); a
-file that exists but cannot be parsed raises `CorruptRecord`, naming it. Modes are set
-explicitly (`open_file`, `make_folder`), never left to the umask (under 000 a run's files
-would be every user's to rewrite).
+Whole files go to a temporary name and are renamed into place (`atomic_file`); appends
+loop until every byte is written (`write_all`); an unparsable file raises `CorruptRecord`
+naming it; modes are set explicitly, never by the umask. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

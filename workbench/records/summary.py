@@ -1,11 +1,7 @@
-"""What a run's metrics add up to: the figures of its `summary.json`.
-
-Two writers share this arithmetic, so a summary means the same whoever wrote it: the
-workbench's launcher when a job ends (launch/job.py), and rank 0 of a job started by plain
-`torchrun` or `horovodrun` (rank/context.py).
-
-Times are in seconds since the job was launched (the `time` of every metrics line),
-throughput in samples per second of the whole job (all ranks together).
+"""What a run's metrics add up to: the figures of its `summary.json`, one arithmetic for
+its two writers (the launcher, launch/job.py; rank 0 under plain torchrun or horovodrun,
+rank/context.py). Times are in seconds since launch; throughput in samples per second of
+all ranks together. See docs/ARCHITECTURE.md, "The record of a run".
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Checkpoints, and resuming a job from one after a rank was lost.
 
-When one rank dies, a synchronous job ends and loses what it learned unless it was saved.
-So rank 0 saves, every `checkpoint_every` epochs and atomically, what the rest of the run
-depends on: the parameters, the optimizer's state (momentum, Adam's moments) and the epochs
-done (the data order follows from `seed` and the epoch). `workbench run --resume RUN_ID`
-continues from the next epoch to the same final parameters as a run never interrupted.
-How often to save: synchronization/checkpoint_interval.py (Young's formula).
+Rank 0 saves, every `checkpoint_every` epochs and atomically, the parameters, the
+optimizer's state and the epochs done; `workbench run --resume RUN_ID` continues from the
+next epoch to the same final parameters as a run never interrupted. How often to save:
+synchronization/checkpoint_interval.py (Young's formula). Why: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

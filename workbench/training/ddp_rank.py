@@ -6,7 +6,7 @@ The Horovod rank's steps in PyTorch's words (Li et al., VLDB 2020, arXiv:2006.15
 1. `dist.init_process_group` (gloo; NCCL on GPUs, told its GPU with `device_id=`);
 2. pin the device; 3-4. wrap the model in `DistributedDataParallel`, which broadcasts rank
 0's parameters and averages gradients bucket by bucket during `backward()` with its own
-reducer; 5. shard the data. `DDPSync` times what `backward()` waits for it.
+reducer; 5. shard the data. `DDPSync` times what `backward()` waits for (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The held-out evaluation every rank joins, and the results rank 0 saves at the end.
 
-Evaluation uses samples training never sees (`sharding.holdout_split`). Every rank
-evaluates its own slice of them, one batch at a time (a forward pass over the whole set at
-once would hold every activation in memory together), and the ranks then add up their loss
-sums and counts with one allreduce, so all ranks learn the same held-out loss and accuracy.
+Each rank evaluates its slice of the samples training never sees, a batch at a time, and
+one allreduce adds up the ranks' loss sums and counts. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

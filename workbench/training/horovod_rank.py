@@ -3,10 +3,10 @@
 One rank of a Horovod data-parallel job, started by `horovodrun`: by the workbench
 (`workbench run --engine horovod`), or by hand as above, with any flag of `workbench run`.
 The five Horovod steps of examples/pytorch/pytorch_mnist.py (Sergeev & Del Balso 2018,
-arXiv:1802.05799), in order in `main()`: 1. `hvd.init()`; 2. pin the device (a GPU per
-local rank, or this rank's cores); 3. broadcast rank 0's parameters and optimizer state;
-4. `hvd.DistributedOptimizer`, which averages each gradient with allreduce during
-`backward()`; 5. shard the data.
+arXiv:1802.05799), in order in `main()`: 1. `hvd.init()`; 2. pin the device; 3. broadcast
+rank 0's parameters and optimizer state; 4. `hvd.DistributedOptimizer`, which averages
+each gradient with allreduce during `backward()`; 5. shard the data. docs/ARCHITECTURE.md,
+"The engines' rank modules", compares the engines.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""What the labs add to a training step, kept outside `loop.train_step`.
-
-- a failure on purpose (`fail_rank`, `fail_at_step`: the fault-tolerance lab, notebook 03;
-  `maybe_fail` below; resuming after it: checkpoint.py);
-- a gradual learning-rate warm-up (`warmup_epochs`: the linear scaling rule, notebook 06
-  and exercise 9);
-- a slow rank (`straggler_rank`, `straggler_delay`: the synchronization lab, notebook 03).
+"""What the labs add to a training step, kept outside `loop.train_step`: a failure on
+purpose (`fail_rank`, `fail_at_step`: notebook 03), a learning-rate warm-up
+(`warmup_epochs`: the linear scaling rule, notebook 06 and exercise 9) and a slow rank
+(`straggler_rank`, `straggler_delay`: notebook 03). See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

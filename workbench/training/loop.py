@@ -2,11 +2,10 @@
 
     zero_grad -> forward -> loss -> backward -> wait for the averaged gradients -> step
 
-The engines differ only in how gradients are averaged, a `Synchronizer` (synchronizer.py):
-DDP during `backward()` bucket by bucket, Horovod per gradient during `backward()` then
-`synchronize()`, the naive engine after it. With `accumulate` k > 1 the step runs k
-micro-batches, each loss divided by k, and only the last backward pass synchronizes. Each
-step records its compute and unhidden wait, written later with others (timing.py's StepLog).
+The engines differ only in their `Synchronizer` (synchronizer.py). With `accumulate` k > 1
+a step runs k micro-batches, each loss divided by k, and only the last backward pass
+synchronizes. Each step records its compute and unhidden wait, written later with others
+(timing.py's StepLog). Why: docs/ARCHITECTURE.md, "The engines' rank modules".
 """
 
 from __future__ import annotations

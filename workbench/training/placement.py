@@ -1,7 +1,5 @@
-"""Where a rank runs: its device, and on the CPU its threads and its own cores.
-
-The launcher gives each job its cores (workbench/launch/cores.py); each rank then binds its
-threads to its share of them, like `mpirun --bind-to core` (see `pin_cpu` for why).
+"""Where a rank runs: its device, and on the CPU its threads bound to its share of the
+job's cores (launch/cores.py), like `mpirun --bind-to core`. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """python -m workbench.training.serial_rank
 
-The sequential baseline: the same loop as the distributed engines, in one process. The
-workbench runs it with this command (`workbench run --engine serial`); by hand it takes any
-flag of `workbench run` and keeps its record in ./runs itself (rank/context.py).
-With `--batch-size N·b` it follows exactly the trajectory of N data-parallel ranks with
-batch b.
+The sequential baseline: the same loop as the distributed engines, in one process
+(`workbench run --engine serial`; by hand with any flag of `workbench run`, recording in
+./runs). With `--batch-size N·b` it follows exactly the trajectory of N data-parallel
+ranks with batch b. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

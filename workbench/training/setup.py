@@ -1,7 +1,7 @@
 """What a rank builds before it trains: the data, the model, the device and the clock.
 
-Every rank builds the same model from the job's seed (so no broadcast is needed to start
-equal) and holds every sample once; sharding.py says which of them it trains on.
+Every rank builds the same model from the job's seed (no broadcast is needed to start
+equal) and holds every sample once; sharding.py says which it trains on (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Every rank draws the same seeded permutation for epoch `e`, cut into global batches of
 `world_size × batch_size`; rank `r` takes the `r`-th slice of each. Averaging the slices'
 gradients gives the gradient of the mean loss over the global batch, so N ranks with batch
-b take the same steps as one process with batch N·b. An incomplete last global batch is
-dropped, in both cases.
+b take the same steps as one process with batch N·b (an incomplete last global batch is
+dropped in both). See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What an engine adds to the training loop: how the gradients are averaged over the ranks.
 
-The loop (loop.py) is the same for every engine; each rank module hands it a `Synchronizer`
-(ddp_rank.py, horovod_rank.py, naive_rank.py, the sharded engines), and this base class is
-the serial engine's, which has nothing to average. Lesson 02 (notebooks/02) reads it.
+The loop (loop.py) is the same for every engine; each rank module hands it a `Synchronizer`,
+and this base class is the serial engine's. Lesson 02 (notebooks/02) reads it; the engines
+compared: docs/ARCHITECTURE.md, "The engines' rank modules".
 """
 
 from __future__ import annotations

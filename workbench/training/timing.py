@@ -1,9 +1,8 @@
 """Timing a step: how long a rank computed, and how long it then waited for gradients.
 
-On the CPU the clock is the wall clock. A GPU runs asynchronously (the host only queues
-kernels), so there the clock is CUDA events on the GPU's own timeline, read with the step
-lines, later (`StepLog`): see `CudaClock`. A `StepTimer` marks the clock between the lines
-of `loop.train_step`.
+The wall clock on the CPU; on a GPU, which runs asynchronously, CUDA events on its own
+timeline, read with the step lines, later (`StepLog`; see `CudaClock`). A `StepTimer` marks
+the clock between the lines of `loop.train_step`. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
