@@ -34,19 +34,15 @@ class Failure:
 
 
 def culprit(failures: Iterable[Failure]) -> Failure | None:
-    """The failure to blame, or None when there is none.
-
-    The earliest by `at`; a rank ended by a signal only if no rank failed otherwise; at
-    the same instant a vanished rank before a reported error (whose cause it may be).
-    """
+    """The failure to blame (None: none): the earliest by `at`; a rank ended by a signal
+    only if no other failed; at one instant a vanished rank before a reported error."""
     return min(failures, default=None,
                key=lambda f: (f.kind == "ended", f.at, KINDS.index(f.kind), f.rank))
 
 
 def exit_records(run_dir: Path, world_size: int) -> dict[int, dict[str, Any]]:
-    """{rank: exit record} of the ranks that have ended: from the rank's heartbeat (which
-    the launcher's host sees fresh on NFS: records/liveness.py), else `exit/rank<k>.json`.
-    A record that cannot be read counts as that rank's failure, `unreadable`."""
+    """{rank: exit record} of the ranks that have ended: from its heartbeat (fresh on NFS),
+    else `exit/rank<k>.json`; an unreadable record is that rank's failure, `unreadable`."""
     out: dict[int, dict[str, Any]] = {}
     for rank in range(world_size):
         rec = (read_beat(heartbeat_path(run_dir, f"rank{rank}")) or {}).get("exit")
@@ -62,9 +58,8 @@ def exit_records(run_dir: Path, world_size: int) -> dict[int, dict[str, Any]]:
 
 
 def reported_failure(rank: int, record: dict, local: bool, first_seen: float) -> Failure | None:
-    """The failure an exit record reports (None for success). `local`: the rank ran on the
-    watcher's host, whose clock its record's time is on; else `first_seen` is used. A rank
-    ended by a signal, or whose record is unreadable, is blamed only if no other failed."""
+    """The failure an exit record reports (None for success), at its own time if the rank
+    ran on the watcher's host (`local`: our clock), else at `first_seen`."""
     if record.get("ok"):
         return None
     kind = "ended" if record.get("ended_by") or record.get("unreadable") else "error"
@@ -75,8 +70,7 @@ def reported_failure(rank: int, record: dict, local: bool, first_seen: float) ->
 
 
 def ranks_failure(failures: list[Failure], exits: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The summary's `failure` when ranks failed: the culprit with its error and traceback,
-    and what the others reported (often consequences of the first)."""
+    """The summary's `failure` when ranks failed: the culprit, its traceback, the others."""
     blamed = culprit(failures)
     record = exits.get(blamed.rank, {})
     others = {r: rec.get("error") for r, rec in exits.items()
@@ -88,10 +82,8 @@ def ranks_failure(failures: list[Failure], exits: dict[int, dict[str, Any]]) -> 
 
 def launcher_failure(world_size: int, exits: dict[int, dict[str, Any]], started: set[int],
                      ended: str, cause: str | None) -> dict[str, Any]:
-    """The summary's `failure` when the launcher failed (`ended`, in words), often before
-    every rank reported. A rank is blamed only if it got as far as starting: one that failed
-    before (an import error, a Horovod/torch mismatch) left its cause in the launcher's log
-    (`cause`, its telling line)."""
+    """The summary's `failure` when the launcher failed (`ended`, in words): a rank that got
+    as far as starting, else none; `cause` is the launcher log's telling line."""
     missing = sorted(set(range(world_size)) - set(exits))
     before = f" before rank(s) {missing} reported" if missing else ""
     return {"rank": next((r for r in missing if r in started), None),
@@ -105,12 +97,8 @@ _RANK_PREFIX = re.compile(r"^\[\d+\]<std(err|out)>:")
 
 
 def launcher_cause(log_tail: str) -> str | None:
-    """The most telling error line of a launcher log, e.g. "ModuleNotFoundError: ...".
-
-    horovodrun prefixes each rank's output with "[rank]<stderr>:" and ends with its own
-    "Horovod detected that one or more processes exited" message, which names no cause, so
-    the last error line that is not the launcher's own summary wins.
-    """
+    """The most telling error line of a launcher log, e.g. "ModuleNotFoundError: ...": the
+    last one that is not horovodrun's own closing message, which names no cause."""
     for line in reversed(log_tail.splitlines()):
         text = _RANK_PREFIX.sub("", line).strip()
         if (text and _ERROR_LINE.search(text) and "Horovod detected" not in text
@@ -120,8 +108,7 @@ def launcher_cause(log_tail: str) -> str | None:
 
 
 def launcher_tail(text: str, last: int = 20) -> str:
-    """The last lines the ranks wrote into a launcher log, without horovodrun's own
-    closing traceback (which only says that a process failed, not why)."""
+    """The last lines the ranks wrote into a launcher log, without horovodrun's closing one."""
     lines = text.splitlines()
     ranks = [i for i, line in enumerate(lines) if _RANK_PREFIX.match(line)]
     if ranks:
@@ -130,9 +117,8 @@ def launcher_tail(text: str, last: int = 20) -> str:
 
 
 def failure_log(run_dir: Path, rank: int | None) -> dict[str, str]:
-    """The failed rank's last log lines, as the summary's `log_tail` and `log`; the
-    launcher's when the rank's log is empty (a rank that died before it could redirect its
-    output left its error there)."""
+    """The failed rank's last log lines (`log_tail`, `log`); the launcher's when the rank's
+    log is empty (it died before redirecting its output)."""
     record = RunRecord(run_dir)
     if rank is not None:
         tail = record.log(rank, last=20)

@@ -30,7 +30,6 @@ HELD_UP_S = 2.0            # a reader that could not look for this long was held
 
 
 def this_host() -> str:
-    """This machine's hostname, as recorded beside every pid."""
     return socket.gethostname()
 
 
@@ -53,13 +52,9 @@ def read_pid_file(path: Path) -> tuple[int, str] | None:
 
 
 def started(pid: int | None = None) -> float:
-    """When process `pid` (default: this one) started, in seconds since this host booted.
-
-    With the pid it names one process for as long as the host runs: a pid reused by a later
-    process has a later start. Counted from boot (`/proc/<pid>/stat`, field 22), not read
-    off the wall clock as `psutil.Process.create_time()` is, so a clock set forward or back
-    (NTP, a resumed virtual machine) does not make a live process look like another one.
-    """
+    """When process `pid` (default: this one) started, in seconds since this host booted
+    (`/proc/<pid>/stat`, field 22): with the pid it names one process, and unlike
+    `psutil.Process.create_time()` it does not move when the wall clock is set."""
     pid = os.getpid() if pid is None else pid
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -72,11 +67,8 @@ def started(pid: int | None = None) -> float:
 
 
 def process_alive(pid: int, created: float | None = None) -> bool:
-    """True while `pid` runs on this host (and, if given, was `started()` at `created`).
-
-    A zombie (ended, not yet reaped by its parent) counts as gone. The start time
-    guards against the pid having been reused by another process.
-    """
+    """True while `pid` runs on this host, not a zombie (and, if given, was `started()` at
+    `created`: not a reused pid)."""
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
@@ -88,7 +80,6 @@ def process_alive(pid: int, created: float | None = None) -> bool:
 
 # ---------------------------------------------------------------------- heartbeats
 def heartbeat_path(run_dir: Path, name: str) -> Path:
-    """`heartbeat/<name>`: "owner" or "rank<k>"."""
     return Path(run_dir) / "heartbeat" / name
 
 
@@ -112,8 +103,7 @@ def read_beat(path: Path) -> dict[str, Any] | None:
 
 
 def prepare_heartbeats(run_dir: Path, world_size: int) -> None:
-    """Make each rank's (empty) heartbeat file on the owner's host, before any rank starts:
-    the watcher then reads files its own host made, which NFS shows it fresh at each open."""
+    """Make each rank's empty heartbeat file here before the ranks start (fresh on NFS)."""
     for rank in range(world_size):
         os.close(open_file(heartbeat_path(run_dir, f"rank{rank}")))
 
@@ -125,10 +115,7 @@ def owner_beat(run_dir: Path, stop: bool = False) -> None:
 
 
 class Staleness:
-    """How long since a heartbeat file last changed, by this process's own clock.
-
-    `changed_at`: when its content was last seen to change (time.monotonic(), as of `age()`).
-    """
+    """How long since a heartbeat file last changed (`changed_at`, time.monotonic())."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -136,9 +123,8 @@ class Staleness:
         self.changed_at = self._looked = time.monotonic()
 
     def age(self) -> float:
-        """Seconds since the file's content was last seen to change, not counting time in
-        which this reader could not look (over `HELD_UP_S` since its last look, this read
-        included: while a file server stalls, no one's heartbeat can change)."""
+        """Seconds since the file's content last changed, not counting gaps over
+        `HELD_UP_S` between looks (while a file server stalls, no heartbeat can change)."""
         try:
             text = self.path.read_text()
         except OSError:
@@ -153,11 +139,7 @@ class Staleness:
 
 
 def owner_status(run_dir: Path) -> str:
-    """"alive" or "gone": is the process that started this run still looking after it?
-
-    On the owner's host the pid is checked; elsewhere, the heartbeat's age by its file's
-    modification time (good enough for a listing; hosts' clocks roughly agree).
-    """
+    """"alive" or "gone": the owner's pid on its host, elsewhere its heartbeat's mtime."""
     path = heartbeat_path(run_dir, "owner")
     info = read_beat(path)
     if info is None:
@@ -172,9 +154,8 @@ def owner_status(run_dir: Path) -> str:
 
 
 def known_ranks(run_dir: Path, world_size: int) -> dict[int, tuple[int, str]]:
-    """{rank: (pid, host)} of the ranks that have started, each rank's files read by name,
-    never from a listing (another host's new file may be missing from one, on NFS): its pid
-    file, else its heartbeat (which the owner's host made, so sees fresh)."""
+    """{rank: (pid, host)} of the ranks that have started: its pid file, else its heartbeat,
+    read by name (an NFS listing may miss another host's new file)."""
     out = {}
     for rank in range(world_size):
         entry = read_pid_file(Path(run_dir) / "pids" / f"rank{rank}.pid")

@@ -19,7 +19,6 @@ LEGACY_METRICS = "metrics.jsonl"
 
 
 def metrics_path(run_dir: Path, rank: int) -> Path:
-    """The metrics file that rank `rank` appends to."""
     return Path(run_dir) / METRICS_DIR / f"rank{rank}.jsonl"
 
 
@@ -104,12 +103,8 @@ def events(records: list[dict[str, Any]], message: str) -> list[dict[str, Any]]:
 
 
 def overall_by_step(steps: list[dict[str, Any]]) -> list[dict[str, float]]:
-    """Average the ranks' step records into one curve: the global batch's loss and accuracy.
-
-    Returns, per step that every reporting rank has finished so far, the mean loss, the mean
-    accuracy, the total samples and the slowest rank's step time (a synchronous step ends
-    when the slowest rank does).
-    """
+    """The global batch's curve, per step every reporting rank has finished: mean loss and
+    accuracy, total samples, the slowest rank's step time (a synchronous step's)."""
     by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in steps:
         if "step" in r:
@@ -139,11 +134,8 @@ def mean_of(group: list[dict[str, Any]], key: str) -> float | None:
 
 
 def throughput(steps: list[dict[str, Any]]) -> float:
-    """Samples per second over the training part of a run (all ranks together).
-
-    Measured from the start of the earliest step to the end of the latest one, so start-up
-    (imports, process launch, data loading) is not counted.
-    """
+    """Samples per second of all ranks, from the earliest step's start to the latest's end
+    (start-up not counted)."""
     timed = [r for r in steps if isinstance(r.get("time"), (int, float))]
     if not timed:
         return 0.0

@@ -26,7 +26,6 @@ class ForeignRecord(PermissionError):
 
 
 def run_folder_mode() -> int:
-    """The mode new run folders get (WORKBENCH_RUN_FOLDERS; see the table above)."""
     from workbench.config import ConfigError
 
     name = os.environ.get(ENV_RUN_FOLDERS, "").strip() or "private"
@@ -45,8 +44,8 @@ def user_name(uid: int) -> str:
 
 
 def folder_problem(st: os.stat_result) -> str | None:
-    """What would let another user swap what is in a folder, from its stat; None: nothing
-    (it is ours or root's, and sticky if others may write it)."""
+    """What would let another user swap what is in a folder (None: it is ours or root's,
+    sticky if others may write it)."""
     if st.st_uid not in (0, os.geteuid()):
         return f"is owned by {user_name(st.st_uid)}"
     if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
@@ -71,11 +70,7 @@ def check_own(st: os.stat_result, path: Path | str) -> None:
 def read_own(path: Path, run_dir: Path, secret: bool = False,
              max_bytes: int = 1 << 30) -> bytes:
     """The bytes of `path`, a file inside `run_dir`, checked as the module docstring says
-    (and, with `secret`, readable by its owner alone).
-
-    Raises ForeignRecord (one line) for a file or folder of someone else's, FileNotFoundError
-    when it is missing, and OSError for a symlink on the way (`O_NOFOLLOW`).
-    """
+    (with `secret`: readable by its owner alone); ForeignRecord in one line if not."""
     path, run_dir = Path(path), Path(run_dir)
     parts = path.relative_to(run_dir).parts
     folder = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW

@@ -20,10 +20,8 @@ NOT_INHERITED = ("fail_rank", "fail_at_step", "resume", "runs_dir")
 
 
 def apply_resume(cfg: JobConfig) -> JobConfig:
-    """The configuration of a run that continues `cfg.resume` (a run id or run folder), as
-    the module docstring says; only fields the caller did not pass (`cfg.given`) are
-    inherited, so `--resume R --epochs 3` runs 3 epochs even when 3 is also the default.
-    Raises `ConfigError` if there is no such run (of ours) or it saved no checkpoint."""
+    """`cfg` continuing `cfg.resume` (a run id or folder): fields not passed (`cfg.given`)
+    are inherited; `ConfigError` if no such run of ours saved a checkpoint."""
     if not cfg.resume:
         return cfg
     try:

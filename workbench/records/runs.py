@@ -29,24 +29,17 @@ class RunRecord:
     @property
     def config(self) -> dict[str, Any]:
         """config.json ({} when it is missing or corrupt)."""
-        try:
-            return read_json(self.run_dir / "config.json") or {}
-        except CorruptRecord:
-            return {}
+        return read_json(self.run_dir / "config.json", quiet=True) or {}
 
     @property
     def summary(self) -> dict[str, Any] | None:
         """summary.json once the job has ended, else None (None too when it is corrupt)."""
-        try:
-            return read_json(self.run_dir / "summary.json")
-        except CorruptRecord:
-            return None
+        return read_json(self.run_dir / "summary.json", quiet=True)
 
     @property
     def status(self) -> str:
-        """The final status from summary.json; without one, "running" while the process
-        that started the job still looks after it, else "lost" (its kernel died, say);
-        "corrupt" when summary.json exists but cannot be read."""
+        """summary.json's status; without one "running" while its owner lives, else
+        "lost"; "corrupt" when summary.json cannot be read."""
         try:
             summary = read_json(self.run_dir / "summary.json")
         except CorruptRecord:

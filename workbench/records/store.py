@@ -55,15 +55,9 @@ class CorruptRecord(ValueError):
 
 @contextlib.contextmanager
 def atomic_file(path: Path, durable: bool = False) -> Iterator[BinaryIO]:
-    """A binary file to write `path` through: a temporary name beside it, renamed onto it
-    once the `with` block ends without an error (`os.replace` is atomic: a reader sees the
-    old file or the new one); after an error the temporary file is removed and `path` is
-    left as it was.
-    `durable`: also fsync before the rename, so that the file survives a power cut.
-
-        with atomic_file(run_dir / "model.pt") as f:
-            torch.save(state, f)
-    """
+    """A binary file to write `path` through: a temporary name, renamed onto `path` when
+    the `with` block ends without an error (after one, `path` is left as it was);
+    `durable`: fsynced first, to survive a power cut."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -78,9 +72,7 @@ def atomic_file(path: Path, durable: bool = False) -> Iterator[BinaryIO]:
 
 
 def write_json_atomic(path: Path, data: Any, durable: bool = True) -> None:
-    """Write `data` as JSON to `path` through `atomic_file`. `durable` costs about 10 ms on
-    a busy disk: a warm pool's call, which writes three such files in a few tens of ms,
-    skips it, as metrics lines always do."""
+    """Write `data` as JSON to `path` through `atomic_file` (`durable` costs ~10 ms)."""
     with atomic_file(path, durable) as f:
         f.write(json.dumps(data, indent=2, default=str).encode())
 
@@ -96,31 +88,24 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def read_json(path: Path) -> Any | None:
-    """The JSON in `path`; None when the file does not exist (yet).
-
-    Raises `CorruptRecord` when the file exists but is not valid JSON, or is not a file.
-    """
+def read_json(path: Path, quiet: bool = False) -> Any | None:
+    """The JSON in `path`; None when it does not exist (yet); `CorruptRecord` if unreadable
+    (with `quiet`, None)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        return json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except OSError as exc:  # a folder where a file should be, no permission, I/O error
-        raise CorruptRecord(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CorruptRecord(f"{path}: not valid JSON ({exc})") from None
+    except (OSError, ValueError) as exc:  # a folder, no permission, I/O error; not JSON
+        if quiet:
+            return None
+        what = "not valid JSON" if isinstance(exc, ValueError) else "cannot be read"
+        raise CorruptRecord(f"{path}: {what} ({getattr(exc, 'strerror', 0) or exc})") from None
 
 
 def new_run_dir(runs_dir: str | Path, label: str) -> tuple[str, Path]:
-    """Create a fresh, uniquely named run folder; return (run_id, path).
-
-    The folder is private to its owner (mode 0700) unless WORKBENCH_RUN_FOLDERS says
-    otherwise (see records/private.py). Raises `ConfigError` (one line) when the runs folder
-    cannot be created or written.
-    """
+    """(run_id, path) of a fresh run folder, of the mode records/private.py says; a
+    `ConfigError` in one line when the runs folder cannot be used."""
     from workbench.config import ConfigError
     from workbench.records.private import folder_problem, run_folder_mode
 

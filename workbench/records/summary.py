@@ -17,14 +17,9 @@ from workbench.records.metrics import events, mean_of, of_kind, step_start, thro
 
 def training_figures(records: list[dict[str, Any]],
                      result: dict[str, Any] | None) -> dict[str, Any]:
-    """The summary's figures from a run's metrics lines and rank 0's `result.json`.
-
-    - `startup_s`: launch to the start of the first step (processes, imports, data, joining);
-    - `train_time_s`: the first step's start to the last step's end;
-    - `samples_per_s`: samples trained in that time, all ranks together (see `throughput`);
-    - `final_*`: on the held-out samples (result.json); `last_epoch_*`: the mean of the
-      ranks' training loss and accuracy in the last epoch.
-    """
+    """The summary's figures from the metrics and rank 0's `result.json`: `startup_s`
+    (launch to the first step), `train_time_s` (first step to last), `samples_per_s`,
+    `final_*` (held out) and `last_epoch_*` (the ranks' mean training figures)."""
     steps = [s for s in of_kind(records, "step") if isinstance(s.get("time"), (int, float))]
     epochs = of_kind(records, "epoch")
     last = max((e.get("epoch", -1) for e in epochs), default=-1)
@@ -49,9 +44,8 @@ def summary_of(run_dir: Path, status: str, engine: str, np: int, launcher: str,
                ranks: dict[int, tuple[int, str]], threads_per_rank: int, started: float,
                metrics: list[dict[str, Any]], result: dict[str, Any] | None,
                warnings: list[str]) -> dict[str, Any]:
-    """The fields of every `summary.json`, whoever writes it (the workbench's launcher, or
-    rank 0 of a run started by a plain launcher): how the run went, then what its metrics
-    add up to. `ranks` is {rank: (pid, host)}; `started` is seconds since the epoch."""
+    """The fields of every `summary.json`; `ranks` is {rank: (pid, host)}, `started` in
+    seconds since the epoch."""
     return {
         "run_id": Path(run_dir).name, "run_dir": str(run_dir), "status": status,
         "engine": engine, "np": np, "launcher": launcher,
@@ -68,9 +62,7 @@ def summary_of(run_dir: Path, status: str, engine: str, np: int, launcher: str,
 
 @functools.cache
 def _versions() -> dict[str, str | None]:
-    """The versions that produced a run: Python, torch, Horovod and the workbench. Looked up
-    once per process (about 20 ms each time: a warm pool's call is ~30 ms); the packages a
-    process has imported do not change while it runs."""
+    """Python's, torch's, Horovod's and the workbench's versions, once per process (~20 ms)."""
     from importlib import metadata  # here, not at the top: it costs start-up time
 
     out: dict[str, str | None] = {"python": platform.python_version()}
