@@ -22,7 +22,7 @@ _kept: dict[str, Any] = {}
 
 def kept() -> dict[str, Any]:
     """A dict that lives as long as this rank's process: what one call of a pool leaves
-    there, the next call finds (nothing else leaks from call to call)."""
+    there, the next finds."""
     return _kept
 
 
@@ -48,15 +48,11 @@ def local_rank() -> int:
 
 
 def report(**metrics: Any) -> None:
-    """Write one line of metrics for the live charts, e.g. `report(step=s, loss=l)`.
-
-    A call with `epoch` and no `step` writes an *epoch* line, any other a *step* line. Every
-    value must be a number (a one-element tensor is converted with `float()`). The charts
-    know `loss`, `accuracy` and `samples` (this rank's samples in this step, for samples/s);
-    other names are kept too. Missing fields of the record format are filled in: `step`
-    counts up from 0, `epoch` stays at the last one reported, `step_time_s` is the time
-    since this rank's previous report, in seconds (0 for its first: when that step began is
-    unknown, and the time since the start would count imports and data loading).
+    """Write one line of metrics for the live charts, e.g. `report(step=s, loss=l)`: an
+    *epoch* line with `epoch` and no `step`, else a *step* line. Every value is a number
+    (`float()` of it); the charts know `loss`, `accuracy` and `samples` (this rank's, this
+    step). `step` counts up from 0, `epoch` stays at the last one reported, `step_time_s` is
+    the seconds since this rank's previous report (0 for its first: its start is unknown).
     """
     ctx = current()
     if ctx is None:

@@ -23,7 +23,7 @@ PAYLOAD = "user/function.pkl"
 
 
 def run_function(payload: Path, run_dir: Path) -> Any:
-    """`fn(*args)` of what `launch()` pickled into `payload` (see `load_function`)."""
+    """`fn(*args)` of what `launch()` pickled into `payload`."""
     fn, args = load_function(payload, run_dir)
     return fn(*args)
 
@@ -43,8 +43,7 @@ def unpickle_call(data: bytes) -> tuple[Callable[..., Any], tuple[Any, ...]]:
 
 def restore_source(roots: tuple[Any, ...], files: dict[tuple[str, int], str],
                    lines: dict[str, list[str]]) -> None:
-    """Give the functions back their file names and the lines of those files, so that a
-    traceback shows the code (see `source_of`)."""
+    """Give the functions back their file names and lines, so that a traceback shows them."""
     for name, text in lines.items():
         if text:  # (size, mtime None: never reloaded from disk, lines, name)
             linecache.cache[name] = (sum(map(len, text)), None, text, name)
@@ -81,7 +80,6 @@ def names_used(code: Any) -> list[str]:
 
 
 def filled(cell: Any) -> bool:
-    """True when a closure cell holds a value (a variable not yet assigned is empty)."""
     try:
         cell.cell_contents  # noqa: B018 - raises ValueError for an empty cell
     except ValueError:

@@ -33,14 +33,12 @@ _TCP = "tcp:"
 
 
 def new_key() -> str:
-    """A pool's key (its ranks prove they hold it, and it proves it to them)."""
     return secrets.token_hex(32)
 
 
 def listen(tcp: bool = False) -> tuple[socket.socket, str]:
-    """(a listening socket, the address its ranks connect to): an abstract Unix socket of a
-    random name, or with `tcp` a port of the system's choice on this host's address. It
-    waits at most 0.2 s in accept(), so the thread accepting sees the pool end."""
+    """(a listening socket, its address): an abstract Unix socket of a random name, or with
+    `tcp` a free port on this host's address; accept() waits at most 0.2 s."""
     if tcp:
         server = socket.create_server((socket.gethostbyname(this_host()), 0), backlog=16)
         address = f"{_TCP}{this_host()}:{server.getsockname()[1]}"
@@ -55,9 +53,8 @@ def listen(tcp: bool = False) -> tuple[socket.socket, str]:
 
 def accept(server: socket.socket, key: str) -> Connection | None:
     """The next connection once its peer proved it holds `key` (on a Unix socket, also that
-    it runs as this user) within HELLO_S seconds; None for any other, closed. (This is what
-    `Listener(authkey=...).accept()` does, with a time limit: a silent peer would hold it
-    up for ever.) Raises TimeoutError when no one connected within 0.2 s."""
+    it is this user) within HELLO_S seconds, else None: `Listener(authkey=...).accept()` with
+    a time limit. TimeoutError when no one connected within 0.2 s."""
     sock, _ = server.accept()
     sock.setblocking(True)
     try:
@@ -88,26 +85,22 @@ def connect(address: str, key: str) -> Connection:
 
 
 def peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end of a Unix socket, as the kernel says."""
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return struct.unpack("3i", creds)[1]
 
 
 def _time_limit(sock: socket.socket, seconds: float) -> None:
-    """A kernel time limit on each read and write of the socket (0: none)."""
     limit = struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
     for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
         sock.setsockopt(socket.SOL_SOCKET, option, limit)
 
 
 def send(conn: Connection, header: dict[str, Any], payload: bytes = b"") -> None:
-    """Send one message (or raise OSError)."""
     conn.send_bytes(json.dumps(header).encode() + b"\0" + payload)
 
 
 def receive(conn: Connection, maxlength: int | None = None) -> tuple[dict[str, Any], bytes] | None:
-    """The next message as (header, payload); None when the other side has closed, or sent
-    more than `maxlength` bytes or something that is not a message."""
+    """The next message as (header, payload); None once closed, over `maxlength` or no message."""
     try:
         head, _, payload = conn.recv_bytes(maxlength).partition(b"\0")
         header = json.loads(head)

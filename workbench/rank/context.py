@@ -44,8 +44,7 @@ from workbench.records.summary import summary_of
 
 
 def job_config(engine: str) -> JobConfig:
-    """The job's configuration: its launcher's `config.json`, or under a plain launcher the
-    flags of `workbench run` on the command line (see `config_from_flags`)."""
+    """The job's configuration: its launcher's `config.json`, or `workbench run`'s flags."""
     ctx = current()
     if ctx is not None:
         return ctx.config
@@ -53,9 +52,8 @@ def job_config(engine: str) -> JobConfig:
 
 
 def job_record(cfg: JobConfig, share: Callable[[Any], Any] | None = None) -> RankContext:
-    """This rank's context: the one its launcher opened, or under a plain launcher a new run
-    folder, which rank 0 makes and `share` (a broadcast from rank 0, called on every rank
-    once they have joined) tells the others."""
+    """This rank's context: its launcher's, or under a plain launcher a new run folder that
+    rank 0 makes and `share` (a broadcast from rank 0, once joined) tells the others."""
     ctx = current()
     if ctx is not None:
         return ctx
@@ -72,8 +70,7 @@ def job_record(cfg: JobConfig, share: Callable[[Any], Any] | None = None) -> Ran
 
 
 def this_rank() -> RankContext:
-    """The context the launcher opened (for rank modules that run only as a workbench job:
-    the labs', the pools')."""
+    """The context the launcher opened, for rank modules that run only in a workbench job."""
     ctx = current()
     if ctx is None:
         raise SystemExit(f"{sys.argv[0]}: runs as a rank of a workbench job (started by "
@@ -83,8 +80,7 @@ def this_rank() -> RankContext:
 
 
 def from_rank0(value: Any) -> Any:
-    """`value` as rank 0 holds it, on every rank: one broadcast over torch.distributed's
-    default group (the `share` of torchrun's ranks)."""
+    """`value` as rank 0 holds it, on every rank: torch.distributed's broadcast (a `share`)."""
     import torch.distributed as dist
 
     box = [value]
@@ -93,9 +89,8 @@ def from_rank0(value: Any) -> Any:
 
 
 def config_from_flags(engine: str, size: int, argv: list[str] | None = None) -> JobConfig:
-    """The job's configuration from `workbench run`'s flags, for the module's engine and the
-    `size` ranks the launcher started; a bad flag exits with code 2 and one line (on every
-    rank at once), as the `workbench` command's parser does."""
+    """The configuration from `workbench run`'s flags for `engine` on `size` ranks; a bad
+    flag exits with code 2 and one line, as the `workbench` command does."""
     parser = Parser(
         prog=f"python -m {ENGINES[engine].rank_module}",
         description="One rank of a training job, started without the workbench's launcher. "
@@ -113,7 +108,6 @@ def config_from_flags(engine: str, size: int, argv: list[str] | None = None) -> 
 
 
 def create_run(cfg: JobConfig) -> Path:
-    """Rank 0 of a plain launch: a new run folder holding `config.json`."""
     run_id, run_dir = new_run_dir(cfg.runs_dir, cfg.run_label)
     write_json_atomic(run_dir / "config.json", cfg.to_dict())
     owner_beat(run_dir)  # `workbench runs` says "running" while rank 0 lives, then "lost"
@@ -122,9 +116,8 @@ def create_run(cfg: JobConfig) -> Path:
 
 
 def run_main(main: Callable[[], Any]) -> None:
-    """Run a rank module's `main`. Under a plain launcher, close the context `job_record`
-    opened with how `main` ended: the exit record, and on rank 0 the summary. `sys.exit(0)`
-    (or none) is success, any other exit code a failure, as under the rank wrapper."""
+    """Run a rank module's `main`; under a plain launcher, close the context `job_record`
+    opened with how it ended (`sys.exit(0)` is success): the exit record, rank 0's summary."""
     try:
         main()
     except BaseException as exc:
@@ -154,9 +147,8 @@ def _close_plain(exc: BaseException | None) -> None:
 
 
 def first_failure(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
-    """The failure a plain launch's summary names: the first rank that failed, by the one
-    rule (records/blame.py), not rank 0 when its launcher only ended it with SIGTERM
-    because another rank had failed; else rank 0's own `exc`."""
+    """The failure a plain launch's summary names: the first, by records/blame.py's rule
+    (not rank 0 ended by SIGTERM in another's wake); else rank 0's own `exc`."""
     records = exit_records(ctx.run_dir, ctx.size)
     first = culprit(f for k, record in records.items()
                     if (f := reported_failure(k, record, True, time.time())))
@@ -168,8 +160,7 @@ def first_failure(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
 
 
 def write_summary(ctx: RankContext, exc: BaseException | None) -> None:
-    """Rank 0 of a plain launch, as it ends: summary.json, as the workbench's launcher would
-    write it (Ctrl-C: "stopped")."""
+    """Rank 0 of a plain launch, as it ends: summary.json (Ctrl-C: "stopped")."""
     cfg, run_dir = ctx.config, ctx.run_dir
     status = ("succeeded" if exc is None else
               "stopped" if isinstance(exc, KeyboardInterrupt) else "failed")

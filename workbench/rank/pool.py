@@ -34,8 +34,8 @@ CELL_FILE = "<ranks cell>"
 
 
 class CallContext(RankContext):
-    """A rank's context for one call: the call's run folder, without a second watchdog
-    (the pool's rank has one); output goes to the call's log until `restore()`."""
+    """A rank's context for one call, without a second watchdog; output goes to the call's
+    log until `restore()`."""
 
     durable = False  # the exit record is renamed into place, not fsynced (write_json_atomic)
     owns_process = False  # the pool's rank goes on
@@ -47,7 +47,6 @@ class CallContext(RankContext):
         self._redirect_output()
 
     def restore(self) -> None:
-        """Send output back to the pool's own log and close the call's files."""
         log = sys.stdout
         log.flush()
         out, err, sys.stdout, sys.stderr = self._saved
@@ -96,8 +95,7 @@ class Rank:
             raise KeyboardInterrupt("stopped by the pool's owner")
 
     def run_call(self, header: dict[str, Any], payload: bytes) -> tuple[bool, list[str]]:
-        """Run one call in its own run folder: (whether it returned, the names of the
-        threads it left running). Its changes to the environment are undone."""
+        """Run one call: (whether it returned, the threads it left); its os.environ is undone."""
         ctx = self.ctx
         self.ctx.metric("event", message="call", run_id=header["run_id"])
         call = CallContext(Path(header["dir"]), ctx.rank, ctx.size, ctx.local_rank,
@@ -110,8 +108,6 @@ class Rank:
                 try:
                     value = execute(header, payload, call)
                 except BaseException as exc:
-                    # A training module's traceback starts at the module; your code's at
-                    # your own first frame (see RankContext.__exit__).
                     exc.rank_traceback = user_traceback(exc, header["kind"] != "module")
                     raise
                 finally:
@@ -136,8 +132,8 @@ KEPT_CELLS: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
 
 
 def execute(header: dict[str, Any], payload: bytes, call: RankContext) -> Any:
-    """Run the call's function, a training job's rank module (returns None), or the cell's
-    code (returns None): in a fresh namespace, or for "kept code" in KEPT_CELLS."""
+    """Run the call's function (its value), rank module or cell (None; "kept code" in
+    KEPT_CELLS, other code in a fresh namespace)."""
     if header["kind"] == "function":
         fn, args = unpickle_call(payload)
         return fn(*args)

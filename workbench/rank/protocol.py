@@ -63,7 +63,6 @@ class Ended(SystemExit):
 
 
 def env_int(*names: str, default: int = 0) -> int:
-    """The first of `names` that is set, as an int (launchers use different names)."""
     for name in names:
         if os.environ.get(name, "") != "":
             return int(os.environ[name])
@@ -71,8 +70,7 @@ def env_int(*names: str, default: int = 0) -> int:
 
 
 def launcher_identity() -> tuple[int, int, int]:
-    """(rank, size, local rank) as the launcher set them: horovodrun, torchrun or mpirun each
-    under its own names; (0, 1, 0) for a process started by itself."""
+    """(rank, size, local rank) as horovodrun, torchrun or mpirun set them; else (0, 1, 0)."""
     return (env_int("HOROVOD_RANK", "RANK", "OMPI_COMM_WORLD_RANK"),
             env_int("HOROVOD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", default=1),
             env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"))
@@ -83,22 +81,17 @@ _current: RankContext | None = None
 
 
 def attach(ctx: RankContext | None) -> None:
-    """Make `ctx` this process's context: the one `current()` and `workbench.report()` use."""
     global _current
     _current = ctx
 
 
 def current() -> RankContext | None:
-    """This process's rank context; None in a process that is no rank of a job."""
     return _current
 
 
 class RankContext:
-    """One rank's view of its job: identity, run folder, configuration and reporting.
-
-    `supervised`: the launcher looks after this rank (log redirection, owner watchdog);
-    False for a rank of a plain launch, whose launcher is the command the user typed.
-    """
+    """One rank's view of its job: identity, run folder, configuration and reporting;
+    `supervised`: its log and owner watchdog are the launcher's (not a plain launch)."""
 
     #: Whether the exit record is fsynced (see `write_json_atomic`).
     durable = True
@@ -180,8 +173,7 @@ class RankContext:
         return False
 
     def _tell_torchrun(self, record: dict[str, Any]) -> None:
-        """Under torchrun, also write its error file as its `@record` would: torchrun's own
-        report of the first failure (in the launcher's log) then names this error."""
+        """Under torchrun, also write its error file, as its `@record` would."""
         path = os.environ.get("TORCHELASTIC_ERROR_FILE") if self.owns_process else None
         if path:
             info = {"py_callstack": record["traceback"], "timestamp": str(int(record["time"]))}
@@ -196,13 +188,11 @@ class RankContext:
         self._beat()
 
     def _beat(self) -> None:
-        """Rewrite this rank's heartbeat: host, pid and, once it has one, its exit record."""
         with self._beating:
             beat(heartbeat_path(self.run_dir, f"rank{self.rank}"), host=this_host(),
                  pid=os.getpid(), **({"exit": self._exit} if self._exit else {}))
 
     def _supervise(self) -> None:
-        """Output to the rank's log, and the owner watchdog."""
         self._redirect_output()
         threading.Thread(target=self._watchdog, name="workbench-watchdog", daemon=True).start()
 
@@ -216,9 +206,8 @@ class RankContext:
         sys.stdout = sys.stderr = log
 
     def _watchdog(self, period_s: float = 0.5) -> None:
-        """Keep this rank's heartbeat fresh; exit when the owner (the process that started
-        the job) asks it to stop or is gone: by pid on the owner's host, elsewhere by the
-        owner's heartbeat file (records/liveness.py)."""
+        """Keep this rank's heartbeat fresh; exit when the owner asks it to stop or is gone
+        (by pid on its host, elsewhere by its heartbeat)."""
         owner = _parse_owner(os.environ.get(ENV_OWNER, ""))
         owner_file = Staleness(heartbeat_path(self.run_dir, "owner"))
         last_beat = 0.0
@@ -239,8 +228,7 @@ class RankContext:
             time.sleep(period_s)
 
     def _leave(self, why: str, grace_s: float = 5.0) -> None:
-        """Exit now (from the watchdog thread), saying why in the rank's log; unless the
-        rank is writing its exit record (for at most `grace_s`), which must not be lost."""
+        """Exit now, saying why in the log; unless writing the exit record (up to `grace_s`)."""
         if self._closing_since is not None and time.monotonic() - self._closing_since < grace_s:
             return
         sys.stderr.write(f"workbench: rank exiting: {why}\n")
@@ -249,7 +237,6 @@ class RankContext:
 
     # ------------------------------------------------------------------ reporting
     def now(self) -> float:
-        """Seconds since the job was launched."""
         return time.time() - self.t0
 
     def metric(self, kind: str, *rows: dict[str, Any], **fields: Any) -> None:
@@ -266,8 +253,7 @@ class RankContext:
 
 
 def load_env_file(environ: dict[str, str] | None = None) -> None:
-    """Add the variables of the file ENV_FILE names to os.environ. The file must be ours
-    and readable by no one else (records/private.py), else the rank ends with one line."""
+    """Add the variables of the 0600 file ENV_FILE names to os.environ, else exit in one line."""
     environ = os.environ if environ is None else environ
     name = environ.get(ENV_FILE)
     if not name:
@@ -281,13 +267,11 @@ def load_env_file(environ: dict[str, str] | None = None) -> None:
 
 
 def owner_id() -> str:
-    """This process as a job owner (the value of ENV_OWNER): "host:pid:start", the start
-    as `started()` counts it."""
+    """This process as a job owner (ENV_OWNER): "host:pid:start" (`started()`)."""
     return f"{this_host()}:{os.getpid()}:{started()}"
 
 
 def _parse_owner(text: str) -> tuple[str, int, float] | None:
-    """(host, pid, start) from ENV_OWNER (see `owner_id`); None if it is not that."""
     try:
         host, pid, start = text.rsplit(":", 2)
         return host, int(pid), float(start)

@@ -16,8 +16,7 @@ import os
 import runpy
 import sys
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -50,18 +49,16 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--fork"]:
         fork_ranks(int(argv[1]))
-    if argv[:1] == ["--module"]:
-        run_rank(lambda ctx: run_module(argv[1], argv[2:]), own_code=False)
-    elif argv[:1] == ["--script"]:
-        run_rank(lambda ctx: run_script(argv[1], argv[2:]))
+    if argv[:1] in (["--module"], ["--script"]):
+        run_rank(lambda ctx: run_as_main(argv[1], argv[2:], argv[0] == "--module"),
+                 own_code=argv[0] == "--script")
     else:
         run_rank(lambda ctx: run_function(ctx.run_dir / PAYLOAD, ctx.run_dir))
 
 
 def run_rank(body: Callable[[RankContext], Any], own_code: bool = True) -> None:
-    """One rank: `body(ctx)` inside the rank protocol. For your own code (`own_code`), its
-    return value is saved and a traceback shows only your frames; a rank module of the
-    workbench returns nothing, and its traceback starts at the module."""
+    """One rank: `body(ctx)` inside the rank protocol; for your own code (`own_code`) its
+    value is saved and a traceback shows only your frames."""
     if ENV_RUN_DIR not in os.environ:
         raise SystemExit("workbench.rank.wrapper runs the ranks of a workbench job; "
                          "start a rank module by hand with python -m MODULE")
@@ -82,15 +79,9 @@ def run_rank(body: Callable[[RankContext], Any], own_code: bool = True) -> None:
 
 
 def fork_ranks(size: int) -> NoReturn:
-    """The `fork` engine's launcher (`--fork N`): load the function once, fork N ranks.
-
-    Most of a rank's start-up is `import torch` (about 2.7 s of CPU here), paid again by each
-    rank and by torchrun itself; the labs start many short runs on 2-core machines. Forked
-    from this process, each rank starts with torch and the function's modules loaded.
-    Forking is safe because this fresh interpreter has started no thread and touched no GPU.
-    The limits: one host, CPU tensors only. Exits 0 when every rank did, else 1; ending the
-    others when one fails is the `Job`'s business, as for every engine.
-    """
+    """The `fork` engine's launcher (`--fork N`): load the function once, fork N ranks
+    with torch loaded (safe: no thread started, no GPU touched). Exits 0 when every rank
+    did, else 1. Why: docs/ARCHITECTURE.md, "The labs' processes"."""
     import torch.distributed  # noqa: F401  (imported once here, not once per rank)
 
     run_dir = Path(os.environ[ENV_RUN_DIR])
@@ -114,7 +105,7 @@ def fork_ranks(size: int) -> NoReturn:
 
 
 def _forked(body: Callable[[RankContext], Any]) -> NoReturn:
-    """A forked rank: `run_rank(body)`, then `os._exit`, never a return into the loop above."""
+    """A forked rank: `run_rank(body)`, then `os._exit`, never a return into the loop."""
     code, entered = 1, []
 
     def started(ctx: RankContext) -> Any:
@@ -133,34 +124,23 @@ def _forked(body: Callable[[RankContext], Any]) -> NoReturn:
         os._exit(code)
 
 
-def run_script(path: str, args: list[str]) -> None:
-    """Run a script as `python path args...` would: as `__main__`, with its folder on sys.path."""
-    sys.argv = [path, *args]
-    sys.path.insert(0, str(Path(path).parent))
-    with _exit_zero_is_success():
-        runpy.run_path(path, run_name="__main__")
-
-
-def run_module(module: str, args: list[str]) -> None:
-    """Run a module as `python -m module args...` would (a rank module of the workbench)."""
-    sys.argv = [module, *args]
-    with _exit_zero_is_success():
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-
-
-@contextmanager
-def _exit_zero_is_success() -> Iterator[None]:
-    """`sys.exit(0)` (or no exit at all) is success; any other exit code fails the rank."""
+def run_as_main(target: str, args: list[str], module: bool) -> None:
+    """Run a script as `python target args...` would (its folder on sys.path), or a module as
+    `python -m target args...`: `sys.exit(0)` (or none) is success, another code fails."""
+    sys.argv = [target, *args]
     try:
-        yield
+        if module:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, str(Path(target).parent))
+            runpy.run_path(target, run_name="__main__")
     except SystemExit as exc:
         if exc.code not in (None, 0):
             raise
 
 
 def save_result(run_dir: Path, rank: int, value: Any) -> None:
-    """Pickle the return value to results/rank<k>.pkl (temporary file + rename: atomic); at
-    most MAX_RETURN_BYTES, since every rank's value is loaded into the owner's memory."""
+    """Pickle the return value to results/rank<k>.pkl, atomically; at most MAX_RETURN_BYTES."""
     try:
         data = cloudpickle.dumps(value)
     except Exception as exc:
@@ -178,9 +158,8 @@ def save_result(run_dir: Path, rank: int, value: Any) -> None:
 
 
 def user_traceback(exc: BaseException, own_code: bool = True) -> str:
-    """The traceback of `exc` without the leading frames of the machinery that called it:
-    from the first frame of your own code, or, for the workbench's own code (`own_code`
-    False), from the first frame past the launching."""
+    """The traceback of `exc` from the first frame of your own code (`own_code`), or of the
+    workbench's past its launching."""
     stack = traceback.extract_tb(exc.__traceback__)
     first = next((i for i, frame in enumerate(stack) if own_code and
                   not frame.filename.startswith((_WORKBENCH, *_IMPORTERS))), None)
@@ -193,7 +172,6 @@ def user_traceback(exc: BaseException, own_code: bool = True) -> str:
 
 
 def _leave_process_group() -> None:
-    """Close a torch.distributed process group the code left open, as torchrun expects."""
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
