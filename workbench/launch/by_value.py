@@ -49,12 +49,8 @@ WARN_PAYLOAD_MB = 32.0
 
 
 def check_payload(fn: Callable[..., Any], args: tuple[Any, ...], max_mb: float) -> float:
-    """MiB of arrays (tensors, NumPy arrays, bytes) that `fn` and `args` send to the ranks.
-
-    Measured before pickling, from the objects' own sizes: pickling and writing 400 MiB
-    take seconds, so launch() warns above WARN_PAYLOAD_MB, naming the largest, and refuses
-    above `max_mb` in one line at once.
-    """
+    """MiB of arrays that `fn` and `args` send to the ranks, measured before pickling
+    (which takes seconds): a warning above WARN_PAYLOAD_MB, a ConfigError above `max_mb`."""
     sizes = [(label, _nbytes(value) / 2**20) for label, value in _sent(fn, args)]
     total = sum(mb for _, mb in sizes)
     if total <= WARN_PAYLOAD_MB:
@@ -71,8 +67,7 @@ def check_payload(fn: Callable[..., Any], args: tuple[Any, ...], max_mb: float) 
 
 
 def _sent(fn: Any, args: tuple[Any, ...]) -> list[tuple[str, Any]]:
-    """(label, value) of what pickling `fn` with `args` sends: arguments, then the closure
-    variables and globals of `fn` and of the functions it uses."""
+    """(label, value) of the arguments, closure variables and globals pickling `fn` sends."""
     out: list[tuple[str, Any]] = [(f"argument {i + 1}", a) for i, a in enumerate(args)]
     for f in functions_used(fn):
         cells = f.__closure__ or ()
@@ -98,14 +93,9 @@ def _nbytes(value: Any, depth: int = 0) -> int:
 
 
 def source_of(*roots: Any) -> tuple[dict, dict]:
-    """Where the functions among `roots` (a function and its arguments) and the functions
-    they use were written, and those files' lines.
-
-    cloudpickle renames the file of every function it sends to "<dynamic-code>", and a
-    notebook cell exists only in this kernel; without this, a traceback on a rank could show
-    neither the file nor the line. Returns ({(name, first line): file}, {file: lines}); the
-    rank puts them back (`restore_source`).
-    """
+    """({(name, first line): file}, {file: lines}) of the functions `roots` use, which the
+    rank puts back: cloudpickle renames their files "<dynamic-code>", and a notebook cell
+    exists only in this kernel, so a rank's traceback could show neither."""
     files: dict[tuple[str, int], str] = {}
     for f in functions_used(*roots):
         files[(f.__code__.co_name, f.__code__.co_firstlineno)] = f.__code__.co_filename
@@ -113,8 +103,7 @@ def source_of(*roots: Any) -> tuple[dict, dict]:
 
 
 def _by_value(module: Any) -> bool:
-    """True for a module of your own (a notebook, a test, a script folder); False for the
-    workbench and installed packages, which every rank imports by name."""
+    """True for a module of your own; False for the workbench and installed packages."""
     if module.__name__ == "__main__":
         return False  # cloudpickle already sends __main__'s functions by value
     if module.__name__.split(".")[0] == "workbench":

@@ -43,7 +43,6 @@ _FIX = (f"set {ENV_SHARED_DIR} to a folder owned by root, that every user may wr
 
 @dataclass(frozen=True)
 class Settings:
-    """How this host shares its cores."""
 
     folder: Path
     when_busy: str
@@ -51,13 +50,11 @@ class Settings:
 
 
 def on_a_hub() -> bool:
-    """True inside a JupyterHub single-user server (it sets JUPYTERHUB_* variables)."""
     return any(name.startswith("JUPYTERHUB_") for name in os.environ)
 
 
 def settings() -> Settings:
-    """The settings from the environment; a bad value, or an unsafe folder, is a one-line
-    ConfigError."""
+    """The settings from the environment; a bad one is a one-line ConfigError."""
     folder = Path(os.environ.get(ENV_SHARED_DIR) or "/tmp/workbench-shared")
     when_busy = os.environ.get(ENV_WHEN_BUSY) or "queue"
     if when_busy not in WHEN_BUSY:
@@ -71,7 +68,6 @@ def settings() -> Settings:
 
 
 def user_name(uid: int) -> str:
-    """The login name of `uid`, or "uid N"."""
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -80,9 +76,8 @@ def user_name(uid: int) -> str:
 
 # ---------------------------------------------------------------------- the shared folder
 def open_folder(folder: Path) -> int:
-    """A descriptor of `folder`, made (mode 1777) if missing, each folder on its path opened
-    without following a link and refused, in one line, if another user than root owns it or
-    others may write it without the sticky bit: they could swap what is in it."""
+    """A descriptor of `folder` (made 1777 if missing), each folder on its path opened
+    without following a link, and refused in one line if another user could swap its files."""
     real = Path(os.path.realpath(folder))
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
@@ -117,8 +112,7 @@ def open_folder(folder: Path) -> int:
 
 @dataclass
 class Entry:
-    """A live ticket as the kernel vouches for it: its user (the file's owner) and its place
-    (the file's status-change time, which only moves forward), with what its job asked."""
+    """A live ticket: its user (the file's owner), its place (its ctime), what it asked."""
 
     name: str
     uid: int
@@ -169,8 +163,7 @@ def _opened(name: str, folder_fd: int, flags: int = _READ):
 
 
 def lock_core(folder_fd: int, core: int) -> int | None:
-    """A descriptor holding core `core`'s lock (its file made, read-only, if missing), or None
-    while another process holds it (or its file is not a plain file)."""
+    """A descriptor holding core `core`'s lock (its file made if missing), or None."""
     name = f"core-{core}"
     try:
         fd = os.open(name, _READ, dir_fd=folder_fd)
@@ -192,7 +185,6 @@ def lock_core(folder_fd: int, core: int) -> int | None:
 
 
 def core_holder(folder_fd: int, core: int) -> str:
-    """Who holds core `core`'s lock, as the kernel lists it in /proc/locks."""
     try:
         with _opened(f"core-{core}", folder_fd) as fd:
             st = os.fstat(fd)
@@ -209,12 +201,8 @@ def core_holder(folder_fd: int, core: int) -> str:
 
 # ---------------------------------------------------------------------- a job's ticket
 class Ticket:
-    """One job's place: first in the queue, then holding its cores until released.
-
-    `n_cores` is 0 for a job that binds no cores here (`cpu_bind="none"`, several hosts): it
-    only counts towards its user's limit. Without `run_id`, `join` enters the queue. `reason`
-    says what a waiting job waits for.
-    """
+    """One job's place in the queue, then its cores until released (`n_cores` 0: it only
+    counts towards its user's limit); `reason` says what it waits for."""
 
     def __init__(self, run_id: str | None, n_cores: int, sharing: Settings) -> None:
         self.n_cores, self.sharing = n_cores, sharing
@@ -227,8 +215,7 @@ class Ticket:
             self.join(run_id)
 
     def join(self, run_id: str) -> None:
-        """Take the job's place at the back of the queue, under its run's name: a ticket
-        made 0600, locked, then readable (that change's time, the kernel's, is its place)."""
+        """Take the back of the queue: a ticket made 0600, locked, then readable (its place)."""
         self.run_id, self._folder = run_id, open_folder(self.sharing.folder)
         new, self._name = f".new-{secrets.token_hex(8)}", f"wait-{secrets.token_hex(8)}"
         try:
@@ -254,12 +241,11 @@ class Ticket:
 
     @property
     def position(self) -> int:
-        """1 for the next job to start, 2 behind it, ...; 0 once granted."""
         return 0 if self.granted else self._position
 
     def poll(self) -> bool:
         """Take the cores if this job's turn has come; True once granted (never after
-        `release()`: a poll racing a stop must not queue the job again)."""
+        `release()`)."""
         with self._guard:
             if self.granted or self._released:
                 return self.granted and not self._released
@@ -293,7 +279,6 @@ class Ticket:
         return self._take(live)
 
     def _take(self, live: list[Entry]) -> bool:
-        """Lock the lowest free cores, or wait (or run unbound, with a warning)."""
         host = affinity()
         need = min(self.n_cores, len(host))
         claimed = {c: e for e in live if e.running for c in e.cores}
@@ -330,7 +315,6 @@ class Ticket:
         self._locks = []
 
     def release(self) -> None:
-        """Give the cores back (or leave the queue). Safe to call more than once."""
         with self._guard:
             if self._released or self._fd < 0:  # (or it never joined the queue)
                 self._released = True

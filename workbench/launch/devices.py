@@ -16,19 +16,14 @@ from workbench.engines import ENGINES
 
 
 def gpu_count() -> int:
-    """The NVIDIA GPUs this process may use (after CUDA_VISIBLE_DEVICES); 0 without CUDA.
-
-    `torch.cuda.device_count()` asks NVML first, so it does not create a CUDA context in
-    the notebook kernel (which would break any later fork of it).
-    """
+    """The NVIDIA GPUs this process may use, counted through NVML (no CUDA context)."""
     import torch
 
     return torch.cuda.device_count() if torch.version.cuda else 0
 
 
 def ranks_per_host(cfg: JobConfig) -> int:
-    """The most ranks that any one host runs (all of them without --hosts; with it, the
-    hosts are filled in the order given, as horovodrun fills them)."""
+    """The most ranks that any one host runs (hosts filled in order, as horovodrun does)."""
     from workbench.launch.torch_hosts import allocate  # (not at import: it is a program too)
 
     if cfg.hosts is None:
@@ -54,10 +49,8 @@ def cuda_problem(cfg: JobConfig) -> tuple[str, str] | None:
 
 
 def resolve_device(cfg: JobConfig) -> tuple[JobConfig, str | None]:
-    """`cfg` with `device` settled to "cpu" or "cuda", and a note when "auto" chose the CPU.
-
-    Raises ConfigError (one line) when "cuda" was asked for and cannot work here.
-    """
+    """`cfg` with `device` "cpu" or "cuda", and a note when "auto" chose the CPU;
+    ConfigError when "cuda" cannot work here."""
     if cfg.device == "cpu":
         return cfg, None
     problem = cuda_problem(cfg)
@@ -74,5 +67,4 @@ def resolve_device(cfg: JobConfig) -> tuple[JobConfig, str | None]:
 
 
 def rank_environment(cfg: JobConfig) -> dict[str, str]:
-    """Environment variables the ranks need for their device (see the module docstring)."""
     return {"CUDA_VISIBLE_DEVICES": ""} if cfg.device == "cpu" else {}

@@ -38,17 +38,12 @@ ALLOWED_PREFIXES = ("WORKBENCH_", "LC_", "OMP_", "MKL_", "OPENBLAS_", "CUDA_", "
 
 
 def allowed(name: str) -> bool:
-    """True for a variable that training may need (see the lists above)."""
     return name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
 
 
 def split_environment(requested: Iterable[str]) -> tuple[dict[str, str], dict[str, str]]:
-    """(the ranks' environment: the allow-listed part of os.environ and of the `env` items,
-    {KEY: VALUE} of the secret `env` items, those whose KEY is not on the allow-list).
-
-    Each `env` item is "KEY=VALUE" or "KEY", KEY a variable name (`JobConfig.validate()`
-    refuses any other).
-    """
+    """(the allow-listed part of os.environ and of the `env` items ("KEY=VALUE" or "KEY"),
+    {KEY: VALUE} of the other `env` items: the secret ones)."""
     public = {k: v for k, v in os.environ.items() if allowed(k)}
     secret: dict[str, str] = {}
     for item in requested:
@@ -68,7 +63,6 @@ def recorded(requested: Iterable[str]) -> list[str]:
 
 
 def write_env_file(run_dir: Path, values: dict[str, str]) -> Path:
-    """Write `values` into run_dir/secrets.json, readable by its owner only; its path."""
     path = Path(run_dir) / SECRETS_FILE
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -77,9 +71,8 @@ def write_env_file(run_dir: Path, values: dict[str, str]) -> Path:
 
 
 def ranks_environment(cfg: JobConfig, run_id: str, run_dir: Path) -> dict[str, str]:
-    """The environment a fresh job's launcher and ranks start with: the allow-list, the
-    rank protocol's variables (rank/protocol.py), the device's and the engine's settings;
-    secret `env` values only through their 0600 file."""
+    """The environment of a job's launcher and ranks: the allow-list, the rank protocol's,
+    the device's and the engine's variables; secret `env` values through their 0600 file."""
     public, secret = split_environment(cfg.env)
     env = {
         **public, ENV_RUN_DIR: str(run_dir), ENV_RUN_ID: run_id, ENV_OWNER: owner_id(),

@@ -50,7 +50,6 @@ def main(argv: list[str]) -> int:
 
 
 def guard_slurm(owner: int, name: str) -> int:
-    """Wait for the owner's death, then cancel this user's Slurm jobs named `name`."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the job has ended: nothing to do
     while os.getppid() == owner:
         time.sleep(POLL_S)
@@ -68,7 +67,6 @@ def guard_slurm(owner: int, name: str) -> int:
 
 
 def user_name() -> str:
-    """This user's name, as scancel's --user wants it."""
     try:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
@@ -76,8 +74,7 @@ def user_name() -> str:
 
 
 def end(proc: subprocess.Popen[bytes]) -> int:
-    """SIGTERM `proc` (a launcher, or a Slurm job's guard), SIGKILL it after GRACE_S; return
-    its exit code."""
+    """SIGTERM `proc`, SIGKILL it after GRACE_S; its exit code."""
     proc.terminate()
     try:
         return proc.wait(timeout=GRACE_S)

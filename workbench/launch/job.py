@@ -26,7 +26,6 @@ from workbench.launch.environment import SECRETS_FILE, recorded
 from workbench.launch.launchers import Launcher
 from workbench.launch.watch import Watcher, one_line
 from workbench.records import (
-    CorruptRecord,
     MetricsReader,
     RunRecord,
     new_run_dir,
@@ -51,8 +50,7 @@ _LIVE_JOBS: weakref.WeakSet[Job] = weakref.WeakSet()
 
 
 class Granted:
-    """A ticket that never waits: the ranks run on cores held elsewhere (a pool's, or the
-    cluster's under Slurm), and the job gives none back. The ticket a job is handed answers
+    """A ticket that never waits (the cores are held elsewhere: Slurm's). A ticket answers
     `join(run_id)`, `poll()`, `release()`, `cores`, `position` and `warning`."""
 
     warning: str | None = None
@@ -117,9 +115,8 @@ class Job:
                              daemon=True).start()
 
     def warn(self, text: str) -> None:
-        """Keep `text` among the job's warnings (the CLI and the panel show them), and warn
-        from the first line outside the workbench that led here: the caller's cell or
-        script. From the queue's thread no caller's line led here: it names the run."""
+        """Keep `text` among the job's warnings and warn from the caller's line (from the
+        queue's thread, naming the run)."""
         self.warnings.append(text)
         if threading.current_thread().name == f"queue-{self.run_id}":
             warnings.warn(f"run {self.run_id}: {text}", stacklevel=1)
@@ -161,38 +158,30 @@ class Job:
 
     @property
     def started_at(self) -> float:
-        """When the launcher was started (while queued: when the job asked), in seconds
-        since the epoch."""
+        """When the launcher was started (while queued: asked), in seconds since the epoch."""
         return self._started
 
     @property
     def launcher_pid(self) -> int | None:
-        """Pid of the engine's launcher (horovodrun, torchrun, or the serial rank itself);
-        None while the job is queued, under Slurm and on a pool's ranks."""
+        """Pid of the engine's launcher; None while queued, under Slurm and on a pool."""
         return self.launcher.pid if self._launched else None
 
     @property
     def summary(self) -> dict[str, Any] | None:
-        """What summary.json holds once the job has ended (kept in memory too, in case it
-        could not be written), else None."""
+        """summary.json's content once the job has ended (kept even if unwritable), else None."""
         return self._summary_data if self.done else None
 
     def metrics(self) -> list[dict[str, Any]]:
-        """Every metrics record written so far (steps, epochs, events), all ranks merged;
-        safe from any thread, also while the watcher reads: each record once."""
+        """Every metrics record written so far, all ranks merged (thread-safe)."""
         return self._reader.all()
 
     def result(self) -> dict[str, Any] | None:
         """What rank 0 wrote with `ctx.write_result()`, or None."""
-        try:
-            return read_json(self.run_dir / "result.json")
-        except CorruptRecord:
-            return None
+        return read_json(self.run_dir / "result.json", quiet=True)
 
     def results(self) -> list[Any]:
-        """Each rank's return value, in rank order (`workbench.launch` jobs), from the
-        pickles `results/rank<k>.pkl`, loaded only from a run folder of your own
-        (records/private.py). RuntimeError names the ranks that have not returned."""
+        """Each rank's return value, in rank order, loaded only from a run folder of your own
+        (records/private.py); RuntimeError names the ranks that have not returned."""
         missing = [r for r in range(self.world_size)
                    if not (self.run_dir / "results" / f"rank{r}.pkl").exists()]
         if missing:
@@ -202,12 +191,10 @@ class Job:
                 for r in range(self.world_size)]
 
     def record(self) -> RunRecord:
-        """This run's record on disk (logs, model, ...)."""
         return RunRecord(self.run_dir)
 
     def wait(self, timeout: float | None = None) -> str:
-        """Block until the job ends or `timeout` seconds pass; return the status. Ctrl-C
-        (KeyboardInterrupt) while waiting stops the job before re-raising."""
+        """Block until the job ends or `timeout` s pass; the status. Ctrl-C stops the job."""
         try:
             self._done.wait(timeout)
         except KeyboardInterrupt:
@@ -216,8 +203,7 @@ class Job:
         return self.status
 
     def stop(self) -> None:
-        """End every process of the job (within about 5 s; under Slurm: `scancel`, within
-        10 s) and record it as stopped."""
+        """End every process of the job (within ~5 s; Slurm: 10 s) and record it stopped."""
         self._finish("stopped")
 
     def __repr__(self) -> str:
@@ -225,7 +211,6 @@ class Job:
 
     # ------------------------------------------------------------------ starting
     def _wait_for_cores(self) -> None:
-        """Wait in the host's queue for this job's turn, then launch (unless stopped)."""
         try:
             while not self._ticket.poll():  # False for ever once released by _finish
                 if self._done.wait(QUEUE_POLL_S):
@@ -261,7 +246,6 @@ class Job:
 
     # ------------------------------------------------------------------ watching
     def _watch(self) -> None:
-        """The watcher thread. Whatever goes wrong inside it ends the job as "failed"."""
         try:
             watcher = Watcher(self.launcher, self.run_dir, self.world_size)
             last_size, last_progress, last_beat = -1, time.time(), 0.0
@@ -287,9 +271,8 @@ class Job:
 
     # ------------------------------------------------------------------ ending
     def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
-        """End all processes, then write summary.json; once, whoever calls first. Ctrl-C
-        cannot cut it short: from the main thread (where Python raises KeyboardInterrupt)
-        the work runs in a thread of its own, and a Ctrl-C is raised once the job ended."""
+        """End all processes, then write summary.json, once; from the main thread in a thread
+        of its own, so that Ctrl-C (raised once the job ended) cannot cut it short."""
         if threading.current_thread() is not threading.main_thread():
             return self._end(status, failure)
         ended, raised = threading.Event(), []
@@ -315,7 +298,6 @@ class Job:
             raise KeyboardInterrupt
 
     def _end(self, status: str, failure: dict[str, Any] | None) -> None:
-        """_finish's work: whatever fails in here, the job ends (`done` is set in `finally`)."""
         survivors: list[int] = []
         with self._lock:
             if self._done.is_set():
@@ -350,8 +332,7 @@ class Job:
             raise RuntimeError(f"processes {survivors} of {self.run_id} survived SIGKILL")
 
     def _end_processes(self, status: str) -> list[int]:
-        """Tell remote ranks to stop (the owner's heartbeat), have the launcher end the
-        rest, give the cores back; the pids of any process that survived."""
+        """Stop remote ranks, have the launcher end the rest, give the cores back; survivors."""
         self._stopping, survivors = True, []
         try:
             owner_beat(self.run_dir, stop=True)
@@ -364,8 +345,7 @@ class Job:
         return survivors
 
     def _summary(self, status: str, failure: dict[str, Any] | None) -> dict[str, Any]:
-        """summary.json: how the job ran here (ranks, cores, times), then what its metrics
-        add up to (records/summary.py, shared with runs started by plain launchers)."""
+        """summary.json: how the job ran here, then what its metrics add up to."""
         cfg = self.config
         summary = summary_of(self.run_dir, status, cfg.engine, self.world_size, cfg.launcher,
                              known_ranks(self.run_dir, self.world_size),

@@ -37,8 +37,7 @@ Exits = dict[int, dict[str, Any]]   # rank -> its exit record
 
 
 class Launcher:
-    """What a job asks of whatever starts its ranks. The defaults are those of a launcher
-    with nothing to say: no pid here, no rank found gone by it."""
+    """What a job asks of whatever starts its ranks (defaults: no pid, no rank gone)."""
 
     pid: int | None = None
     pending_reason: str | None = None  # why a scheduler still queues the job
@@ -51,7 +50,6 @@ class Launcher:
     decide_within_s = 2 * REMOTE_GONE_S
 
     def cores_bound(self) -> int:
-        """Cores the job binds on this host: none unless its ranks run here."""
         return 0
 
     def start(self, run_id: str, run_dir: Path, cores: list[int]) -> None:
@@ -63,7 +61,6 @@ class Launcher:
         raise NotImplementedError
 
     def pause(self) -> None:
-        """Wait before the watcher's next look."""
         time.sleep(POLL_S)
 
     def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
@@ -71,8 +68,8 @@ class Launcher:
         return []
 
     def undecided(self, exits: Exits, ranks: Ranks, since: float) -> bool:
-        """True while a rank without an exit record may yet prove to have died at about
-        `since` (time.monotonic()), before the failure the watcher has seen."""
+        """True while a rank without an exit record may yet prove to have died before
+        `since` (time.monotonic()), the failure the watcher saw."""
         return False
 
     def here(self, rank: int, ranks: Ranks) -> bool:
@@ -83,19 +80,16 @@ class Launcher:
         return f"the launcher exited with code {rc}"
 
     def end(self, status: str) -> list[int]:
-        """End what is left of the started job's processes as it ends with `status`; the
-        pids of any that survived SIGKILL."""
+        """End what is left of the job's processes; the pids that survived SIGKILL."""
         return end_job_processes(self.run_id, self.run_dir, self.pid)
 
     def facts(self) -> dict[str, Any]:
-        """What the job's summary records about this launcher."""
         return {}
 
 
 class Local(Launcher):
-    """The engine's launcher started on this host under the guard (guard.py), which ends it
-    if the process that started it dies first (a restarted kernel). A rank whose pid is gone
-    without an exit record has vanished."""
+    """The engine's launcher on this host, under the guard (guard.py); a rank whose pid is
+    gone without an exit record has vanished."""
 
     shares_this_host = True
 
@@ -105,13 +99,10 @@ class Local(Launcher):
         self.alive_at: dict[int, float] = {}  # rank: when the watcher last saw it alive
 
     def cores_bound(self) -> int:
-        """Ranks × threads, or 0 with `cpu_bind="none"`."""
         cfg = self.cfg
         return cfg.world_size * cfg.resolved_threads() if cfg.cpu_bind == "core" else 0
 
     def start(self, run_id: str, run_dir: Path, cores: list[int]) -> None:
-        """Start the engine's launcher (bound to `cores`, if any), logging to
-        logs/launcher.log."""
         cfg, self.run_id, self.run_dir = self.cfg, run_id, run_dir
         launcher = ENGINES[cfg.engine].command(cfg.world_size, self.module, self.args,
                                                cfg.hosts, run_id)
@@ -143,13 +134,11 @@ class Local(Launcher):
             return None
 
     def pause(self) -> None:
-        """POLL_S, but wake at once when the launcher ends."""
         if self.exit_code(POLL_S) is not None:
             time.sleep(0.05)  # the launcher is gone: no busy loop while the watcher concludes
 
     def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
-        """Ranks on this host whose pid is gone (or a zombie), each at the last moment the
-        watcher saw it alive (see records/blame.py)."""
+        """Ranks here whose pid is gone, each at the last moment it was seen alive."""
         out, here = [], this_host()
         for rank, (pid, host) in sorted(ranks.items()):
             if rank in exits or host != here:
@@ -174,10 +163,8 @@ class Local(Launcher):
 
 
 class Ssh(Local):
-    """A launcher here whose ranks run on other hosts too. Their pids mean nothing here, so
-    they are seen through the heartbeat files they write into the shared runs folder
-    (records/liveness.py), and through the launcher's exit, which notices their ssh session
-    end. A remote rank that stopped beating is a suspect until `vanished()` calls it gone."""
+    """A launcher here whose ranks run on other hosts too, seen through their heartbeats
+    and the launcher's exit; one that stopped beating is a suspect until called gone."""
 
     decide_within_s = RANK_STALE_S + REMOTE_GONE_S
 
@@ -186,11 +173,9 @@ class Ssh(Local):
         self.beats: dict[int, Staleness] = {}
 
     def cores_bound(self) -> int:
-        """0: ranks on other hosts bind no core of this one's queue."""
         return 0
 
     def age(self, rank: int) -> float:
-        """Seconds since rank `rank`'s heartbeat last changed."""
         if rank not in self.beats:
             self.beats[rank] = Staleness(heartbeat_path(self.run_dir, f"rank{rank}"))
         return self.beats[rank].age()
@@ -211,10 +196,8 @@ class Ssh(Local):
         return sorted(out, key=lambda f: f.rank)
 
     def undecided(self, exits: Exits, ranks: Ranks, since: float) -> bool:
-        """A remote rank whose heartbeat has not changed since `since`, and that `vanished()`
-        has not yet called gone: a live rank beats again within a second, a dead one is
-        called gone once its heartbeat is `RANK_STALE_S` old (sooner once the launcher has
-        exited, which a loaded host may take seconds to notice)."""
+        """A remote rank whose heartbeat has not changed since `since` and is not yet
+        `RANK_STALE_S` old (a live rank beats again within a second)."""
         here = this_host()
         for rank, (_, host) in ranks.items():
             if rank in exits or host == here:

@@ -16,8 +16,7 @@ POOLS: dict[tuple[str, int, str, str], Any] = {}
 
 
 def pool_for(cfg: JobConfig) -> Any | None:
-    """The open pool of this process that can run the job `cfg` (`pool.why_not`); the job
-    queues behind its calls, as fresh ranks would queue behind the cores the pool holds."""
+    """The open pool of this process that can run the job `cfg` (`pool.why_not`)."""
     for pool in list(POOLS.values()):
         if pool.alive and not pool.failed and pool.why_not(cfg) is None:
             return pool
@@ -25,5 +24,4 @@ def pool_for(cfg: JobConfig) -> Any | None:
 
 
 def folder(runs_dir: str | Path) -> str:
-    """A runs folder as one string, whichever way it was written (`runs`, `./runs`, ...)."""
     return str(Path(runs_dir).expanduser().resolve())

@@ -56,8 +56,8 @@ class _Ranks:
                          daemon=True).start()
 
     def _accept(self) -> None:
-        """Take connections one at a time until every rank has proved itself and said which
-        rank it is; then follow each rank in a thread of its own."""
+        """Take connections one at a time until every rank has proved itself and named its
+        rank; follow each in a thread of its own."""
         while len(self.conns) < self.pool.np and not self.job.done:
             try:
                 conn = channel.accept(self.server, self.key)
@@ -79,7 +79,6 @@ class _Ranks:
             self.ready.set()
 
     def _follow(self, rank: int, conn: Any) -> None:
-        """Pass this rank's replies to its call; note when its channel closes."""
         while (message := channel.receive(conn, channel.MAX_REPLY)) is not None:
             header = message[0]
             if header.get("op") == "done":
@@ -95,11 +94,9 @@ class _Ranks:
                 channel.send(self.conns[rank], header, payload)
 
     def restart(self, why: str) -> None:
-        """Have the pool replace these ranks (if they are still its ranks)."""
         self.pool.restart(why, self)
 
     def end(self) -> None:
-        """Ask the ranks to leave (they exit cleanly), then end the job for sure."""
         self.send_all({"op": "quit"})
         self.job.wait(3.0)
         self.job.stop()
@@ -136,12 +133,10 @@ class Pool:
     # ------------------------------------------------------------------ public API
     @property
     def job(self) -> Job:
-        """The job of the pool's current ranks (its record holds their logs)."""
         return self._ranks.job
 
     @property
     def ready(self) -> bool:
-        """True while every rank waits for work."""
         return self._ranks.ready.is_set() and not self._ranks.job.done
 
     @property
@@ -149,10 +144,8 @@ class Pool:
         return not self._closed
 
     def wait_ready(self, timeout: float | None = None) -> Pool:
-        """Block until every rank waits for work (the first start: seconds; later: at once).
-
-        Raises RuntimeError when the ranks fail to start, TimeoutError after `timeout` s.
-        """
+        """Block until every rank waits for work; RuntimeError if they fail to start,
+        TimeoutError after `timeout` s."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.ready:
             if self._closed or self.failed:
@@ -171,33 +164,25 @@ class Pool:
 
     def run(self, fn: Callable[..., Any], *args: Any, name: str | None = None,
             stall_timeout: float = IDLE_FOR_EVER_S) -> Job:
-        """Run `fn(*args)` on every rank; return the call (a `Job`) at once.
-
-        Like `workbench.launch(fn, *args)`, with `fn` sent by value; "stalled" (and the
-        ranks interrupted) after `stall_timeout` s without a `report()`. It queues behind
-        the calls before it, and behind the ranks' start (`job.waiting_for` says which).
-        """
+        """Run `fn(*args)` on every rank, as `workbench.launch(fn, *args)`; returns the call
+        (a `Job`) at once, queued behind the calls before it and the ranks' start; "stalled"
+        after `stall_timeout` s without a `report()`."""
         name = name or safe_name(getattr(fn, "__name__", "function"))
         cfg = self.config(name, stall_timeout)
         cfg.extra = {"function": qualified_name(fn)}  # what it ran, on record
         return self.call(cfg, "function", pickle_function(fn, args))
 
     def start(self, cfg: JobConfig) -> Job:
-        """Run the training job `cfg` on these ranks; return it (a `Job`) at once.
-
-        Raises ConfigError, in one line, when the job needs ranks of its own (see `why_not`).
-        """
+        """Run the training job `cfg` here (a `Job`, at once); ConfigError if it cannot."""
         return start(cfg, pool=self)
 
     def run_code(self, code: str, name: str = "cell", keep: bool = False) -> Job:
-        """Run Python source `code` on every rank (`%%ranks`), each in a fresh namespace; with
-        `keep`, in the namespace that every such cell shares on that rank (what one defines,
-        the next finds, until the pool restarts its ranks)."""
+        """Run Python source `code` on every rank (`%%ranks`) in a fresh namespace, or with
+        `keep` in the one every such cell shares on that rank."""
         return self.call(self.config(name), "kept code" if keep else "code", code.encode())
 
     def config(self, name: str, stall_timeout: float = IDLE_FOR_EVER_S) -> JobConfig:
-        """The configuration of a call named `name` on these ranks (by default never called
-        stalled: your code may compute for long without a word)."""
+        """The configuration of a call named `name` on these ranks."""
         return JobConfig(engine=self.engine, np=self.np, name=name,
                          stall_timeout=stall_timeout, **self.fields).validate()
 
@@ -221,8 +206,7 @@ class Pool:
         return None
 
     def call(self, cfg: JobConfig, kind: str, payload: bytes) -> Job:
-        """Run `payload` of `kind` ("function", "module", "code", "kept code") as the job
-        `cfg` on these ranks, once they are ready and the calls before it have ended."""
+        """Run `payload` of `kind` as the job `cfg` once the ranks are ready and it is its turn."""
         if self._closed or self.failed:
             raise RuntimeError(self.failed or "this pool is closed: start another with "
                                "workbench.ranks()")
@@ -232,8 +216,8 @@ class Pool:
         return turn.job
 
     def lend(self, engine: str, n_cores: int) -> Turn | None:
-        """A loan of this pool's cores to a job of ranks of its own, of `engine`'s launcher,
-        binding `n_cores`, while the pool is idle (its calls then wait); else None."""
+        """A loan of this idle pool's cores to a job of `engine`'s launcher binding `n_cores`
+        (its calls then wait); else None."""
         family = "torch" if isinstance(ALL_ENGINES[engine], TorchEngine) else engine
         with self._lock:
             if (family == self.engine and 0 < n_cores <= len(self.job.cores or [])
@@ -242,7 +226,6 @@ class Pool:
         return None
 
     def close(self) -> None:
-        """End the ranks and give back their cores (also done when Python exits)."""
         self._closed = True
         with self._lock:
             calls = [turn for turn in self.line if turn.job is not None]
@@ -273,7 +256,6 @@ class Pool:
             warm.replied(rank, ok, left)
 
     def lost(self, ranks: _Ranks) -> None:
-        """A rank of `ranks` closed its channel: tell the call; replace the ranks."""
         if self._warm is not None:
             self._warm.lost()
         if not self._closed and ranks.ready.is_set():
@@ -281,8 +263,7 @@ class Pool:
             self.restart(f"lost {pids}", ranks)
 
     def restart(self, why: str, ranks: _Ranks) -> None:
-        """Replace `ranks` (if they are still the current ones) by new ones; if that fails (a
-        full disk, an unsafe folder...), the pool fails, saying why in one line."""
+        """Replace `ranks` (if still current); if that fails, the pool fails, in one line."""
         with self._lock:
             if self._closed or self.failed or ranks is not self._ranks:
                 return
@@ -297,9 +278,8 @@ class Pool:
 
 
 class Turn:
-    """A call's place in its pool's line, or a loan of its cores to a job of ranks of its
-    own: granted once the ranks wait for work and what came before has ended. It answers
-    what a job asks of its ticket (job.py), `reason` what it waits for."""
+    """A job's ticket (job.py) in its pool's line: a call, or a loan of the pool's cores;
+    granted once the ranks wait for work and what came before has ended."""
 
     warning: str | None = None
 
@@ -356,14 +336,9 @@ class Turn:
 def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
           threads_per_rank: int = 1, cpu_bind: str = "core", launcher: str = "local",
           **slurm: Any) -> Pool:
-    """This process's pool of `np` warm ranks of `engine`: the running one, or a new one.
-
-    Returns at once; the first call waits until the ranks are ready (`pool.wait_ready()`).
-    With `cpu_bind="none"` the ranks hold no cores in the host's queue while they wait (and
-    serve jobs that bind none): the kernel places them among everyone's processes. With
-    `launcher="slurm"` Slurm places the ranks, as a job that waits in its queue like any
-    other (`slurm` takes the Slurm fields of JobConfig: `partition`, `nodes`, `time_limit`,
-    ...), and they reach this process over TCP (rank/channel.py).
+    """This process's pool of `np` warm ranks of `engine`: the running one, or a new one,
+    at once. `cpu_bind="none"`: its ranks hold no cores while they wait; `launcher="slurm"`
+    (with JobConfig's Slurm fields in `slurm`): Slurm places them, and they connect over TCP.
     """
     key = (engine, np, folder(runs_dir), launcher)
     pool = POOLS.get(key)
@@ -374,7 +349,6 @@ def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
 
 
 def close_all() -> None:
-    """Close every pool of this process (when Python exits: before its jobs are stopped)."""
     for pool in list(POOLS.values()):
         pool.close()
 

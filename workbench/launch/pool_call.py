@@ -23,8 +23,8 @@ FINISH_S = 0.5
 
 
 class WarmRanks(Launcher):
-    """The launcher of one call of `kind` ("function", "module", "code" or "kept code") with
-    `payload` on `ranks`, which its pool routes the ranks' replies to (`replied`, `lost`)."""
+    """The launcher of one call of `kind` with `payload` on `ranks` (pool.py routes their
+    replies here: `replied`, `lost`)."""
 
     durable = False  # the call's records are renamed into place, not fsynced
 
@@ -39,21 +39,18 @@ class WarmRanks(Launcher):
         self.interrupted: list[int] = []       # ranks that had to be interrupted
 
     def start(self, run_id: str, run_dir: Path, cores: list[int]) -> None:
-        """Send the work to every rank (the pool routes this call's replies here already)."""
         self.run_id, self.run_dir = run_id, run_dir
         self.ranks.send_all({"op": "call", "id": id(self), "run_id": run_id, "kind": self.kind,
                              "dir": str(run_dir), "t0": time.time()}, self.payload)
 
     # ------------------------------------------------------------------ told by the pool
     def replied(self, rank: int, ok: bool, left: list[str]) -> None:
-        """Rank `rank` has left the call (its exit record is written)."""
         self.replies[rank] = ok
         if left:
             self.left[rank] = left
         self.wake.set()
 
     def lost(self) -> None:
-        """A rank's channel closed: look now."""
         self.wake.set()
 
     # ------------------------------------------------------------------ asked by the job
@@ -62,8 +59,7 @@ class WarmRanks(Launcher):
         self.wake.clear()
 
     def exit_code(self, within_s: float = 0.0) -> int | None:
-        """0 once every rank has replied (the replies follow the exit records within
-        moments); 1 once the pool's ranks ended first; else None."""
+        """0 once every rank has replied; 1 once the pool's ranks ended first; else None."""
         deadline = time.monotonic() + within_s
         while len(self.replies) < self.world_size:
             if self.ranks.job.done:
@@ -74,8 +70,7 @@ class WarmRanks(Launcher):
         return 0
 
     def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
-        """Ranks whose channel closed without a reply, each at the last moment the watcher
-        saw it open (see records/blame.py)."""
+        """Ranks whose channel closed without a reply, at the last moment it was seen open."""
         now, out = time.time(), []
         for rank in range(self.world_size):
             pid = self.ranks.lost.get(rank)
@@ -95,8 +90,8 @@ class WarmRanks(Launcher):
         return f"the {self.engine} launcher exited with code {rc}"
 
     def end(self, status: str) -> list[int]:
-        """Interrupt the ranks still in the call; have the pool restart them if any was, or
-        if a rank left threads running (they would run on into the next call)."""
+        """Interrupt the ranks still in the call; restart the pool's ranks if any was, or if
+        one left threads running."""
         if status != "stopped":
             self.exit_code(FINISH_S)
         pending = [r for r in range(self.world_size) if r not in self.replies]

@@ -21,8 +21,7 @@ from workbench.records.liveness import read_pid_file, this_host
 
 
 def rank_pids(run_dir: Path) -> dict[int, int]:
-    """{rank: pid} from the ranks' pid files, of those on this host (only their pids mean
-    anything here)."""
+    """{rank: pid} from the pid files of the ranks on this host."""
     out = {}
     for f in (Path(run_dir) / "pids").glob("rank*.pid"):
         entry = read_pid_file(f)
@@ -32,7 +31,6 @@ def rank_pids(run_dir: Path) -> dict[int, int]:
 
 
 def job_processes(run_id: str, run_dir: Path, launcher_pid: int | None) -> list[psutil.Process]:
-    """Every live process that belongs to the job (see the module docstring)."""
     found: dict[int, psutil.Process] = {}
     if launcher_pid is not None:
         with contextlib.suppress(psutil.Error):
@@ -55,7 +53,6 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 def live_rank_pids(run_dir: Path) -> list[int]:
-    """Pids of the run's ranks on this host (from their pid files) that are still running."""
     return [pid for pid in rank_pids(run_dir).values() if pid_alive(pid)]
 
 

@@ -31,7 +31,7 @@ from workbench.launch.slurm_script import (  # noqa: F401 (re-exported: the batc
     write_scripts,
 )
 from workbench.rank.protocol import ENV_OWNER
-from workbench.records import CorruptRecord, read_json, write_json_atomic
+from workbench.records import read_json, write_json_atomic
 from workbench.records.blame import Failure
 from workbench.records.liveness import this_host
 from workbench.records.store import open_file
@@ -49,7 +49,6 @@ SBATCH_TIMEOUT_S = 60.0
 
 
 def available() -> str | None:
-    """None when Slurm's client commands are here, else what is missing."""
     if shutil.which("sbatch") is None:
         return ("`sbatch` is not on PATH (Slurm's client commands are missing): run on the "
                 "cluster's login node or JupyterHub, or try scripts/local_slurm.sh up")
@@ -79,11 +78,8 @@ def check(cfg: JobConfig) -> None:
 
 
 def _sbatch(script: Path, run_id: str, run_dir: Path, env: dict[str, str]) -> str:
-    """`sbatch --parsable script`: Slurm's job id, or ConfigError in one line.
-
-    A `sbatch` that times out may have queued the job all the same (the controller took it,
-    its answer was lost): it is then found by its name, the run id, and cancelled.
-    """
+    """`sbatch --parsable script`: Slurm's job id, or ConfigError in one line (after a
+    timeout, a job it may have queued all the same is cancelled by its name)."""
     cmd = ["sbatch", "--parsable", str(script)]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, env=env,
@@ -124,10 +120,8 @@ def cancel_by_name(name: str, env: dict[str, str], timeout: float = 15.0) -> Non
 
 # ---------------------------------------------------------------------- watching
 class SlurmBatch(Launcher):
-    """A batch job: submitted by `start()`, seen through Slurm's queue (`state`, and
-    `reason` while it is PENDING), ended with `scancel`. No local pid: the ranks run on
-    compute nodes. Accounting is often off, so the batch script records its exit code in
-    `slurm/batch_exit.json`, and Slurm's final state is read with `scontrol show job`."""
+    """A batch job: `sbatch`ed, seen through Slurm's queue, ended with `scancel`; its exit
+    code from `slurm/batch_exit.json` (accounting is often off) or `scontrol show job`."""
 
     def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
         self.cfg, self.module, self.args = cfg, module, args
@@ -138,13 +132,8 @@ class SlurmBatch(Launcher):
         self.returncode: int | None = None
 
     def start(self, run_id: str, run_dir: Path, cores: list[int]) -> None:
-        """Write the scripts and `sbatch` them; returns as soon as Slurm has queued the job.
-
-        sbatch hands the job the ranks' environment (--export=ALL, its default), less the
-        owner's pid (no pid watchdog on the compute nodes: the ranks leave when the owner's
-        heartbeat says "stop") and the variables of an allocation we may run in (a notebook
-        started by a Slurm job), but for SLURM_CONF, which names the cluster to talk to.
-        """
+        """Write the scripts and `sbatch` them with the ranks' environment, less the owner's
+        pid (the ranks watch its heartbeat) and SLURM_* but SLURM_CONF; returns once queued."""
         self.run_id, self.run_dir, self.started = run_id, run_dir, time.time()
         script = write_scripts(self.cfg, run_id, run_dir, self.module, self.args)
         env = {k: v for k, v in ranks_environment(self.cfg, run_id, run_dir).items()
@@ -166,16 +155,14 @@ class SlurmBatch(Launcher):
 
     @property
     def pending_reason(self) -> str | None:
-        """Why Slurm still queues the job (its reason: "Resources", "Priority", ...), or None
-        once it runs. Slurm says "None" in the moment before its scheduler looks at a job."""
+        """Why Slurm still queues the job ("Resources", "Priority", ...), or None once it runs."""
         if self.state != "PENDING":
             return None
         return "waiting for the scheduler" if self.reason == "None" else self.reason
 
     def exit_code(self, within_s: float = 0.0) -> int | None:
-        """None while Slurm lists the job as active (asked at most every QUERY_EVERY_S, but
-        at once when waiting or once the batch script has recorded its end), else its exit
-        code (see `ending`)."""
+        """None while Slurm lists the job as active (asked at most every QUERY_EVERY_S),
+        else its exit code."""
         deadline = time.monotonic() + within_s
         while (rc := self._ask(now=within_s > 0)) is None and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -204,8 +191,7 @@ class SlurmBatch(Launcher):
         return self.returncode
 
     def end(self, status: str, timeout: float = 10.0) -> list[int]:
-        """`scancel` the job (SIGTERM to every task, SIGKILL after Slurm's KillWait), wait
-        until Slurm has ended it, end the guard, then what is left here."""
+        """`scancel` the job, wait until Slurm has ended it, end the guard and what is left."""
         try:
             if self.exit_code(0.01) is None:
                 subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30)
@@ -215,7 +201,6 @@ class SlurmBatch(Launcher):
         return end_job_processes(self.run_id, self.run_dir, None)
 
     def ending(self, rc: int) -> str:
-        """How the job ended, in words, for a failure report."""
         return (f"Slurm job {self.job_id} ended {self.state} (exit code "
                 f"{self.final.get('ExitCode', self.returncode)})")
 
@@ -223,7 +208,6 @@ class SlurmBatch(Launcher):
         return False  # on the compute nodes: their clocks are not the watcher's
 
     def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
-        """Ranks that ended (their task wrote tasks/rank<k>.json) without an exit record."""
         here = this_host()  # (only a pid of this host means anything here)
         pids = {rank: pid for rank, (pid, host) in ranks.items() if host == here}
         ended_tasks = sorted((rec.get("time", 0.0), int(f.stem[4:]))
@@ -235,8 +219,7 @@ class SlurmBatch(Launcher):
                 for _, rank in ended_tasks if rank not in exits]
 
     def undecided(self, exits: Exits, ranks: Ranks, since: float) -> bool:
-        """A killed task's record (tasks/) may land moments after a peer's error, which its
-        death caused."""
+        """A killed task's record may land moments after the peer error it caused."""
         return len(exits) < self.world_size
 
     def facts(self) -> dict[str, Any]:
@@ -248,12 +231,8 @@ UNKNOWN = ("UNKNOWN", "")
 
 
 def queue_state(job_id: str) -> tuple[str, str] | None:
-    """(state, reason) of a job that Slurm's queue lists now, None if it lists it no more.
-
-    squeue lists a job from submission until shortly after it ends, then says "Invalid job
-    id" (the job is over). Any other failure is UNKNOWN: a busy controller must not make a
-    running job look finished.
-    """
+    """(state, reason) of a job Slurm's queue lists, None once it says "Invalid job id",
+    UNKNOWN when squeue fails (a busy controller must not make a job look finished)."""
     try:
         out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T|%r"],
                              capture_output=True, text=True, timeout=30)
@@ -280,11 +259,7 @@ def _final_state(job_id: str) -> dict[str, str]:
 
 
 def run_status(run_dir: Path) -> str | None:
-    """"pending (<reason>)" for a run whose Slurm job is queued now, else None.
-
-    For `workbench runs`: the record of a queued job has no metrics yet, so only Slurm can
-    tell it from a running one.
-    """
+    """"pending (<reason>)" for a run whose Slurm job is queued now, else None."""
     job = read_json(Path(run_dir) / "slurm" / "job.json")
     if not job:
         return None
@@ -295,9 +270,5 @@ def run_status(run_dir: Path) -> str | None:
 
 
 def _batch_exit(run_dir: Path) -> dict[str, Any]:
-    """The batch script's own record of its exit code, or {} (then Slurm's ExitCode counts):
-    there is none yet, or a script killed while writing it left it empty."""
-    try:
-        return read_json(run_dir / "slurm" / "batch_exit.json") or {}
-    except CorruptRecord:
-        return {}
+    """The batch script's own record of its exit code, or {} (then Slurm's ExitCode counts)."""
+    return read_json(run_dir / "slurm" / "batch_exit.json", quiet=True) or {}

@@ -29,7 +29,6 @@ def tasks_per_node(cfg: JobConfig) -> int:
 
 
 def sbatch_options(cfg: JobConfig, run_id: str, run_dir: Path) -> list[str]:
-    """The #SBATCH options: one task per rank, `threads` CPUs each, output to the run folder."""
     # --no-requeue: a job that Slurm requeued (its node failed) would run again from epoch 0
     # into the same run folder, doubling its records; it fails instead, and says so.
     opts = [f"--job-name={run_id}", f"--output={run_dir}/logs/launcher.log", "--open-mode=append",
@@ -50,7 +49,6 @@ def sbatch_options(cfg: JobConfig, run_id: str, run_dir: Path) -> list[str]:
 
 
 def rank_command(cfg: JobConfig, module: str, args: list[str], run_dir: Path) -> str:
-    """The lines of the batch script that start the ranks: each engine says how."""
     python = shlex.quote(sys.executable)  # the shared .venv's: same path on every node
     task = f"bash {shlex.quote(str(run_dir / 'slurm' / 'task.sh'))}"
     rank = f"{task} {python} -u -m {module} {shlex.join(args)}".rstrip()
@@ -128,13 +126,8 @@ def write_scripts(cfg: JobConfig, run_id: str, run_dir: Path, module: str,
 
 # ---------------------------------------------------------------------- horovodrun's -H
 def horovod_hosts(hostnames: list[str], tasks_per_node: str) -> str:
-    """horovodrun's `-H` from the allocation: hosts, and SLURM_TASKS_PER_NODE's counts.
-
-    Slurm writes the tasks on each node compressed: "2(x3),1" means 2, 2, 2, 1.
-
-    >>> horovod_hosts(["a", "b", "c", "d"], "2(x3),1")
-    'a:2,b:2,c:2,d:1'
-    """
+    """horovodrun's `-H` from the allocation's hosts and SLURM_TASKS_PER_NODE's compressed
+    counts: (["a", "b", "c", "d"], "2(x3),1") -> 'a:2,b:2,c:2,d:1'."""
     counts: list[int] = []
     for part in tasks_per_node.split(","):
         m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())

@@ -22,13 +22,8 @@ from workbench.records.resume import apply_resume
 
 
 def start(cfg: JobConfig, pool: Any = None) -> Job:
-    """Validate `cfg` and launch a training job; returns at once (see `Job`).
-
-    With `cfg.resume` set, the job continues that run from its last checkpoint, taking its
-    configuration for every field left at its default (see `records/resume.py`).
-    While this process has a pool of warm ranks (`workbench.ranks`) that can run the job,
-    it runs there, in milliseconds instead of seconds (see pool.py); `pool` insists on one.
-    """
+    """Validate `cfg` and launch a training job; returns at once (see `Job`). It runs on
+    an open pool that can run it (`pool`: that one), and continues `cfg.resume`."""
     cfg = apply_resume(cfg).validate()
     module = ENGINES[cfg.engine].rank_module
     if module is None:
@@ -42,13 +37,9 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
                  hosts: str | None = None, stall_timeout: float = 120.0,
                  files: dict[str, bytes] | None = None, warm: tuple[str, bytes] | None = None,
                  **fields: Any) -> Job:
-    """Launch any rank module as a job on `np` ranks: each rank runs it in the rank wrapper
-    (rank/wrapper.py), which gives it its context (`rank.context.this_rank()`).
-
-    `files` ({path in the run folder: bytes}) are written into the run folder before the
-    ranks start: inputs too large for command-line arguments, such as the pickled function of
-    `workbench.launch`. `warm` (kind, payload) is what a pool's ranks would run instead.
-    """
+    """Launch any rank module as a job on `np` ranks, in the rank wrapper. `files` ({path in
+    the run folder: bytes}) are written before the ranks start; `warm` (kind, payload) is
+    what a pool's ranks would run instead."""
     if engine == "fork" and module != RANK_WRAPPER:
         raise ConfigError(f"the fork engine runs a function, not the module {module}: use "
                           "workbench.launch(fn, engine='fork'), or engine='torch' for a module")
@@ -61,9 +52,8 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
 
 def place(cfg: JobConfig, module: str, args: list[str], files: dict[str, bytes] | None = None,
           warm: tuple[str, bytes] | None = None, pool: Any = None) -> Job:
-    """Run the (validated) job `cfg` on `pool`, or else on the open pool of this process
-    that can run it, when `warm` says what its ranks would run; else on fresh ranks running
-    `module` with `args`. A pool that cannot is refused in one line saying why."""
+    """Run the job `cfg` on `pool`, or the open pool that can (given `warm`), else on fresh
+    ranks running `module` with `args`."""
     cfg, note = _checked(cfg)
     if pool is not None and (why := pool.why_not(cfg)):
         raise ConfigError(f"this job cannot run on {pool!r}: {why}; start it with "
@@ -77,8 +67,7 @@ def place(cfg: JobConfig, module: str, args: list[str], files: dict[str, bytes] 
 
 def fresh(cfg: JobConfig, module: str, args: list[str], files: dict[str, bytes] | None
           ) -> Job:
-    """The job `cfg` on ranks of its own: handed its launcher and its place in this host's
-    queue for cores (under Slurm, in the cluster's queue instead)."""
+    """The job `cfg` on ranks of its own, with its launcher and its ticket for cores."""
     sharing = cores.settings()  # a bad setting fails here, before anything is written
     launcher = launcher_for(cfg, module, args)
     if cfg.launcher == "slurm":
@@ -90,9 +79,8 @@ def fresh(cfg: JobConfig, module: str, args: list[str], files: dict[str, bytes] 
 
 
 class Borrowing:
-    """A job's place in this host's queue for cores, or a loan of the cores of an idle warm
-    pool of this process (`pool.lend`: the pool's calls wait meanwhile), whichever comes
-    first: a pool never keeps its user's own job waiting for the cores it sits on."""
+    """A job's place in this host's queue, or a loan of an idle pool's cores (`pool.lend`),
+    whichever comes first: a pool never keeps its user's job waiting for its cores."""
 
     def __init__(self, queue: cores.Ticket, engine: str) -> None:
         self.queue, self.engine, self.loan = queue, engine, None
@@ -122,9 +110,8 @@ class Borrowing:
 
 def launcher_for(cfg: JobConfig, module: str = RANK_WRAPPER, args: list[str] | None = None
                  ) -> Launcher:
-    """The launcher that starts `cfg`'s ranks, each running `module` with `args` in the rank
-    wrapper: Slurm's, ssh's (`--hosts` naming another host than this one) or this host's
-    (`localhost:4` is this host)."""
+    """The launcher of `cfg`'s ranks, each running `module` with `args` in the rank wrapper:
+    Slurm's, ssh's (`--hosts` naming another host) or this host's."""
     from workbench.launch.torch_hosts import is_local  # (not at import: it is a program too)
 
     args = list(args or [])
@@ -138,8 +125,7 @@ def launcher_for(cfg: JobConfig, module: str = RANK_WRAPPER, args: list[str] | N
 
 
 def safe_name(label: str) -> str:
-    """A run-folder-friendly name: `<lambda>` becomes `lambda`; at most 40 characters, as
-    the `name` field allows (a long function name is cut)."""
+    """A run-folder-friendly name of at most 40 characters (`<lambda>`: `lambda`)."""
     return (re.sub(r"[^A-Za-z0-9_.-]+", "", label) or "function")[:40]
 
 
@@ -149,16 +135,14 @@ def qualified_name(fn: Any) -> str:
 
 
 def apply_preset(cfg: JobConfig) -> JobConfig:
-    """Check the configuration's preset name; return `cfg`. (Presets are applied when a
-    `JobConfig` is built, to the fields its caller did not pass: see `JobConfig`.)"""
+    """Check the configuration's preset name (applied when `JobConfig` is built); `cfg`."""
     if cfg.preset is not None:
         cfg.validate()  # raises ConfigError naming an unknown preset
     return cfg
 
 
 def _checked(cfg: JobConfig) -> tuple[JobConfig, str | None]:
-    """Check the engine and Slurm here; `cfg` with its device settled (devices.py), and a
-    note when "auto" chose the CPU."""
+    """Check the engine and Slurm; `cfg` with its device settled, and a note (devices.py)."""
     problem = ENGINES[cfg.engine].available()
     if problem:
         raise ConfigError(f"--engine {cfg.engine} cannot run here: {problem}")

@@ -29,7 +29,6 @@ FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsoc
 
 
 def free_port(host: str) -> int:
-    """A TCP port that `host`'s operating system gives as free (asked there, over ssh)."""
     try:
         out = subprocess.run(host_command(host, [sys.executable, "-c", FREE_PORT]),
                              capture_output=True, text=True, timeout=60,
@@ -55,7 +54,6 @@ def allocate(hosts: str, np: int) -> list[tuple[str, int]]:
 
 
 def is_local(host: str) -> bool:
-    """True when `host` names this machine (then torchrun runs without ssh)."""
     try:
         address = socket.gethostbyname(host)
     except (OSError, UnicodeError):  # not resolvable, or not a valid name ("a..b")
@@ -73,7 +71,6 @@ def torchrun_command(nnodes: int, nproc: int, endpoint: str, rdzv_id: str,
 
 
 def host_command(host: str, command: list[str]) -> list[str]:
-    """The command that runs `command` on `host` with only the allow-listed environment."""
     if is_local(host):
         return command
     env = [f"{k}={v}" for k, v in sorted(os.environ.items())]  # the job's allow-listed set

@@ -31,17 +31,14 @@ STALL_TIMEOUT_S = 600.0
 def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: int = 2,
            engine: str = "horovod", echo: bool = True, max_payload_mb: float = 256.0,
            **fields: Any) -> Job:
-    """Run `fn(*args)`, or the script at a path with `args` as its argv, on `np` ranks.
-
-    Returns the running `Job` at once. `engine` is "horovod", "torch", "serial" (one
+    """Run `fn(*args)`, or the script at a path with `args` as its argv, on `np` ranks;
+    returns the running `Job` at once. `engine` is "horovod", "torch", "serial" (one
     process) or "fork" (a function's ranks forked from one process that imported torch
-    once: quick to start, one host and CPU only, no launcher to init a group for you);
-    `fields` are any other job settings (`runs_dir`, `threads_per_rank`, `hosts`,
-    `stall_timeout`, `name`, ...). In a notebook, `echo` shows what the ranks print under
-    the cell, each line prefixed with its rank (capped; the full output is in the rank's log).
-    Raises ConfigError before starting anything when the settings are bad or `fn` cannot be
-    pickled, or when its arguments and the variables it uses hold more than `max_payload_mb`
-    MiB of arrays (every rank reads them from the run folder; see `check_payload`).
+    once: one host, CPU only, no group joined for you); `fields` are any other job settings
+    (`runs_dir`, `threads_per_rank`, `hosts`, `stall_timeout`, `name`, ...). In a notebook,
+    `echo` shows the ranks' output under the cell, each line prefixed with its rank.
+    ConfigError before anything starts: bad settings, an `fn` that cannot be pickled, or
+    arguments and variables holding over `max_payload_mb` MiB of arrays (`check_payload`).
     """
     if isinstance(fn_or_path, (str, os.PathLike)):
         path = Path(fn_or_path).expanduser().resolve()
@@ -74,7 +71,6 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
 
 
 def in_kernel() -> bool:
-    """True inside a Jupyter kernel, where output can be shown under the cell."""
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     return shell is not None and getattr(shell, "kernel", None) is not None

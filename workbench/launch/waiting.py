@@ -22,8 +22,7 @@ class StoppedWaiting(KeyboardInterrupt):
 
 
 def wait_turn(job: Any, every_s: float = 1.0) -> None:
-    """Block while `job` is queued, saying what for every `every_s` s; return once it has
-    started (or ended). Ctrl-C stops it and raises StoppedWaiting."""
+    """Block while `job` is queued, saying what for every `every_s` s; Ctrl-C stops it."""
     if job.status != "queued":
         return
     show, reason = _shower(), ""
@@ -41,8 +40,8 @@ def wait_turn(job: Any, every_s: float = 1.0) -> None:
 
 
 def _shower() -> Callable[[str], None]:
-    """A function that shows a line: under the cell, replacing the last one, in a notebook;
-    else on stderr, when it says something new (not only a later time)."""
+    """A function that shows a line under the cell (replacing the last), else on stderr
+    when it says something new."""
     from workbench.launch.user_code import in_kernel
 
     if in_kernel():

@@ -37,12 +37,8 @@ class Watcher:
         self.first_error_at: float | None = None
 
     def look(self) -> tuple[str, dict[str, Any] | None] | None:
-        """The job's outcome if it has one now, else None.
-
-        When one rank fails, the others usually fail a moment later, so the culprit is the
-        rank that failed first on the watcher's clock; while the launcher says a rank not
-        yet known dead may be it (`undecided`), the watcher looks again shortly.
-        """
+        """The job's outcome if it has one now, else None (also while the launcher says a
+        rank not yet known dead may have failed first: `undecided`)."""
         launcher = self.launcher
         rc = launcher.exit_code()
         exits = exit_records(self.run_dir, self.world_size)
@@ -68,7 +64,6 @@ class Watcher:
         return outcome(self.world_size, exits, failures, set(ranks), rc, launcher.ending, log)
 
     def reported(self, exits: Exits, ranks: dict[int, tuple[int, str]]) -> list[Failure]:
-        """The failures the ranks' exit records report, on the watcher's clock."""
         out = []
         for rank, rec in sorted(exits.items()):
             seen = self.seen_at.setdefault(rank, time.time())
@@ -81,13 +76,9 @@ class Watcher:
 def outcome(world_size: int, exits: Exits, failures: list[Failure], started: set[int],
             rc: int | None, ending: Callable[[int], str], launcher_log: str = ""
             ) -> tuple[str, dict[str, Any] | None] | None:
-    """What the watcher concludes from one look, without touching a process or a file.
-
-    `exits`: the ranks' exit records; `failures`: the ranks found failed (vanished or
-    reported, see blame.py); `started`: the ranks that wrote a pid file; `rc`: the
-    launcher's exit code, None while it runs; `ending(rc)`: how it ended, in words;
-    `launcher_log`: its log's last lines. None while the job goes on.
-    """
+    """What the watcher concludes from one look (None: the job goes on), touching no process
+    or file: from the exit records, the failures found, the ranks `started`, the launcher's
+    `rc` (None while it runs), `ending(rc)` in words and its log's last lines."""
     if failures:
         return "failed", ranks_failure(failures, exits)
     if rc is None:

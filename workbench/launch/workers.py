@@ -30,27 +30,11 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
                 name: str = "lab", runs_dir: str = "runs", timeout: float = 120.0,
                 distributed: bool = True, names: Sequence[str] | None = None,
                 settings: dict[str, Any] | None = None) -> list[Any]:
-    """Run `fn(rank, world_size, *args)` on `world_size` processes; return their results.
-
-    Args:
-        fn: a function defined in an importable module.
-        world_size: number of processes.
-        args: extra arguments, pickled once for every process.
-        name: the run's label in its run id (letters, digits, '.', '_', '-').
-        runs_dir: where the run folder is written.
-        timeout: seconds of running (not of waiting for cores, which is shown as it
-            happens: launch/waiting.py) after which the run is stopped and `WorkerError`
-            raised.
-        distributed: join a `torch.distributed` gloo group first (rank = its index).
-        names: how errors name each process (default "worker <rank>").
-        settings: the lab's own settings, recorded in `config.json` (`extra`).
-
-    Returns:
-        The values returned by `fn`, indexed by rank.
-
-    Raises:
-        WorkerError: a worker raised (its error and traceback are in the message), died,
-            or the run took longer than `timeout` seconds. The run folder is named too.
+    """Run `fn(rank, world_size, *args)` (`fn` of an importable module) on `world_size`
+    processes, in a gloo group if `distributed`; return their values by rank. `name`: the
+    run's label; `timeout`: seconds of running, not of waiting for cores; `names`: how errors
+    name each process; `settings`: the lab's, recorded in `config.json`. WorkerError names
+    the worker that raised (with its traceback), died or outlived `timeout`, and the run.
     """
     from workbench.launch.user_code import launch
 
@@ -84,7 +68,6 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
 
 
 def _timeout_message(job: Any, timeout: float, names: list[str]) -> str:
-    """Which workers still run after `timeout` s. Stops the job."""
     ended = exit_records(job.run_dir, len(names))
     waiting = ", ".join(n for r, n in enumerate(names) if r not in ended)
     job.stop()
@@ -93,9 +76,7 @@ def _timeout_message(job: Any, timeout: float, names: list[str]) -> str:
 
 
 def _failure_message(run_dir: Path, summary: dict[str, Any], names: list[str]) -> str:
-    """Name the worker that failed first (the job's one rule: records/blame.py), with its
-    error and traceback; when no worker started, the launcher (importing the lab's module,
-    say), with its log."""
+    """The worker that failed first, its error and traceback; or the launcher's log."""
     failure = summary.get("failure") or {}
     rank = failure.get("rank")
     if rank is None and not rank_pids(run_dir):
