@@ -188,9 +188,13 @@ def test_module_source_reads_without_importing():
 
 
 def test_the_loop_shown_in_notebook_02_reads_as_the_sgd_step():
-    loop = module_source("workbench.training.loop", "def train(", "def steps_to_run")
-    assert loop.startswith("def train(") and "def steps_to_run" not in loop
-    step = ["optimizer.zero_grad()", "out = model(x)", "loss = loss_fn(out, y)",
+    page = (Path(__file__).parents[1] / "workbench/lessons/pages/p02_data_parallelism.py")
+    shown = re.search(r'source\("workbench\.training\.loop", \("([^"]+)", "([^"]+)"\)\)',
+                      page.read_text())
+    assert shown, "notebook 02 no longer shows the loop's step"
+    loop = module_source("workbench.training.loop", *shown.groups())
+    assert loop.startswith("def train_step") and shown.group(2) not in loop
+    step = ["optimizer.zero_grad()", "out = model(x)", "loss = F.cross_entropy(out, y)",
             "loss.backward()", "sync.wait_for_gradients(optimizer)", "optimizer.step()"]
     where = [loop.index(line) for line in step]
     assert where == sorted(where), "the step's lines are out of order"
