@@ -228,6 +228,14 @@ def test_training_panel_stop_and_close_leave_no_rank(tmp_path):
                      tick=panel.refresh), _text(panel.status)
         run_dir = panel.job.run_dir
         assert panel.start_button.disabled and not panel.stop_button.disabled
+        other = TrainingPanel(runs_dir=str(tmp_path), np=1)   # another notebook opens it
+        try:
+            other.open_run(str(run_dir))
+            assert "still running elsewhere" in _text(other.status), _text(other.status)
+            assert not _text(other.alert)        # no failure box, no "unknown"
+            assert panel.job.status == "running"
+        finally:
+            other.close()
         panel.stop_button.click()
         assert panel.job.status == "stopped"
         assert "stopped" in _text(panel.status)

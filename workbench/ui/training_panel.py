@@ -343,7 +343,12 @@ class TrainingPanel(widgets.VBox):
         self._update_progress()
         self.logs.refresh()
         summary = record.summary or {}
-        self._show_summary(record.run_id, summary.get("status", "unknown"), summary)
+        if not summary and record.status == "running":  # another kernel's or a terminal's
+            self._say(f"Run {record.run_id} is still running elsewhere (another notebook or a "
+                      "terminal): shown as far as it has got; open it again once it has ended.",
+                      "info", detail="")
+            return
+        self._show_summary(record.run_id, summary.get("status", record.status), summary)
 
     # ------------------------------------------------------------------ messages, closing
     def _say(self, text: str, level: str = "info", *, detail: str | None = None) -> None:
