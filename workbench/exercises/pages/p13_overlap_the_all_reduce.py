@@ -46,15 +46,19 @@ print(inspect.getsource(buckets.Bucket.pack))
     md(r"""
 ## Your task
 
-Write `launch(bucket, pending)`: called once per gradient of `bucket`, as autograd finishes
-it. When the bucket's last gradient is in, pack the bucket, start its all-reduce *without
-waiting for it* (`dist.all_reduce(tensor, async_op=True)` returns a handle at once) and
-append `(bucket, handle)` to `pending`. The engine divides by the number of ranks when it
-unpacks.
+Write `launch(bucket, pending)`. The engine calls it once per gradient of `bucket`, as
+autograd finishes that gradient. When the bucket's last gradient is in, the bucket's
+gradients must be packed into its buffer and that buffer's all-reduce started, to travel
+while `backward()` goes on with the layers below; `(bucket, handle)` goes into `pending`,
+and the hook returns at once. (`torch.distributed`'s collectives start without waiting when
+given `async_op=True`, and return a handle; the engine waits on the handles after
+`backward()` has returned, and divides by the number of ranks when it unpacks.)
 
-The checker trains a 4-layer MLP on 2 real ranks with your hook. It requires the parameters
-of one process with batch $2b$, it times each launch against the end of `backward()`, and
-it notes when each handle is waited on: only the engine may wait, after `backward()`.
+The checker trains a 4-layer MLP on 2 real ranks with your hook and requires the parameters
+of one process with batch $2b$. It measures for itself: when each gradient was ready, when
+each all-reduce started and on which buffer, and whether anything in `backward()` waited
+for the network (its network delivers nothing until `backward()` returns, so a hook that
+waits, polls or synchronizes is noticed).
 """),
     function_task(r'''
 def launch(bucket, pending):
