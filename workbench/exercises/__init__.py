@@ -22,12 +22,26 @@ The notebooks' text is in :mod:`.pages`, one module per notebook, which
 | asynchronous staleness | :mod:`.staleness` | ``check_staleness``, ``check_staleness_lr`` |
 | the linear scaling rule with warm-up | :mod:`.lr_scaling` | ``check_learning_rate`` |
 | Amdahl or Gustafson? | :mod:`.laws` | ``check_serial_shares``, ``check_which_law`` |
-| make this loop data-parallel (2 real ranks) | :mod:`.data_parallel` | ``check_data_parallel`` |
+| make this loop data-parallel (2, 3 ranks) | :mod:`.data_parallel` | ``check_data_parallel`` |
+| the ZeRO-1 step (2, 3 ranks) | :mod:`.zero` | ``check_shard_optimizer``, ``check_zero1`` |
+| overlap the all-reduce (2 ranks) | :mod:`.overlap` | ``check_launch_hook`` |
 
 Lessons it serves: notebooks/exercises/ (their solutions: notebooks/solutions/), e.g.
 notebooks/exercises/01_average_gradients.ipynb.
 """
 
+import sys
+
+from workbench.exercises import (  # noqa: F401  (recorded below)
+    intact,
+    network,
+    overlap,
+    own_work,
+    references,
+    watch,
+    zero,
+    zero_rank,
+)
 from workbench.exercises.allreduce import check_average_gradients
 from workbench.exercises.data_parallel import check_data_parallel
 from workbench.exercises.feedback import Feedback
@@ -39,6 +53,10 @@ from workbench.exercises.ring import check_allgather_step, check_reduce_scatter_
 from workbench.exercises.scaling import check_scaling_table
 from workbench.exercises.sharding import check_shard
 from workbench.exercises.staleness import check_staleness, check_staleness_lr
+
+# Before any notebook code runs: what it changes in them is put back (intact.py).
+intact.record([sys.modules[name] for name in sorted(sys.modules)
+               if name.startswith("workbench.exercises.") and ".pages" not in name])
 
 __all__ = [
     "Feedback",

@@ -8,18 +8,25 @@ dividing by the world size turns it into the average. Horovod can do both in one
 (`hvd.allreduce(t, op=hvd.Average)`); `torch.distributed.all_reduce` only sums, which is
 why DDP divides by the world size itself.
 
-Here the ranks are simulated in one process: a list of tensors whose index is the rank.
+Here the ranks are simulated in one process: a list of tensors whose index is the rank, and
+`allreduce_sum` is the only way between them. The checker tries 2, 3 and 4 ranks and a
+number drawn at each check, and watches that the student's function calls `allreduce_sum`
+(own_work.py): a function that stacks the ranks' tensors itself reads what a real rank
+never sees.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 import torch
 
 from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet
+from workbench.exercises.own_work import Watch
 
-#: World sizes the checker tries, so an answer that only works for 2 ranks is caught.
+#: World sizes the checker tries, so an answer that only works for 2 ranks is caught (and
+#: one more, drawn at each check).
 WORLD_SIZES = (2, 3, 4)
 
 
@@ -42,14 +49,18 @@ def example_gradients(world_size: int, size: int = 5, seed: int = 0) -> list[tor
 def check_average_gradients(fn) -> Feedback:
     """Check `fn(rank_grads) -> list of tensors`, the gradient each rank holds afterwards.
 
-    Tries world sizes 2, 3 and 4; every rank must end with the average of all ranks'
-    gradients. A wrong answer gets a hint that names the mistake (a sum instead of an
-    average, a fixed divisor, no communication at all, ranks that disagree).
+    Tries world sizes 2, 3, 4 and one drawn at random; every rank must end with the
+    average of all ranks' gradients, built from `allreduce_sum`. A wrong answer gets a hint
+    that names the mistake (a sum instead of an average, a fixed divisor, no communication
+    at all, ranks that disagree).
     """
     factors: dict[int, float] = {}
-    for p in WORLD_SIZES:
-        grads = example_gradients(p)
-        out, crash = call_student(fn, [g.clone() for g in grads])
+    rng = random.Random()
+    for p, seed in (*((w, 0) for w in WORLD_SIZES), (rng.randint(5, 9), rng.randrange(1000))):
+        grads = example_gradients(p, seed=seed)
+        through = Watch(["workbench.exercises.allreduce:allreduce_sum"])
+        out, crash = call_student(through.wrap(fn) if callable(fn) else fn,
+                                  [g.clone() for g in grads])
         if crash:
             return crash
         problem = _shape_problem(out, grads)
@@ -58,6 +69,18 @@ def check_average_gradients(fn) -> Feedback:
         out = [torch.as_tensor(t, dtype=torch.float64).detach() for t in out]
         mean = torch.stack(grads).mean(dim=0)
         if all(torch.allclose(t, mean, atol=1e-9) for t in out):
+            if not through.used:
+                return not_yet(f"with {p} ranks every rank holds the average, but your "
+                               "function never called allreduce_sum: it read every rank's "
+                               "gradient itself, which a real rank cannot do.",
+                               "The other ranks' gradients reach a rank only through the "
+                               "allreduce: call ex.allreduce_sum(rank_grads) and build the "
+                               "average from what it returns.")
+            if through.calls > 1:
+                return not_yet(f"with {p} ranks your function called allreduce_sum "
+                               f"{through.calls} times: each call is a whole allreduce over "
+                               "the network.", "One allreduce gives every rank the sum: "
+                               "call it once and divide what it returns.")
             factors[p] = 1.0
             continue
         if not all(torch.allclose(t, out[0], atol=1e-9) for t in out):
@@ -74,7 +97,7 @@ def check_average_gradients(fn) -> Feedback:
     wrong = {p: f for p, f in factors.items() if abs(f - 1.0) > 1e-6}
     if not wrong:
         return correct(
-            "every rank holds the average gradient, for 2, 3 and 4 ranks. "
+            f"every rank holds the average gradient, for {', '.join(map(str, factors))} ranks. "
             "All replicas will take the same step and stay identical."
         )
     return _wrong_scale(factors)

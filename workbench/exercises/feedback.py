@@ -98,21 +98,32 @@ MAX_ITEMS = 100_000
 
 
 def guarded(checker: Callable[..., Feedback]) -> Callable[..., Feedback]:
-    """Make a checker total: an error while judging an odd answer becomes feedback.
+    """Make a checker total: an error while judging an odd answer becomes feedback; and
+    refuse a check during which the checker had been changed (intact.py).
 
     Checkers read the student's answer carefully, but an answer can be anything (an object
     whose comparison raises, a tensor of the wrong dtype); the notebook must go on, and the
     student learns what the checker could not read.
     """
+    from workbench.exercises import intact
+
     @functools.wraps(checker)
     def total(*args: Any, **kwargs: Any) -> Feedback:
+        changed = intact.restore()
         try:
-            return checker(*args, **kwargs)
+            verdict = checker(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001  any answer gets an answer, never a traceback
-            return not_yet(f"the checker could not read your answer: {type(exc).__name__}: "
-                           f"{str(exc)[:200]}",
-                           "Return exactly what the exercise asks for (the type and shape in "
-                           "its description), then check again.")
+            verdict = not_yet(f"the checker could not read your answer: "
+                              f"{type(exc).__name__}: {str(exc)[:200]}",
+                              "Return exactly what the exercise asks for (the type and shape "
+                              "in its description), then check again.")
+        changed += intact.restore()
+        if changed:
+            return not_yet(f"code in this notebook changed the checker ({', '.join(changed[:3])}"
+                           "); it has been put back, and this check does not count.",
+                           "Leave workbench's code as it is: write only the function the "
+                           "exercise asks for, then check again.")
+        return verdict
     return total
 
 

@@ -18,65 +18,86 @@ scaling; here the data decide.)
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 
 from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet, numbers
-from workbench.scaling.metrics import amdahl, gustafson
+from workbench.exercises.own_work import refusing
 
 #: (workers, speedup) points the serial-share checker tries.
 POINTS = ((2, 1.8), (4, 3.1), (8, 4.7), (16, 12.0), (3, 2.9))
 
 
-def serial_shares(p: float, s: float) -> tuple[float, float]:
-    """(s_A, s_G): the serial shares that make Amdahl's and Gustafson's law give S at p."""
-    return (p / s - 1) / (p - 1), (p - s) / (p - 1)
-
-
-def _measured(law: str, share: float, workers: Sequence[int], noise: Sequence[float]):
+def measured(law: str, share: float, workers: Sequence[int], noise: Sequence[float],
+             ) -> list[tuple[int, float]]:
     """Speedups a job obeying `law` would show, with a little measurement noise."""
+    from workbench.scaling.metrics import amdahl, gustafson
+
     f = 1 - share  # metrics.amdahl and metrics.gustafson take the parallel share
     speedup = amdahl if law == "amdahl" else gustafson
     return [(p, speedup(p, f) * (1 + e)) for p, e in zip(workers, noise, strict=True)]
 
 
-#: Data sets for the which-law checker, with the answer each deserves.
+#: Data sets for the which-law checker, (name, points); the checker's reference decides.
 DATASETS = (
-    ("strong scaling of a fixed problem", _measured("amdahl", 0.10, (1, 2, 4, 8),
-                                                    (0, 0.01, -0.01, 0.005)), "amdahl"),
-    ("weak scaling, 4 to 16 workers", _measured("gustafson", 0.25, (1, 4, 8, 16),
-                                                (0, -0.01, 0.01, 0.0)), "gustafson"),
-    ("only 1 and 2 workers", _measured("amdahl", 0.10, (1, 2), (0, 0)), None),
-    ("weak scaling, 2 to 8 workers", _measured("gustafson", 0.05, (1, 2, 4, 8),
-                                               (0, 0.005, -0.005, 0.0)), "gustafson"),
-    ("strong scaling, 4 worker counts, no p = 1", _measured("amdahl", 0.02, (2, 4, 8, 16),
-                                                            (0.0, 0.01, 0.0, -0.01)), "amdahl"),
+    ("strong scaling of a fixed problem", measured("amdahl", 0.10, (1, 2, 4, 8),
+                                                   (0, 0.01, -0.01, 0.005))),
+    ("weak scaling, 4 to 16 workers", measured("gustafson", 0.25, (1, 4, 8, 16),
+                                               (0, -0.01, 0.01, 0.0))),
+    ("only 1 and 2 workers", measured("amdahl", 0.10, (1, 2), (0, 0))),
+    ("weak scaling, 2 to 8 workers", measured("gustafson", 0.05, (1, 2, 4, 8),
+                                              (0, 0.005, -0.005, 0.0))),
+    ("strong scaling, 4 worker counts, no p = 1", measured("amdahl", 0.02, (2, 4, 8, 16),
+                                                           (0.0, 0.01, 0.0, -0.01))),
+    # Noisier: its last two points alone would point at Amdahl, all of them at Gustafson.
+    ("weak scaling, 2 to 16 workers, noisier", measured("gustafson", 0.08, (1, 2, 4, 8, 16),
+                                                        (0, -0.003, 0.013, 0.018, -0.006))),
 )
+#: The checker's answers, and the package's fits of each law: not to be called by the
+#: student's functions.
+PACKAGE_ANSWERS = ("workbench.exercises.references:serial_shares",
+                   "workbench.exercises.references:relative_spread",
+                   "workbench.exercises.references:which_law",
+                   "workbench.scaling.metrics:karp_flatt", "workbench.scaling.metrics:fit_amdahl",
+                   "workbench.scaling.metrics:fit_gustafson")
 
 
-def relative_spread(values: Sequence[float]) -> float:
-    """(largest − smallest) ÷ mean: how far a share wanders, whatever its size."""
-    mean = sum(values) / len(values)
-    return (max(values) - min(values)) / abs(mean) if mean else math.inf
+def unseen_point() -> tuple[int, float]:
+    """A (p, S) point drawn anew at each check, 1 < S < p."""
+    rng = random.Random()
+    p = rng.randint(3, 64)
+    return p, round(rng.uniform(1.2, 0.95 * p), 3)
 
 
-def reference_law(points: Sequence[tuple[float, float]]) -> str | None:
-    """'amdahl' or 'gustafson', whichever serial share varies less; None from < 2 points.
+def unseen_datasets() -> list[tuple[str, list[tuple[int, float]]]]:
+    """Two data sets drawn anew at each check, one per law, each with three to five worker
+    counts and noise small enough that the law is clear (its share's spread under a third
+    of the other's)."""
+    from workbench.exercises.references import relative_spread, serial_shares
 
-    Points at p = 1 say nothing (S = 1 there under both laws). The spread is relative
-    because s_A is never larger than s_G: absolute spreads would favour Amdahl.
-    """
-    shares = [serial_shares(p, s) for p, s in points if p > 1]
-    if len(shares) < 2:
-        return None
-    spread_a = relative_spread([a for a, _ in shares])
-    spread_g = relative_spread([g for _, g in shares])
-    return "amdahl" if spread_a < spread_g else "gustafson"
+    rng = random.Random()
+    found = []
+    for law in rng.sample(("amdahl", "gustafson"), 2):
+        while True:
+            workers = sorted(rng.sample((2, 3, 4, 6, 8, 12, 16, 24, 32), rng.randint(3, 5)))
+            points = measured(law, rng.uniform(0.02, 0.3), workers,
+                              [rng.uniform(-0.005, 0.005) for _ in workers])
+            a, g = zip(*(serial_shares(p, s) for p, s in points), strict=True)
+            spreads = {"amdahl": relative_spread(a), "gustafson": relative_spread(g)}
+            if spreads[law] < spreads["gustafson" if law == "amdahl" else "amdahl"] / 3:
+                found.append((f"a job measured at {len(workers)} worker counts", points))
+                break
+    return found
 
 
 @guarded
+@refusing(*PACKAGE_ANSWERS)
 def check_serial_shares(fn) -> Feedback:
-    """Check `fn(p, speedup) -> (s_amdahl, s_gustafson)` on several measured points."""
-    for p, s in POINTS:
+    """Check `fn(p, speedup) -> (s_amdahl, s_gustafson)` on several measured points, and
+    on one drawn at each check."""
+    from workbench.exercises.references import serial_shares
+
+    for p, s in (*POINTS, unseen_point()):
         out, crash = call_student(fn, p, s)
         if crash:
             return crash
@@ -113,12 +134,17 @@ def _shares_hint(p: float, s: float, a: float, g: float, want_a: float,
 
 
 @guarded
+@refusing(*PACKAGE_ANSWERS)
 def check_which_law(fn) -> Feedback:
-    """Check `fn(points) -> 'amdahl', 'gustafson' or None` on every data set."""
-    for name, points, want in DATASETS:
+    """Check `fn(points) -> 'amdahl', 'gustafson' or None` on every data set, and on one
+    drawn at each check."""
+    from workbench.exercises.references import which_law
+
+    for name, points in (*DATASETS, *unseen_datasets()):
         out, crash = call_student(fn, list(points))
         if crash:
             return crash
+        want = which_law(points)   # after the call: never in a frame the function sees
         got = out.strip().lower() if isinstance(out, str) else out
         if got != want:
             return _which_hint(name, points, got, want)
@@ -137,6 +163,8 @@ def _which_hint(name: str, points, got, want) -> Feedback:
                        "share at every p > 1 and see which one stays the same.")
     if got not in ("amdahl", "gustafson"):
         return not_yet(message, "Return 'amdahl', 'gustafson' or None.")
+    from workbench.exercises.references import serial_shares
+
     shares = [serial_shares(p, s) for p, s in points if p > 1]
     listing = "; ".join(f"p = {p:g}: s_A = {a:.3f}, s_G = {g:.3f}"
                         for (p, _), (a, g) in zip([q for q in points if q[0] > 1], shares,

@@ -27,12 +27,11 @@ decimal prefixes: 1 GB = 10⁹ bytes.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet
-from workbench.scaling.costmodel import ring_allreduce_time
-
-GRADIENT_BYTES_PER_PARAM = 4  # fp32 gradients
+from workbench.exercises.own_work import refusing
 
 
 @dataclass(frozen=True)
@@ -67,51 +66,41 @@ SCENARIOS = (
              625.0),
     Scenario("270M-parameter transformer, long sequences", 268e6, 16, 6.0, 16.0, 8, 10.0, 1.0,
              1250.0),
+    # Three where a field read as a constant changes the choice: 2 workers (the ring sends
+    # n, not 1.5n or 2n: data), 16 workers (1.875n, not 1.75n: model), and 12 bytes a
+    # parameter (SGD with momentum in fp32: weights, gradients, momentum; 16 would not fit).
+    Scenario("100M-parameter model, 2 workers on 25 Gbit/s", 100e6, 16, 2.0, 16.0, 2, 25.0,
+             0.14, 40.0),
+    Scenario("1B-parameter model, 16 workers on 100 Gbit/s", 1e9, 16, 4.0, 24.0, 16, 100.0,
+             0.576, 100.0),
+    Scenario("1.5B-parameter model trained with SGD and momentum", 1.5e9, 12, 4.0, 24.0, 4,
+             100.0, 1.0, 16.0),
 )
 
 
-def memory_needed_gb(s: Scenario) -> float:
-    """GB one data-parallel replica needs: training state plus activations."""
-    return s.params * s.state_bytes_per_param / 1e9 + s.activations_gb
+def unseen_scenarios() -> tuple[Scenario, Scenario]:
+    """Two scenarios drawn anew at each check, one where only data parallelism is right and
+    one where only model parallelism is (so no fixed answer passes both), each far from
+    every threshold of the rule (the quantities it compares differ by 20% at least), so
+    that any right arithmetic decides it the same way."""
+    from workbench.exercises import references as ref
 
-
-def bandwidth_bytes_per_s(s: Scenario) -> float:
-    """The link speed in bytes per second: Gbit/s × 10⁹ ÷ 8."""
-    return s.link_gbit_s * 1e9 / 8
-
-
-def allreduce_s(s: Scenario, bytes_per_s: float | None = None) -> float:
-    """Seconds for the ring allreduce of the fp32 gradients (latency ignored)."""
-    beta = 1.0 / (bytes_per_s or bandwidth_bytes_per_s(s))
-    return ring_allreduce_time(s.params * GRADIENT_BYTES_PER_PARAM, s.workers, 0.0, beta)
-
-
-def model_parallel_s(s: Scenario) -> float:
-    """Seconds to send the activations across a cut and their gradients back."""
-    return 2 * s.cut_activations_mb * 1e6 / bandwidth_bytes_per_s(s)
-
-
-def sharded_memory_gb(s: Scenario) -> float:
-    """GB one device needs with the training state sharded over p (ZeRO-3, FSDP): 1/p of
-    it plus its own activations (sharding does not split the activations)."""
-    return s.params * s.state_bytes_per_param / 1e9 / s.workers + s.activations_gb
-
-
-def reference_choices(s: Scenario) -> frozenset[str]:
-    """Every answer the rule accepts: 'sharded' beside 'model' where only a shard fits."""
-    choice = reference_choice(s)
-    if choice == "model" and memory_needed_gb(s) > s.device_memory_gb >= sharded_memory_gb(s):
-        return frozenset({"model", "sharded"})
-    return frozenset({choice})
-
-
-def reference_choice(s: Scenario) -> str:
-    """The course's rule: 'model' if a replica does not fit or if it sends less, else 'data'."""
-    if memory_needed_gb(s) > s.device_memory_gb:
-        return "model"
-    if allreduce_s(s) <= s.compute_s:
-        return "data"
-    return "model" if model_parallel_s(s) < allreduce_s(s) else "data"
+    rng = random.Random()
+    found: dict[frozenset[str], Scenario] = {}
+    while len(found) < 2:
+        s = Scenario(f"a job drawn for this check ({rng.randrange(10**4):04d})",
+                     round(10 ** rng.uniform(7, 10.5), -5), rng.choice((12, 16, 18)),
+                     round(rng.uniform(0.5, 40), 1), rng.choice((16.0, 24.0, 40.0, 80.0)),
+                     rng.choice((2, 3, 4, 8, 16)), rng.choice((10.0, 25.0, 100.0, 200.0, 400.0)),
+                     round(rng.uniform(0.05, 4.0), 2), round(rng.uniform(4, 1500)))
+        pairs = ((ref.memory_needed_gb(s), s.device_memory_gb),
+                 (ref.sharded_memory_gb(s), s.device_memory_gb),
+                 (ref.allreduce_s(s), s.compute_s),
+                 (ref.model_parallel_s(s), ref.allreduce_s(s)))
+        kind = ref.choices(s)
+        if kind in ({"data"}, {"model"}) and all(max(a, b) > 1.2 * min(a, b) for a, b in pairs):
+            found.setdefault(kind, s)
+    return found[frozenset({"data"})], found[frozenset({"model"})]
 
 
 def describe(s: Scenario) -> str:
@@ -124,21 +113,26 @@ def describe(s: Scenario) -> str:
 
 
 @guarded
+@refusing("workbench.exercises.references:choice", "workbench.exercises.references:choices",
+          "workbench.exercises.parallelism:numbers_table")
 def check_parallelism_choice(fn) -> Feedback:
-    """Check `fn(scenario) -> 'data', 'model' or 'sharded'` on every scenario."""
-    for s in SCENARIOS:
+    """Check `fn(scenario) -> 'data', 'model' or 'sharded'` on every scenario, and on one
+    drawn at each check."""
+    from workbench.exercises.references import choices
+
+    for s in (*SCENARIOS, *unseen_scenarios()):
         out, crash = call_student(fn, s)
         if crash:
             return crash
         choice = _normalise(out)
         if choice is None:
             return not_yet(f"for '{s.name}' your function returned {_short(out)}.",
-                           "Return the string 'data' or 'model' ('sharded' for sharded data "
-                           "parallelism, ZeRO-3 or FSDP).")
-        if choice not in reference_choices(s):
+                           "Return one choice, the string 'data' or 'model' ('sharded' for "
+                           "sharded data parallelism, ZeRO-3 or FSDP).")
+        if choice not in choices(s):
             return not_yet(f"for '{s.name}' you chose {choice} parallelism.", *_hints(s, choice))
     return correct(
-        f"all {len(SCENARIOS)} choices are right. Memory decides first (a replica must fit; "
+        f"all {len(SCENARIOS) + 2} choices are right. Memory decides first (a replica must fit; "
         "where only 1/p of it does, sharded data parallelism or model parallelism), then "
         "communication: the gradient allreduce against the compute time and against the "
         "activations model parallelism would send."
@@ -151,7 +145,11 @@ def _short(out: object) -> str:
 
 
 def _normalise(out: object) -> str | None:
+    """'data', 'model' or 'sharded' from the answer's first words; None for anything else,
+    and for a hedge ("model or data", "data/model") that names two."""
     text = out.strip().lower() if isinstance(out, str) else ""
+    if any(mark in text for mark in (" or ", "/", ",", "|", " and ")):
+        return None
     for kind, words in (("data", ("data", "plain")), ("model", ("model", "pipeline", "tensor")),
                         ("sharded", ("sharded", "fsdp", "zero"))):
         if text.startswith(words):
@@ -161,6 +159,14 @@ def _normalise(out: object) -> str | None:
 
 def _hints(s: Scenario, choice: str) -> list[str]:
     """Explain the scenario's deciding numbers, and the likely slip behind a wrong choice."""
+    from workbench.exercises.references import (
+        GRADIENT_BYTES_PER_PARAM,
+        allreduce_s,
+        memory_needed_gb,
+        model_parallel_s,
+        sharded_memory_gb,
+    )
+
     need, have = memory_needed_gb(s), s.device_memory_gb
     state = s.params * s.state_bytes_per_param / 1e9
     ar, mp, comp = allreduce_s(s), model_parallel_s(s), s.compute_s
@@ -218,12 +224,13 @@ def _ring_factor(s: Scenario) -> float:
 
 
 def numbers_table() -> str:
-    """Every scenario's deciding numbers and the course's choice, as aligned text."""
+    """Every scenario's deciding numbers, as aligned text: the choice is the reader's."""
+    from workbench.exercises.references import allreduce_s, memory_needed_gb, model_parallel_s
+
     head = f"{'scenario':<46}{'needs GB':>9}{'has GB':>8}{'allreduce s':>12}" \
-           f"{'compute s':>10}{'cuts s':>8}  choice"
+           f"{'compute s':>10}{'cuts s':>8}"
     rows = [head, "-" * len(head)]
     for s in SCENARIOS:
         rows.append(f"{s.name:<46}{memory_needed_gb(s):>9.3g}{s.device_memory_gb:>8g}"
-                    f"{allreduce_s(s):>12.3g}{s.compute_s:>10g}{model_parallel_s(s):>8.3g}"
-                    f"  {' or '.join(sorted(reference_choices(s)))}")
+                    f"{allreduce_s(s):>12.3g}{s.compute_s:>10g}{model_parallel_s(s):>8.3g}")
     return "\n".join(rows)

@@ -16,14 +16,17 @@ Narayanan et al., ICML 2021) keeps the same bubble but holds only P micro-batche
 activations instead of M; the original PipeDream (SOSP 2019) is asynchronous.
 
 The checker's reference counts idle slots in the simulated schedule,
-:func:`workbench.model_parallel.schedule.schedule` (also ``ex.schedule`` and
-``ex.show_schedule`` in the notebook), rather than trusting the formula: the formula is what
-the student derives.
+:func:`workbench.model_parallel.schedule.schedule` (the notebook prints it with
+``ex.show_schedule``), rather than trusting the formula: the formula is what the student
+derives. A function that calls the package's counting of that schedule (``schedule``,
+``idle_fraction``, ``theoretical_bubble``) is refused (own_work.py); so is a table of
+answers for the cases below, since every check adds a case drawn at random.
 """
 
 from __future__ import annotations
 
 import math
+import random
 
 from workbench.exercises.feedback import (
     Feedback,
@@ -33,21 +36,29 @@ from workbench.exercises.feedback import (
     not_yet,
     whole_number,
 )
-from workbench.model_parallel.schedule import (  # noqa: F401 - the notebook prints ex.show_schedule
-    idle_fraction,
-    schedule,
-    show_schedule,
-)
+from workbench.exercises.own_work import refusing
+from workbench.model_parallel.schedule import show_schedule  # noqa: F401 - the notebook's
 from workbench.quiz.bank import parse_number
 
-#: (stages P, micro-batches M) pairs the checker tries.
+#: (stages P, micro-batches M) pairs the checker tries, and one more drawn at each check.
 CASES = ((2, 1), (2, 4), (4, 4), (4, 8), (4, 16), (8, 32), (3, 5))
 
 
+def unseen_case() -> tuple[int, int]:
+    """A (P, M) pair none of CASES, drawn anew at each check."""
+    rng = random.Random()
+    while (case := (rng.randint(2, 12), rng.randint(1, 64))) in CASES:
+        pass
+    return case
+
+
 @guarded
+@refusing("workbench.model_parallel.schedule", "workbench.exercises.references:bubble")
 def check_bubble_fraction(fn) -> Feedback:
     """Check `fn(stages, micro_batches) -> idle fraction` against the counted schedule."""
-    for p, m in CASES:
+    from workbench.model_parallel.schedule import idle_fraction
+
+    for p, m in (*CASES, unseen_case()):
         out, crash = call_student(fn, p, m)
         if crash:
             return crash
@@ -59,7 +70,8 @@ def check_bubble_fraction(fn) -> Feedback:
         if not math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-9):
             return _bubble_hint(p, m, value, want)
     return correct(
-        "your formula matches the counted schedule for every case. With P = 4 stages, "
+        "your formula matches the counted schedule for every case, and for one drawn at "
+        "random. With P = 4 stages, "
         f"M = 4 micro-batches leave {idle_fraction(4, 4):.0%} of the time idle and M = 16 "
         f"only {idle_fraction(4, 16):.0%}."
     )
@@ -95,25 +107,17 @@ def _bubble_hint(p: int, m: int, value: float, want: float) -> Feedback:
                    "show_schedule(P, M) and count.")
 
 
-def smallest_micro_batches(stages: int, max_bubble: float) -> int:
-    """The smallest M whose bubble (P − 1)/(M + P − 1) is at most `max_bubble`."""
-    m = 1
-    while idle_fraction(stages, m) > max_bubble + 1e-12:
-        m += 1
-    return m
-
-
-def _bubble(stages: int, micro_batches: int) -> float:
-    """The bubble, counted on the schedule for sizes one can draw, else by its formula (the
-    two agree; counting 10⁹ micro-batches would only fill the memory)."""
-    if micro_batches <= 4096:
-        return idle_fraction(stages, micro_batches)
-    return (stages - 1) / (micro_batches + stages - 1)
+#: Task 2's question: the fewest micro-batches that keep 4 stages' bubble within 10%.
+STAGES, MAX_BUBBLE = 4, 0.10
 
 
 @guarded
-def check_micro_batches(answer: object, stages: int = 4, max_bubble: float = 0.10) -> Feedback:
-    """Check the smallest number of micro-batches that keeps the bubble within `max_bubble`."""
+def check_micro_batches(answer: object) -> Feedback:
+    """Check the smallest number of micro-batches that keeps the bubble of STAGES stages
+    within MAX_BUBBLE (the question is the exercise's: it takes no other)."""
+    stages, max_bubble = STAGES, MAX_BUBBLE
+    from workbench.exercises.references import bubble, smallest_micro_batches
+
     want = smallest_micro_batches(stages, max_bubble)
     if answer is None:
         return not_yet("no answer yet.",
@@ -124,20 +128,20 @@ def check_micro_batches(answer: object, stages: int = 4, max_bubble: float = 0.1
         return not_yet(f"your answer {answer!r} is not a whole number of micro-batches.",
                        "Micro-batches come in whole numbers: answer with an int such as 12.")
     if m == want:
-        return correct(f"M = {m} gives a bubble of {idle_fraction(stages, m):.1%}; "
-                       f"M = {m - 1} would give {idle_fraction(stages, m - 1):.1%}.")
+        return correct(f"M = {m} gives a bubble of {bubble(stages, m):.1%}; "
+                       f"M = {m - 1} would give {bubble(stages, m - 1):.1%}.")
     if m < 1:
         return not_yet(f"M = {m} is not a number of micro-batches.", "M is at least 1.")
-    bubble = _bubble(stages, m)
-    if bubble > max_bubble:
-        hint = (f"With M = {m} the bubble is {bubble:.1%}, above {max_bubble:.0%}. Solve "
+    idle = bubble(stages, m)
+    if idle > max_bubble:
+        hint = (f"With M = {m} the bubble is {idle:.1%}, above {max_bubble:.0%}. Solve "
                 f"(P − 1) / (M + P − 1) ≤ {max_bubble:g} for M, then round up.")
         if m == 4 * stages:
-            hint += (f" The rule of thumb M = 4P still leaves (P − 1)/(5P − 1) = {bubble:.0%}"
+            hint += (f" The rule of thumb M = 4P still leaves (P − 1)/(5P − 1) = {idle:.0%}"
                      " idle, not this little.")
         return not_yet(f"M = {m} micro-batches is not enough.", hint)
     return not_yet(
-        f"M = {m} works (bubble {bubble:.1%}) but is not the smallest.",
+        f"M = {m} works (bubble {idle:.1%}) but is not the smallest.",
         f"A smaller M also keeps the bubble within {max_bubble:.0%}. Solve "
         f"(P − 1) / (M + P − 1) ≤ {max_bubble:g} for M exactly and take the first whole "
         "number that satisfies it.",

@@ -24,12 +24,13 @@ B's chunk 0).
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Callable, Sequence
 
 import torch
 
 from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet
-from workbench.synchronization.ring_allreduce import thread_ring_allreduce
+from workbench.exercises.own_work import refusing
 
 Chunks = list[list[torch.Tensor]]
 StepFn = Callable[[Chunks, int], object]
@@ -64,24 +65,19 @@ def allgather_step(chunks: Chunks, step: int) -> None:
         chunks[(rank + 1) % p][c] = data
 
 
-def _reduce_scatter_step(chunks: Chunks, step: int) -> None:
-    """The checker's reference: rank r sends chunk (r − step) mod p; rank r + 1 adds it."""
-    p = len(chunks)
-    outgoing = [(rank, (rank - step) % p) for rank in range(p)]
-    sent = [chunks[rank][c].clone() for rank, c in outgoing]
-    for (rank, c), data in zip(outgoing, sent, strict=True):
-        chunks[(rank + 1) % p][c] = chunks[(rank + 1) % p][c] + data
-
-
 def simulated_ring_allreduce(tensors: Sequence[torch.Tensor],
-                             reduce_scatter_step: StepFn = _reduce_scatter_step,
+                             reduce_scatter_step: StepFn | None = None,
                              allgather_step: StepFn = allgather_step,
                              trace: bool = False) -> list[torch.Tensor]:
-    """Sum `tensors` (one per simulated rank) with a ring allreduce built from two step functions.
+    """Sum `tensors` (one per simulated rank) with a ring allreduce built from two step
+    functions (the reduce-scatter step: the checker's own when None).
 
     With `trace=True` it prints which pieces every rank holds after each step (use label
     tensors from :func:`label_tensors` to get readable names).
     """
+    from workbench.exercises import references
+
+    reduce_scatter_step = reduce_scatter_step or references.reduce_scatter_step
     p = len(tensors)
     chunks = split_into_chunks(tensors)
     if trace:
@@ -143,33 +139,42 @@ def describe(chunks: Chunks) -> str:
 
 # --- checkers -----------------------------------------------------------------------------------
 
+#: The package's own rings: the answer, not to be called by it.
+PACKAGE_RINGS = ("workbench.synchronization.ring_allreduce",
+                 "workbench.exercises.references:ring_step")
+
+
 @guarded
+@refusing(*PACKAGE_RINGS)
 def check_reduce_scatter_step(fn) -> Feedback:
     """Check the student's `reduce_scatter_step(chunks, step)`, step by step, then end to end."""
     return _check_step(fn, phase="reduce-scatter")
 
 
 @guarded
+@refusing(*PACKAGE_RINGS, "workbench.exercises.ring:allgather_step")
 def check_allgather_step(fn) -> Feedback:
     """Check the student's own `allgather_step(chunks, step)`, step by step, then end to end."""
     return _check_step(fn, phase="allgather")
 
 
 def _check_step(fn, phase: str) -> Feedback:
+    from workbench.exercises.references import reduce_scatter_step
+
     if not callable(fn):
         _, not_a_function = call_student(fn)
         return not_a_function
-    reference = _reduce_scatter_step if phase == "reduce-scatter" else allgather_step
+    reference = reduce_scatter_step if phase == "reduce-scatter" else allgather_step
     for p in LABEL_SIZES:
         chunks = split_into_chunks(label_tensors(p))
         if phase == "allgather":
             for step in range(p - 1):
-                chunks = _run_step(_reduce_scatter_step, chunks, step)
+                chunks = _run_step(reduce_scatter_step, chunks, step)
         for step in range(p - 1):
-            expected = _run_step(reference, chunks, step)
             got, crash = call_student(_run_step, fn, chunks, step)
             if crash:
                 return crash
+            expected = _run_step(reference, chunks, step)   # after: never in a frame it sees
             problem = _compare(got, expected, chunks, p, step, phase)
             if problem:
                 return problem
@@ -229,10 +234,18 @@ def _step_hints(got: list, before: list, p: int, step: int, phase: str) -> list[
                 "chunks[dst][i] = chunks[dst][i] + incoming, or return the new state.",
                 f"The rule for step s: {rule}."]
     mistakes = _mistakes(phase)
+    right = mistakes.pop("right")
     for description, variant in mistakes.items():
         state = [[_encode(piece, p) for piece in rank] for rank in before]
         if _decode_all(_run_step(variant, state, step), p) == got:
             return [description, f"The rule for step s: {rule}."]
+    state = [[_encode(piece, p) for piece in rank] for rank in before]
+    for later in range(step, p - 1):
+        state = _run_step(right, state, later)
+        if later > step and _decode_all(state, p) == got:
+            return ["Your function did several steps in one call: the checker calls it once "
+                    "per step s, and each call makes the sends of that step only.",
+                    f"The rule for step s: {rule}."]
     return [f"The rule for step s: {rule}. Print the state with "
             "describe(chunks) (from workbench.exercises.ring) before and after your step "
             "to see what moved."]
@@ -243,22 +256,13 @@ def _encode(pieces: dict | None, p: int) -> torch.Tensor:
     return torch.tensor([float(value)], dtype=torch.float64)
 
 
-def _variant(send_offset: int, direction: int, add: bool) -> StepFn:
-    """A step where rank r sends chunk (r + send_offset − s) to rank r + direction."""
-    def step_fn(chunks: Chunks, step: int) -> None:
-        p = len(chunks)
-        outgoing = [(r, (r + send_offset - step) % p) for r in range(p)]
-        sent = [chunks[r][c].clone() for r, c in outgoing]
-        for (r, c), data in zip(outgoing, sent, strict=True):
-            dst = (r + direction) % p
-            chunks[dst][c] = chunks[dst][c] + data if add else data
-    return step_fn
-
-
 def _mistakes(phase: str) -> dict[str, StepFn]:
-    """Typical wrong steps, each with the hint that explains it."""
+    """Typical wrong steps, each with the hint that explains it (and "right": the step)."""
+    from workbench.exercises.references import ring_step as _variant
+
     if phase == "reduce-scatter":
         return {
+            "right": _variant(0, +1, add=True),
             "The receiver replaced its chunk instead of adding to it, so its own contribution "
             "was lost. Replacing is what the allgather does; the reduce-scatter adds.":
                 _variant(0, +1, add=False),
@@ -268,8 +272,12 @@ def _mistakes(phase: str) -> dict[str, StepFn]:
             "Chunks travel the wrong way round: in this ring rank r sends to rank (r + 1) mod p "
             "and receives from (r − 1) mod p.":
                 _variant(0, -1, add=True),
+            "One step ahead: at step s rank r sends chunk (r − s) mod p, and s starts at 0, "
+            "not 1.":
+                _variant(-1, +1, add=True),
         }
     return {
+        "right": _variant(1, +1, add=False),
         "The receiver added the chunk instead of replacing its copy, so pieces were counted "
         "twice. After the reduce-scatter the sent chunk is already the full sum: copy it.":
             _variant(1, +1, add=True),
@@ -283,10 +291,14 @@ def _mistakes(phase: str) -> dict[str, StepFn]:
 
 
 def _end_to_end(fn, phase: str) -> Feedback:
-    """Run the whole ring on random vectors of uneven length and compare with the real thing."""
+    """Run the whole ring on random vectors of uneven length and compare with the real
+    thing: for 2, 3 and 5 ranks, and for a ring size and length drawn at each check."""
+    from workbench.synchronization.ring_allreduce import thread_ring_allreduce
+
     gen = torch.Generator().manual_seed(7)
-    for p in (2, 3, 5):
-        tensors = [torch.randn(11, generator=gen, dtype=torch.float64) for _ in range(p)]
+    rng = random.Random()
+    for p, n in ((2, 11), (3, 11), (5, 11), (rng.randint(6, 8), rng.randint(13, 40))):
+        tensors = [torch.randn(n, generator=gen, dtype=torch.float64) for _ in range(p)]
         steps = {"reduce_scatter_step": fn} if phase == "reduce-scatter" else {
             "allgather_step": fn}
         result, crash = call_student(simulated_ring_allreduce, tensors, **steps)
@@ -296,20 +308,20 @@ def _end_to_end(fn, phase: str) -> Feedback:
         if not all(torch.allclose(r, w) for r, w in zip(result, want, strict=True)):
             return not_yet(
                 f"each step looks right on the labelled example, but the whole ring with p = {p} "
-                "and 11 elements (uneven chunks) does not give the sum.",
+                f"and {n} elements (uneven chunks) does not give the sum.",
                 "Work with whole chunk tensors, chunks[rank][index]; do not assume every chunk "
                 "has the same length or a single element.",
             )
     return correct(
         f"your {phase} step is right at every step for 3 and 4 ranks, and the whole ring gives "
-        "the same sums as the send/recv implementation for 2, 3 and 5 ranks. Each rank sent "
-        "2(p − 1) chunks of n/p elements, 2(p − 1)/p · n in all: in any allreduce the busiest "
-        "rank sends at least that much, and the ring meets it on every rank, every link "
-        "equally busy."
+        "the same sums as the send/recv implementation for 2, 3, 5 and more ranks. Each rank "
+        "sent 2(p − 1) chunks of n/p elements, 2(p − 1)/p · n in all: in any allreduce the "
+        "busiest rank sends at least that much, and the ring meets it on every rank, every "
+        "link equally busy."
     )
 
 
-def show_ring(p: int, reduce_scatter_step: StepFn = _reduce_scatter_step,
+def show_ring(p: int, reduce_scatter_step: StepFn | None = None,
               allgather_step: StepFn = allgather_step) -> None:
     """Print the labelled state after every step of a ring over `p` simulated ranks.
 

@@ -8,16 +8,20 @@ Definitions (the course's, from :mod:`workbench.scaling.metrics`):
 
 The student writes `scaling_table(times)` that turns `{p: seconds}` into
 `{p: (speedup, efficiency)}`; the checker compares it with the reference computed by
-:func:`workbench.scaling.metrics.speedup` and :func:`workbench.scaling.metrics.efficiency`.
+:func:`workbench.scaling.metrics.speedup` and :func:`workbench.scaling.metrics.efficiency`
+(references.py), on the notebook's table, a second one, and one drawn at each check (so a
+table of memorised answers fails). A function that calls those metrics, the package's own
+arithmetic for what the exercise asks, is refused (own_work.py).
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Mapping
 
 from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet, numbers
-from workbench.scaling.metrics import efficiency, karp_flatt, speedup
+from workbench.exercises.own_work import refusing
 
 #: Seconds per epoch measured with 1, 2, 4 and 8 workers (the table in the notebook).
 TIMES_S = {1: 96.0, 2: 52.0, 4: 30.0, 8: 21.0}
@@ -25,15 +29,27 @@ TIMES_S = {1: 96.0, 2: 52.0, 4: 30.0, 8: 21.0}
 OTHER_TIMES_S = {1: 50.0, 2: 26.0, 3: 18.5, 6: 10.0}
 
 
-def reference_table(times: Mapping[int, float]) -> dict[int, tuple[float, float]]:
-    """{p: (speedup, efficiency)} relative to the one-worker time, from scaling.metrics."""
-    t1 = times[1]
-    return {p: (speedup(t1, tp), efficiency(speedup(t1, tp), p)) for p, tp in times.items()}
-
-
 def karp_flatt_table(times: Mapping[int, float]) -> dict[int, float | None]:
     """{p: Karp–Flatt serial fraction}; if it grows with p, overhead (communication) grows."""
-    return {p: karp_flatt(s, p) for p, (s, _) in reference_table(times).items()}
+    from workbench.scaling.metrics import karp_flatt
+
+    t1 = times[1]
+    return {p: karp_flatt(t1 / tp, p) for p, tp in times.items()}
+
+
+def unseen_times() -> dict[int, float]:
+    """A timing table drawn anew at each check, its rows in no order (p = 1 not first): 1 worker,
+    two larger counts at an efficiency between 0.5 and 0.95, and one so slowed by its
+    communication that it takes longer than one worker (a speedup below 1 happens)."""
+    rng = random.Random()
+    t1 = round(rng.uniform(40, 200), 1)
+    fast, slow = sorted(rng.sample(range(2, 17), 2)), rng.choice((2, 3))
+    rows = [(1, t1), *((p, round(t1 / (p * rng.uniform(0.5, 0.95)), 1)) for p in fast)]
+    rows.append((20 + slow, round(t1 * rng.uniform(1.05, 1.3), 1)))
+    rng.shuffle(rows)
+    if rows[0][0] == 1:                      # not first either: T(1) is found by its p
+        rows.append(rows.pop(0))
+    return dict(rows)
 
 
 def format_table(times: Mapping[int, float]) -> str:
@@ -44,9 +60,12 @@ def format_table(times: Mapping[int, float]) -> str:
 
 
 @guarded
+@refusing("workbench.scaling.metrics", "workbench.exercises.references:scaling_table")
 def check_scaling_table(fn) -> Feedback:
-    """Check `fn(times) -> {p: (speedup, efficiency)}` on two timing tables."""
-    for times in (TIMES_S, OTHER_TIMES_S):
+    """Check `fn(times) -> {p: (speedup, efficiency)}` on three timing tables."""
+    from workbench.exercises.references import scaling_table
+
+    for times in (TIMES_S, OTHER_TIMES_S, unseen_times()):
         out, crash = call_student(fn, dict(times))
         if crash:
             return crash
@@ -57,9 +76,9 @@ def check_scaling_table(fn) -> Feedback:
         if problem:
             return problem
     p_max = max(TIMES_S)
-    s, e = reference_table(TIMES_S)[p_max]
+    s, e = scaling_table(TIMES_S)[p_max]
     return correct(
-        f"speedup and efficiency are right for both tables. With {p_max} workers the job ran "
+        f"speedup and efficiency are right for all three tables. With {p_max} workers the job ran "
         f"{s:.2f} times faster, at an efficiency of {e:.2f}: {100 * (1 - e):.0f}% of the "
         "workers' time went to something other than useful work."
     )
@@ -105,7 +124,9 @@ def _rounded_too_much(a: float, b: float) -> bool:
 
 def _value_problem(out: Mapping, times: Mapping[int, float]) -> Feedback | None:
     """Compare row by row and name the mistake behind the first wrong value."""
-    ref = reference_table(times)
+    from workbench.exercises.references import scaling_table
+
+    ref = scaling_table(times)
     t1 = times[1]
     ps = sorted(times)
     for prev, p in zip([None, *ps], ps, strict=False):
@@ -122,6 +143,10 @@ def _value_problem(out: Mapping, times: Mapping[int, float]) -> Feedback | None:
 def _speedup_hint(p: int, s: float, s_ref: float, t1: float, tp: float,
                   t_prev: float | None) -> Feedback:
     message = f"for p = {p} your speedup is {s:.3g}, but T(1) = {t1:g} s and T({p}) = {tp:g} s."
+    if p == 1:
+        return not_yet(message, "One worker's speedup is T(1) / T(1) = 1: take T(1) from the "
+                       "row p = 1 (times[1]), not from the slowest or the first row, which "
+                       "need not be it.")
     if _close(s, tp / t1):
         return not_yet(
             message,

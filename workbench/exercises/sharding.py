@@ -18,38 +18,61 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections import Counter
 from collections.abc import Iterable
 
 from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet
+from workbench.exercises.own_work import refusing
 
 #: (number of samples, world size) pairs the checker tries; most leave a remainder.
 CASES = ((10, 2), (12, 4), (10, 3), (13, 4), (13, 5), (7, 1))
 
 
+def unseen_case() -> tuple[int, int]:
+    """(n, p) drawn anew at each check, with a remainder."""
+    rng = random.Random()
+    while (case := (rng.randint(20, 99), rng.randint(3, 9)))[0] % case[1] == 0:
+        pass
+    return case
+
+
 @guarded
+@refusing("workbench.training.sharding", "torch.utils.data.distributed")
 def check_shard(fn) -> Feedback:
     """Check `fn(n_samples, rank, world_size) -> indices of rank's samples`.
 
-    Every case of `CASES` must be split into non-overlapping shards that together hold every
-    sample once and whose sizes differ by at most one.
+    Every case of `CASES`, and one drawn at each check, must be split into non-overlapping
+    shards that together hold every sample once and whose sizes differ by at most one. The
+    ranks are asked in a shuffled order, each twice, as separate processes would ask in any
+    order: a rank's shard depends on its rank, not on how often the function was called.
     """
-    for n, p in CASES:
-        shards: list[list[int]] = []
-        for rank in range(p):
+    unseen = unseen_case()
+    rng = random.Random()
+    for n, p in (*CASES, unseen):
+        shards: dict[int, list[int]] = {}
+        order = list(range(p)) * 2
+        rng.shuffle(order)
+        for rank in order:
             out, crash = call_student(fn, n, rank, p)
             if crash:
                 return crash
             indices, problem = _as_indices(out, n, rank, p)
             if problem:
                 return problem
-            shards.append(indices)
-        problem = _partition_problem(shards, n)
+            if rank in shards and sorted(shards[rank]) != sorted(indices):
+                return not_yet(f"for n_samples={n}, world_size={p}, rank {rank} got "
+                               "different shards from two calls.",
+                               "The shard must follow from n_samples, rank and world_size "
+                               "alone: each rank is a separate process, and they call your "
+                               "function in any order.")
+            shards[rank] = indices
+        problem = _partition_problem([shards[r] for r in range(p)], n)
         if problem:
             return problem
     return correct(
         "every sample lands on exactly one rank and the shard sizes differ by at most one, "
-        f"for all {len(CASES)} cases (n, p) = {', '.join(map(str, CASES))}."
+        f"for all {len(CASES) + 1} cases (n, p) = {', '.join(map(str, (*CASES, unseen)))}."
     )
 
 
@@ -67,7 +90,10 @@ def _as_indices(out: object, n: int, rank: int, p: int) -> tuple[list[int], Feed
             "Return a list (or range) of integer indices between 0 and n_samples - 1.",
         )
     try:
-        indices = [int(i) for i in itertools.islice(out, n + 1)]
+        items = list(itertools.islice(out, n + 1))
+        if any(isinstance(i, str | bytes) for i in items):
+            raise TypeError("text is not an index")
+        indices = [int(i) for i in items]
     except (TypeError, ValueError, OverflowError):
         return [], not_yet(
             f"some returned items are not whole numbers {where}.",
@@ -116,7 +142,9 @@ def _partition_problem(shards: list[list[int]], n: int) -> Feedback | None:
             f"Dropped samples: {n} = {p} x {n // p} + {n % p}, so cutting shards of "
             f"n_samples // world_size samples leaves the last {n % p} out. Give the leftover "
             "samples to some ranks (one extra each), or take every world_size-th sample: "
-            "range(rank, n_samples, world_size)."
+            "range(rank, n_samples, world_size)." if n % p else
+            "Dropped samples: every sample must be on some rank. Check that the shards "
+            "reach n_samples - 1 and that world_size (not a fixed number) sets their count."
         )
     sizes = [len(s) for s in shards]
     if max(sizes) - min(sizes) > 1:

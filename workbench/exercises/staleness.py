@@ -20,9 +20,11 @@ The version starts at 0 and each push adds one, after its gradient is applied.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 
 from workbench.exercises.feedback import Feedback, call_student, correct, guarded, not_yet, numbers
+from workbench.exercises.own_work import refusing
 from workbench.quiz.bank import parse_number
 
 Event = tuple[str, int]
@@ -39,40 +41,54 @@ TRACES = (TRACE, ROUND_ROBIN)
 LR_CASES = ((0, 0.1), (1, 0.1), (2, 0.1), (3, 0.12), (4, 0.12), (10, 0.5))
 
 
-def reference_staleness(events: Sequence[Event]) -> list[int]:
-    """The staleness of every push, in order: updates applied since that worker's pull."""
-    version, pulled, out = 0, {}, []
-    for action, worker in events:
-        if action == "pull":
-            pulled[worker] = version
-        else:
-            out.append(version - pulled[worker])
-            version += 1  # the gradient is applied: a new version of the parameters
-    return out
+def unseen_trace() -> tuple[Event, ...]:
+    """A trace drawn anew at each check: 3 or 4 workers, each pulling before it pushes."""
+    rng = random.Random()
+    while True:
+        workers, holding, events = rng.randint(3, 4), set(), []
+        for _ in range(16):
+            w = rng.randrange(workers)
+            events.append(("push", w) if w in holding else ("pull", w))
+            holding ^= {w}
+        trace = (*events, *(("push", w) for w in sorted(holding)))
+        if len(set(_staleness(trace))) > 2:    # several different stalenesses
+            return trace
 
 
-def reference_lr(staleness: int, base_lr: float) -> float:
-    """Zhang et al.'s staleness-aware rate: η / τ, and η itself for a fresh gradient."""
-    return base_lr / max(1, staleness)
+def _staleness(events: Sequence[Event]) -> list[int]:
+    from workbench.exercises.references import staleness
+
+    return staleness(events)
 
 
 def show_trace(events: Sequence[Event]) -> str:
     """The trace as text, one event a line, with the server's version before each."""
     version, lines = 0, []
     for action, worker in events:
-        lines.append(f"version {version}: worker {worker} {action}s")
+        lines.append(f"version {version}: worker {worker} {action}es"
+                     if action == "push" else f"version {version}: worker {worker} pulls")
         version += action == "push"
     return "\n".join(lines)
 
 
+#: The package's own parameter server and the checker's answers: not to be called.
+PACKAGE_ANSWERS = ("workbench.synchronization.async_ps",
+                   "workbench.exercises.references:staleness",
+                   "workbench.exercises.references:staleness_lr")
+
+
 @guarded
+@refusing(*PACKAGE_ANSWERS)
 def check_staleness(fn) -> Feedback:
-    """Check `fn(events) -> [staleness of each push, in order]` on two traces."""
-    for events in TRACES:
+    """Check `fn(events) -> [staleness of each push, in order]` on two traces, and on one
+    drawn at each check."""
+    traces = [*TRACES, unseen_trace()]
+    random.shuffle(traces)     # in no fixed order: the answer must come from the trace
+    for events in traces:
         out, crash = call_student(fn, list(events))
         if crash:
             return crash
-        want = reference_staleness(events)
+        want = _staleness(events)
         got = numbers(out)
         if got is None or not all(value.is_integer() for value in got):
             return not_yet(f"expected a list of whole numbers, got {out!r}.",
@@ -81,8 +97,8 @@ def check_staleness(fn) -> Feedback:
         if got != want:
             return _staleness_hint(events, got, want)
     return correct(
-        f"right for both traces. In the first, the slow worker's gradients are "
-        f"{max(reference_staleness(TRACE))} updates old: it computed them on parameters the "
+        f"right for every trace. In the first, the slow worker's gradients are "
+        f"{max(_staleness(TRACE))} updates old: it computed them on parameters the "
         "fast worker had already moved on from."
     )
 
@@ -125,9 +141,15 @@ def _events_between(events: Sequence[Event]) -> list[int]:
 
 
 @guarded
+@refusing(*PACKAGE_ANSWERS)
 def check_staleness_lr(fn) -> Feedback:
-    """Check `fn(staleness, base_lr) -> learning rate` against η / max(1, τ)."""
-    for tau, lr in LR_CASES:
+    """Check `fn(staleness, base_lr) -> learning rate` against η / max(1, τ), also for a
+    case drawn at each check."""
+    from workbench.exercises.references import staleness_lr
+
+    rng = random.Random()
+    unseen = (rng.randint(5, 40), round(rng.uniform(0.01, 1.0), 3))
+    for tau, lr in (*LR_CASES, unseen):
         out, crash = call_student(fn, tau, lr)
         if crash:
             if tau == 0 and "ZeroDivisionError" in crash.message:
@@ -138,7 +160,7 @@ def check_staleness_lr(fn) -> Feedback:
         if value is None:
             return not_yet(f"for staleness {tau} you returned {out!r}, not a number.",
                            "Return the learning rate as a float.")
-        want = reference_lr(tau, lr)
+        want = staleness_lr(tau, lr)
         if not math.isclose(value, want, rel_tol=1e-9):
             return _lr_hint(tau, lr, value, want)
     return correct("stale gradients get smaller steps: a gradient 4 updates old moves the "

@@ -31,8 +31,9 @@ print(ex.show_schedule(stages=4, micro_batches=6))
     md(r"""
 ## Task 1
 
-Count the slots in the schedule and write `bubble_fraction(stages, micro_batches)`: the
-share of the (stage, slot) cells that are idle.
+Count the idle slots in the schedule above, then write `bubble_fraction(stages,
+micro_batches)` as a formula in $P$ and $M$: the share of the (stage, slot) cells that are
+idle. (The checker counts the schedule itself, so your function may not call it.)
 """),
     function_task(r'''
 def bubble_fraction(stages, micro_batches):
@@ -55,7 +56,7 @@ micro_batches_needed = None  # your answer: a whole number
 # 3 / (M + 3) <= 0.1  <=>  M + 3 >= 30  <=>  M >= 27
 micro_batches_needed = 27
 '''),
-    code("ex.check_micro_batches(micro_batches_needed, stages=4, max_bubble=0.10)"),
+    code("ex.check_micro_batches(micro_batches_needed)"),
     md(r"""
 ## Summary
 

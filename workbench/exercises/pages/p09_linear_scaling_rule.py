@@ -33,18 +33,21 @@ print(f"base rate {ex.BASE_LR} for a global batch of {ex.BASE_BATCH}, "
     md(r"""
 ## Your task
 
-Write `learning_rate(epoch, workers, batch_per_worker)`; `epoch` may be fractional
-(2.5 is half-way through the third epoch).
+Write `learning_rate(epoch, workers, batch_per_worker, base_lr, base_batch, warmup_epochs)`:
+$\eta$ is `base_lr`, $B_0$ is `base_batch`, and the warm-up lasts `warmup_epochs` epochs
+(the defaults are the paper's). `epoch` may be fractional (2.5 is half-way through the
+third epoch). The checker also tries another tuning, so use the parameters.
 """),
     function_task(r'''
-def learning_rate(epoch, workers, batch_per_worker):
+def learning_rate(epoch, workers, batch_per_worker, base_lr=ex.BASE_LR,
+                  base_batch=ex.BASE_BATCH, warmup_epochs=ex.WARMUP_EPOCHS):
     """The learning rate at this epoch, by the linear scaling rule with warm-up."""
-    k = workers * batch_per_worker / ex.BASE_BATCH  # the global batch, relative to B0
-    target = k * ex.BASE_LR
-    if epoch >= ex.WARMUP_EPOCHS:
+    k = workers * batch_per_worker / base_batch  # the global batch, relative to B0
+    target = k * base_lr
+    if epoch >= warmup_epochs:
         return target
-    return ex.BASE_LR + (target - ex.BASE_LR) * epoch / ex.WARMUP_EPOCHS
-''', todo="Your code here: use ex.BASE_LR, ex.BASE_BATCH and ex.WARMUP_EPOCHS."),
+    return base_lr + (target - base_lr) * epoch / warmup_epochs
+'''),
     code("ex.check_learning_rate(learning_rate)"),
     md(r"""
 ## Summary

@@ -30,7 +30,7 @@ counts, the law whose share stays the same from point to point describes the job
     code(r"""
 from workbench.exercises import laws as ex
 
-for name, points, _ in ex.DATASETS:
+for name, points in ex.DATASETS:
     print(f"{name}: " + ", ".join(f"S({p}) = {s:.3f}" for p, s in points))
 """),
     md(r"""
