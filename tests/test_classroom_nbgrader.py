@@ -26,8 +26,7 @@ BIN = Path(sys.executable).parent
 #: function and a plain value, so each wrong answer must lose exactly its own task's point.
 #: What nbgrader adds is the same for every assignment: the cell metadata (checked for all of
 #: them below) and running the test cells. Whether each checker accepts right answers and
-#: rejects wrong ones is tested for every exercise, without nbgrader, in test_exercises.py
-#: and test_data_parallel_exercise.py.
+#: rejects wrong ones is tested for every exercise, without nbgrader, in tests/exercises/.
 GRADED = "05_pipeline_bubble"
 
 #: One typical wrong answer per task of the graded assignment: {task number: code}.

@@ -32,11 +32,19 @@ step.
 
 To expose a missing broadcast, each rank gets a different `seed` (rank 0 the given one), as
 separate machines would start from different random weights.
+
+The check runs twice: on 2 ranks, then on 3, each time with other arguments (batch size,
+learning rate, epochs, seed; the seed drawn at each check), so that a function with the world
+size, a batch size, a rate or a seed written in as a number fails. The optimizer's learning
+rate is watched too: summing the gradients and halving the rate gives the right parameters
+with 2 ranks, and is not the average.
 """
 
 from __future__ import annotations
 
+import random
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,6 +66,9 @@ from workbench.exercises.watch import watching
 
 #: The exercise's sizes: 128 samples, batch 8 per rank (16 global), 2 epochs = 16 steps.
 SAMPLES, FEATURES, BATCH, LR, EPOCHS, SEED = 128, 8, 8, 0.1, 2, 0
+#: The checks: (ranks, the arguments other than the data and the seed).
+RUNS = ((2, dict(batch_size=BATCH, lr=LR, epochs=EPOCHS)),
+        (3, dict(batch_size=6, lr=0.05, epochs=1)))
 #: Rank r trains with seed SEED + SEED_STEP · r (only rank 0's weights may survive).
 SEED_STEP = 1000
 #: Parameters "agree" within this tolerance: allreduce sums in a different order than one
@@ -97,9 +108,10 @@ def train(data, batch_size=BATCH, lr=LR, epochs=EPOCHS, seed=SEED, checkpoint="r
 
 
 @guarded
-def check_data_parallel(fn: Callable[..., Any], engine: str = "horovod", *, np: int = 2,
+def check_data_parallel(fn: Callable[..., Any], engine: str = "horovod", *,
                         runs_dir: str = "runs", timeout_s: float = 120.0) -> Feedback:
-    """Run `fn(data, batch_size, lr, epochs, seed, checkpoint)` on `np` real ranks and check it.
+    """Run `fn(data, batch_size, lr, epochs, seed, checkpoint)` on 2, then 3 real ranks and
+    check it.
 
     `fn` must return its model's `state_dict()` (or the model). Returns a Feedback; a wrong
     answer gets a hint naming the mistake (see the module docstring).
@@ -109,26 +121,34 @@ def check_data_parallel(fn: Callable[..., Any], engine: str = "horovod", *, np: 
                                   seed=SEED, checkpoint="")
     if refused:
         return refused
-    with tempfile.TemporaryDirectory(prefix="dp-check-") as folder:  # for the checkpoint
-        return _run_and_judge(fn, engine, np, runs_dir, timeout_s, Path(folder))
+    verdicts = []
+    for np, arguments in RUNS:
+        with tempfile.TemporaryDirectory(prefix="dp-check-") as folder:  # for the checkpoint
+            kwargs = dict(data=make_data(), seed=random.randrange(1, 1000), **arguments,
+                          checkpoint=str(Path(folder) / "model.pt"))
+            verdict = _run_and_judge(fn, engine, np, kwargs, runs_dir, timeout_s)
+        if not verdict.passed:
+            return verdict
+        verdicts.append(verdict)
+    return correct(" ".join(v.message for v in verdicts))
 
 
-def _run_and_judge(fn: Callable[..., Any], engine: str, np: int, runs_dir: str,
-                   timeout_s: float, folder: Path) -> Feedback:
-    """Launch `fn` on `np` ranks (its checkpoint goes into `folder`) and judge the outcome."""
-    kwargs = dict(data=make_data(), batch_size=BATCH, lr=LR, epochs=EPOCHS, seed=SEED,
-                  checkpoint=str(folder / "model.pt"))
+def _run_and_judge(fn: Callable[..., Any], engine: str, np: int, kwargs: dict[str, Any],
+                   runs_dir: str, timeout_s: float) -> Feedback:
+    """Launch `fn` on `np` ranks with `kwargs` and judge the outcome."""
     try:
-        job = workbench.launch(run_on_rank, fn, kwargs, np=np, engine=engine,
-                               runs_dir=runs_dir, name=f"check-{engine}",
-                               stall_timeout=timeout_s)
+        with warnings.catch_warnings():   # 3 ranks on fewer cores, on purpose: in the record
+            warnings.simplefilter("ignore", UserWarning)
+            job = workbench.launch(run_on_rank, fn, kwargs, np=np, engine=engine,
+                                   runs_dir=runs_dir, name=f"check-{engine}",
+                                   stall_timeout=timeout_s)
     except workbench.ConfigError as err:
         return not_yet(f"your function could not be started: {err}",
                        "Everything the function uses must be created inside it or be "
                        "importable (torch, horovod.torch, workbench).")
     if job.wait(timeout_s) == "running":
         job.stop()
-        return not_yet(f"the ranks did not finish within {timeout_s:g} s.",
+        return not_yet(f"the {np} ranks did not finish within {timeout_s:g} s.",
                        "A rank may be waiting in an allreduce that another rank never "
                        "starts: every rank must run the same collective calls in the same "
                        "order (e.g. no allreduce inside `if rank == 0`).")
@@ -191,6 +211,13 @@ def judge(results: list[dict[str, Any]], kwargs: dict[str, Any], np: int) -> Fee
                        "DistributedDataParallel).")
     if not _close(p[0], _params(_serial(serial, b * np, lr))):
         return _why_not_serial(p[0], results, serial, b, lr, np)
+    other = sorted({x for r in results for x in r["lrs"] if abs(x - lr) > 1e-12})
+    if other:
+        return not_yet(f"with {np} ranks the parameters are right, but your optimizer used "
+                       f"lr = {other[0]:g}, not the lr = {lr:g} it was given: summed "
+                       "gradients with a rate divided by the number of ranks give the "
+                       "average's step for plain SGD only, and only for that many ranks.",
+                       "Average the gradients, and keep the learning rate you were given.")
     undistributed = _no_distributed_work(results, b)
     if undistributed:
         return undistributed
@@ -202,15 +229,15 @@ def judge(results: list[dict[str, Any]], kwargs: dict[str, Any], np: int) -> Fee
         return not_yet(f"rank(s) {writers} wrote the checkpoint: every rank writes the same "
                        "file, and on a shared disk they overwrite each other's half-written "
                        "copies.", "Save on rank 0 only: `if hvd.rank() == 0: torch.save(...)`.")
-    return correct(f"{np} ranks with batch {b} ended with the same parameters as one "
-                   f"process with batch {np * b}, and only rank 0 wrote the checkpoint.")
+    return correct(f"{np} ranks with batch {b} and lr {lr:g} ended with the same parameters "
+                   f"as one process with batch {np * b}, and only rank 0 wrote the checkpoint.")
 
 
 def _no_distributed_work(results: list[dict[str, Any]], b: int) -> Feedback | None:
     """Feedback when the right parameters came without data-parallel work, else None."""
     steps = [r.get("steps") or [] for r in results]
     if any(not any(s) for s in steps):
-        return not_yet("the checker saw no training forward pass on samples of the data set "
+        return not_yet("the checker saw no gradient computed from samples of the data set "
                        "on some rank.", "Train as `train` does: call the model on the slice "
                        "of x for this rank's shard, with gradients on.")
     for k, shards in enumerate(zip(*steps, strict=False)):
@@ -254,6 +281,12 @@ def _why_not_serial(p0: dict, results: list[dict[str, Any]], serial: dict[str, A
                        "Give each rank its own shard of every global batch: rank r takes "
                        "samples [start + r*b, start + (r+1)*b) of each global batch of "
                        "size*b samples.")
+    if serial["seed"] != SEED and _close(p0, _params(_serial({**serial, "seed": SEED}, b * np,
+                                                              lr))):
+        return not_yet(f"the ranks agree, but they started from make_model({SEED}), not from "
+                       f"the seed they were given ({serial['seed']} on rank 0).",
+                       "Build the model from the seed argument, and broadcast rank 0's "
+                       "parameters: the other ranks get other seeds.")
     return not_yet(f"the ranks agree, but not with one process with batch {np * b}.",
                    "Check the shards: step over the data in global batches of size*b, and "
                    "let rank r take the r-th slice of b samples of each one, in order.")

@@ -2,11 +2,13 @@
 the collective calls that crossed ranks. Exercise 11's checker reads these to tell real
 data-parallel work from a function that merely ends with the right parameters.
 
-* **Samples.** A global forward pre-hook (`torch.nn.modules.module.
-  register_module_forward_pre_hook`) looks at every input of every module while gradients
-  are on (training, not evaluation) and finds its rows in the data set; an optimizer step
-  pre-hook closes each step. So `steps[k]` is the set of sample indices that step k's forward
-  passes used on this rank, however the student sliced, strided or cast them.
+* **Samples.** A saved-tensors hook (`torch.autograd.graph.saved_tensors_hooks`) looks at
+  every tensor autograd unpacks in a backward pass, the inputs each layer saved in its
+  forward pass, and finds their rows in the data set; an optimizer step pre-hook closes each
+  step. So `steps[k]` is the set of sample indices whose gradients step k's backward passes
+  computed on this rank, however the student sliced, strided or cast them, and however the
+  layers were called (`model(x)`, `layer.forward(x)`): a forward pass whose output never
+  reaches a backward pass (a decoy on the rank's own shard) shows nothing.
 * **Collectives.** Horovod's PyTorch operations all reach its C extension through the one
   module attribute `horovod.torch.mpi_ops.mpi_lib`, so a counting proxy there sees every
   allreduce, broadcast, allgather, alltoall and reduce-scatter (also those of
@@ -26,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 #: torch.distributed's collectives, wrapped to count calls (point-to-point sends count too).
@@ -54,17 +55,15 @@ class Watch:
         self._rows = {x[i].numpy().tobytes(): i for i in range(len(x))}
         self._width = x.shape[1] if x.dim() == 2 else -1
 
-    def see(self, inputs: tuple[Any, ...]) -> None:
-        """Record which data rows a module's inputs are (only while gradients are on)."""
-        if not torch.is_grad_enabled():
-            return
-        for t in inputs:
-            if isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[-1] == self._width:
-                rows = t.detach().reshape(-1, self._width).to(torch.float32).cpu()
-                for row in rows[:4096]:
-                    index = self._rows.get(row.numpy().tobytes())
-                    if index is not None:
-                        self._current.add(index)
+    def unpacked(self, t: Any) -> Any:
+        """A tensor a backward pass uses: record which data rows it holds; pass it on."""
+        if isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[-1] == self._width:
+            rows = t.detach().reshape(-1, self._width).to(torch.float32).cpu()
+            for row in rows[:4096]:
+                index = self._rows.get(row.numpy().tobytes())
+                if index is not None:
+                    self._current.add(index)
+        return t
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimizer step: close this step's sample set, note the learning rates."""
@@ -89,11 +88,11 @@ class Watch:
 def watching(data: torch.Tensor) -> Iterator[Watch]:
     """Watch the student's function while the `with` block runs, then undo every patch."""
     w = Watch(data)
-    hooks = [register_module_forward_pre_hook(lambda _m, inputs: w.see(inputs)),
-             register_optimizer_step_pre_hook(lambda opt, _a, _k: w.step(opt))]
+    hooks = [register_optimizer_step_pre_hook(lambda opt, _a, _k: w.step(opt))]
     undo = _patch_horovod(w) + _patch_dist(w) + _patch_ddp(w)
     try:
-        yield w
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, w.unpacked):
+            yield w
     finally:
         for hook in hooks:
             hook.remove()

@@ -1,4 +1,4 @@
-"""Exercise 11: make this loop data-parallel, checked on 2 real ranks."""
+"""Exercise 11: make this loop data-parallel, checked on 2 and 3 real ranks."""
 
 from workbench.notebooks import code, function_task, md
 
@@ -22,13 +22,15 @@ CELLS = [
 Notebook 02 showed that $N$ ranks with batch $b$ take the same SGD steps as one process with
 batch $N \cdot b$, *if* every rank starts from the same weights, trains on its own shard of
 each global batch, and averages its gradients with the others before every step. The checker
-below holds you to that: it runs your function on 2 real ranks, runs `train` in one process
-with batch $2b$, and compares the final parameters. To expose a missing broadcast it gives
-each rank a different `seed`, as separate machines would start from different weights. The
-right parameters are not enough: it also watches each rank's forward passes (in every step
-they must use that rank's own samples, not another rank's) and its collective calls
-(something must cross ranks), so training the whole global batch on every rank is not
-data parallelism. Any sharding or averaging that gives the serial result passes.
+below holds you to that: it runs your function on 2 real ranks and then on 3, each time with
+other arguments (batch size, learning rate, epochs, seed), runs `train` in one process with
+batch $N b$, and compares the final parameters. To expose a missing broadcast it gives each
+rank a different `seed`, as separate machines would start from different weights. The right
+parameters are not enough: it also watches, on each rank, which samples every step's
+gradients were computed from (they must be that rank's own, not another rank's), the
+learning rate the optimizer used, and the collective calls (something must cross ranks), so
+training the whole global batch on every rank is not data parallelism. Any sharding or
+averaging that gives the serial result passes.
 
 Here is the one-process function to convert. Your versions take the same arguments and
 return `model.state_dict()`.
@@ -82,19 +84,22 @@ Your code: `import horovod.torch as hvd`, then the Horovod steps around the loop
 """),
     md(r"""
 Run it on 2 Horovod ranks and watch them: the thin lines are each rank's loss on its own
-shard. Then check it. Both run on two **warm ranks** (`workbench.ranks`), which
-`horovodrun` starts once: the first run waits for them, and every later run and check
-(after you change your function, say) starts in a fraction of a second.
+shard. The run uses two **warm ranks** (`workbench.ranks`), which `horovodrun` starts once:
+every later run (after you change your function, say) starts in a fraction of a second.
 """),
     code(r"""
-pool = workbench.ranks(np=2, engine="horovod")   # launch() and the checker use it
+pool = workbench.ranks(np=2, engine="horovod")   # launch() uses it
 job = workbench.launch(train_horovod, make_data(), np=2, engine="horovod")
 RunPanel(job)
 """),
-    code('ex.check_data_parallel(train_horovod, engine="horovod")'),
-    code(r"""
-pool.close()   # done with Horovod: frees its two cores for the DDP ranks of task 2
+    md(r"""
+Then check it. The check starts 2 ranks, then 3 (a few seconds each): close the pool first,
+so that its cores are free for them.
 """),
+    code(r"""
+pool.close()   # frees its cores for the check's own ranks
+"""),
+    code('ex.check_data_parallel(train_horovod, engine="horovod")'),
     md(r"""
 ## Task 2: PyTorch DDP
 

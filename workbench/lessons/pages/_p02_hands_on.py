@@ -123,16 +123,16 @@ print(job.status, "- largest difference between the ranks' parameters:",
       max((first[k] - second[k]).abs().max().item() for k in first))
 """),
     md(r"""
-The two ranks end with the same parameters. Are they also the parameters of one process
-with batch 16? `check_data_parallel` runs your function on 2 ranks and `train` with batch 16,
-and compares. It also seeds each rank differently (as separate machines would be), so a
-missing broadcast shows. Step 3 is left out on purpose: the reference uses the same `lr`,
-so scaling it would be a mistake here. Delete the `broadcast_parameters` line, or write
-`op=hvd.Sum` in the optimizer, and check again: the hint names the mistake.
+The two ranks end with the same parameters. Are they also the parameters of one process with
+batch 16? `check_data_parallel` runs your function on 2 ranks and `train` with batch 16, and
+compares; then again on 3 ranks, with other arguments, against the batch of 3. It also seeds
+each rank differently (as separate machines would be), so a missing broadcast shows. Step 3
+is left out on purpose: the reference uses the same `lr`, so scaling it would be a mistake
+here. Delete the `broadcast_parameters` line, or write `op=hvd.Sum` in the optimizer, and
+check again: the hint names the mistake.
 """),
     code(r"""
-feedback = check_data_parallel(train_horovod, engine="horovod")
-pool.close()   # ends the warm ranks (a new kernel would too)
-feedback
+pool.close()   # ends the warm ranks: the check starts 2 ranks, then 3, of its own
+check_data_parallel(train_horovod, engine="horovod")
 """),
 ]
