@@ -18,7 +18,9 @@ reaches however it was imported or called. Each collective the student's code st
   sides, at once rather than at gloo's 30-minute timeout or its abort on a size mismatch,
   and the process group stays clean: the unmatched call never reached it;
 - with `hold_s`, held while `backward()` runs (exercise 13), as on a network slower than any
-  backward pass: a hook that waits for its all-reduce in any way holds `backward()` up,
+  backward pass (a tensor changed between the start and the delivery is noted: on a real
+  network it would have raced with the send): a hook that waits for its all-reduce in any
+  way holds `backward()` up,
   either by asking the handle (noted at once, and the network then delivers) or, by
   whatever other means (polling the buffer, a barrier, sleeping), until `hold_s` has passed
   (noted then). A hook that only starts its all-reduce never notices.
@@ -100,6 +102,8 @@ class Network:
                   in_backward=self.in_backward)
         size = "" if what in ANY_SIZE else f" of {sum(n for _, n in tensors)} elements"
         held = Held(self, what, issue, what + size)
+        if self.hold_s is not None:   # what it must carry: changed before delivery, noted
+            held.inputs = [(t, t.detach().clone()) for t in _tensors(args)]
         with self._lock:
             if self.error is None:
                 self._queue.put(held)
@@ -165,8 +169,11 @@ class Held:
         self._work: Any = None
         self._error: str | None = None
         self._futures: list[_Future] = []
+        self.inputs: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def deliver(self) -> None:
+        if any(not torch.equal(t, was) for t, was in self.inputs):
+            self.net.note("changed", op=self.what, since=self.started)
         try:
             self._work = self._issue()
         except Exception as exc:  # noqa: BLE001  the student's call was wrong: say so on wait

@@ -212,6 +212,12 @@ def step_problem(events: list[dict[str, Any]], buckets: list[list[int]],
                 f"{waited['op']} (at {waited['ms']:.2f} ms; backward() returned at "
                 f"{end:.2f} ms): backward() stood still while the gradients travelled, so "
                 "nothing overlapped.", _FREE)
+    changed = next((e for e in events if e["kind"] == "changed"), None)
+    if changed:
+        return ("your hook changed a tensor after starting its all-reduce: the all-reduce "
+                "may send it at any moment from its start, so it would have raced with "
+                "your change.", "Fill the buffer first (bucket.pack()), then start its "
+                "all-reduce, and leave it alone until the engine has waited for it.")
     held = next((e for e in events if e["kind"] == "held_up"), None)
     if held:
         return (f"backward() had not returned {HOLD_S:g} s after {held['op']} started: the "
@@ -240,8 +246,13 @@ def _late(events: list[dict[str, Any]], buckets: list[list[int]], end: float,
     for k, params in enumerate(buckets):
         mine = [i for i in grads if order[i]["param"] in params]
         last = max(mine)
-        start = next((i for i, e in enumerate(order) if e["kind"] == "start"
-                      and e.get("bucket") == k), None)
+        starts = [i for i, e in enumerate(order) if e["kind"] == "start"
+                  and e.get("bucket") == k]
+        if len(starts) > 1:
+            return (f"bucket {k}'s buffer was all-reduced {len(starts)} times in one step: "
+                    "each bucket travels once.", "Start each bucket's all-reduce exactly "
+                    "once, in the call that brings its last gradient.")
+        start = starts[0] if starts else None
         if start is None or order[start]["ms"] > end:
             when = "was never started" if start is None else \
                 f"started only at {order[start]['ms']:.2f} ms, after backward() returned"

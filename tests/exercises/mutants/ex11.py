@@ -227,3 +227,31 @@ def one_start_for_all_a_dummy_collective_and_a_decoy(data, batch_size, lr, epoch
     if rank == 0:
         torch.save(model.state_dict(), checkpoint)
     return model.state_dict()
+
+
+@refused("the whole global batch by itself", task="torch")
+def hides_the_global_batch_by_a_nudge(data, batch_size, lr, epochs, seed, checkpoint):
+    """Its own shard's gradient computed for show, then replaced by the whole global batch's,
+    its samples nudged by a millionth so that they no longer equal the data's rows."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    x, y = data
+    model = make_model(seed)
+    for p in model.parameters():
+        dist.broadcast(p.data, src=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    step = batch_size * size
+    for _epoch in range(epochs):
+        for start in range(0, len(x) - step + 1, step):
+            lo = start + rank * batch_size
+            optimizer.zero_grad()
+            F.mse_loss(model(x[lo:lo + batch_size]), y[lo:lo + batch_size]).backward()
+            optimizer.zero_grad()
+            nudged = x[start:start + step] * (1 + 1e-6)
+            F.mse_loss(model(nudged), y[start:start + step]).backward()
+            optimizer.step()
+    if rank == 0:
+        torch.save(model.state_dict(), checkpoint)
+    return model.state_dict()

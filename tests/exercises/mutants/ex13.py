@@ -328,3 +328,39 @@ def queued_for_the_end_of_backward(bucket, pending):
         def start():
             pending.append((bucket, dist.all_reduce(buffer, async_op=True)))
         torch.autograd.Variable._execution_engine.queue_callback(start)
+
+
+_DECOYED: list = []
+
+
+@refused("changed a tensor after starting its all-reduce")
+def a_decoy_on_time_and_the_real_one_at_the_end(bucket, pending):
+    """On time: an all-reduce of the zeroed buffer (it would sum nothing); the real one when
+    every bucket is full."""
+    bucket.ready += 1
+    if bucket.ready == len(bucket.params):
+        bucket.buffer.zero_()
+        dist.all_reduce(bucket.buffer, async_op=True)
+        _DECOYED.append(bucket)
+        if sum(len(b.params) for b in _DECOYED) == 8:
+            for b in _DECOYED:
+                pending.append((b, dist.all_reduce(b.pack(), async_op=True)))
+            _DECOYED.clear()
+
+
+@refused("all-reduced 2 times in one step")
+def all_reduces_its_bucket_twice(bucket, pending):
+    bucket.ready += 1
+    if bucket.ready == len(bucket.params):
+        buffer = bucket.pack()
+        dist.all_reduce(buffer, async_op=True)
+        pending.append((bucket, dist.all_reduce(buffer, async_op=True)))
+
+
+@refused("changed a tensor after starting its all-reduce")
+def starts_then_packs(bucket, pending):
+    bucket.ready += 1
+    if bucket.ready == len(bucket.params):
+        handle = dist.all_reduce(bucket.buffer, async_op=True)
+        bucket.pack()
+        pending.append((bucket, handle))
