@@ -6,9 +6,9 @@ A checker runs in the student's kernel, beside the student's code, which can rea
 checker's function given another `__code__`. So when `workbench.exercises` is first imported
 (before any notebook code runs) this module records, for every checker module, each of its
 names and, for each function and class defined there, its code, defaults, closure and class
-attributes, and the few library functions the verdicts compare with (`math.isclose`,
-`torch.allclose`, `torch.equal`). `feedback.guarded` puts all of it back before and after
-every check; a check that had something to put back is refused.
+attributes, and the functions the verdicts compare with (`math.isclose`, `torch.allclose`,
+`torch.equal`, Python's builtins such as `len` and `abs`). `feedback.guarded` puts all of
+it back before and after every check; a check that had something to put back is refused.
 
 What it cannot see: `ex.check_x` itself replaced by another function (the notebook then
 never calls the checker), or code that rewrites this module first. Code that runs in the
@@ -18,6 +18,7 @@ determined student runs the checker where the student's code does not run.
 
 from __future__ import annotations
 
+import builtins
 import math
 import types
 from typing import Any
@@ -38,6 +39,9 @@ def record(modules: list[types.ModuleType]) -> None:
     for owner, name in ((vars(math), "isclose"), (vars(torch), "allclose"),
                         (vars(torch), "equal")):
         _RECORD.append((owner, name, owner[name]))
+    for name, value in vars(builtins).items():   # len, abs, sorted ... the verdicts use
+        if isinstance(value, types.BuiltinFunctionType | type) and not name.startswith("_"):
+            _RECORD.append((vars(builtins), name, value))
     for module in modules:
         for name, value in vars(module).items():
             _RECORD.append((vars(module), name, value))

@@ -116,3 +116,17 @@ def indices_as_text(n_samples, rank, world_size):
 @refused("returned None")
 def returns_nothing(n_samples, rank, world_size):
     list(range(rank, n_samples, world_size))
+
+
+@refused("changed the checker", "this check does not count")
+def one_rank_takes_all_and_len_says_one(n_samples, rank, world_size):
+    """Rank 0 takes every sample, and Python's len, as the checker's code calls it, says
+    that each shard holds one."""
+    import builtins
+    import sys
+
+    def one(x, _len=len):
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        return 1 if type(x) is list and caller.startswith("workbench.exercises") else _len(x)
+    builtins.len = one
+    return list(range(n_samples)) if rank == 0 else []

@@ -134,3 +134,13 @@ def makes_not_yet_say_correct(stages, micro_batches):
 
     ex.not_yet = lambda *args, **kwargs: ex.correct("accepted")
     return 0.5
+
+
+@refused("changed the checker", "this check does not count", task="bubble")
+def patches_the_schedule_the_checker_counts(stages, micro_batches):
+    """The package's schedule, which the checker counts its expected bubble on, made to
+    agree with a constant."""
+    import workbench.model_parallel.schedule as schedule
+
+    schedule.idle_fraction = lambda *args: 0.123
+    return 0.123
