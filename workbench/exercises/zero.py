@@ -159,7 +159,7 @@ def _shard_problem(out: Any, flat: torch.Tensor, rank: int, world: int, lr: floa
                        "Give the optimizer a list holding the shard alone.")
     wrong = _settings_wrong(groups[0], lr)
     if wrong:
-        return not_yet(f"{where}: the optimizer {wrong}.", *_SETTINGS_HINTS)
+        return not_yet(f"{where}: the optimizer {wrong}.", _settings_hint(wrong))
     return None
 
 
@@ -190,7 +190,7 @@ def _setting_problem(results: list[dict[str, Any]], lr: float) -> Feedback | Non
             wrong = _settings_wrong(group, lr)
             if wrong:
                 return not_yet(f"with {len(results)} ranks, rank {r}'s optimizer {wrong}.",
-                               *_SETTINGS_HINTS)
+                               _settings_hint(wrong))
     return None
 
 
@@ -206,8 +206,11 @@ def _settings_wrong(group: dict[str, Any], lr: float) -> str | None:
     return None
 
 
-_SETTINGS_HINTS = ("Use the lr argument: the checker passes a different one each time.",
-                   f"SGD with momentum {MOMENTUM}, no Nesterov, dampening or weight decay.")
+def _settings_hint(wrong: str) -> str:
+    """The hint for what _settings_wrong found: the learning rate, or another setting."""
+    if wrong.startswith("used lr"):
+        return "Use the lr argument: the checker passes a different one each time."
+    return f"SGD with momentum {MOMENTUM}, no Nesterov, dampening or weight decay."
 
 
 def _ranks_disagree(results: list[dict[str, Any]]) -> Feedback:

@@ -54,6 +54,12 @@ def nesterov(flat_params, rank, world, lr):
     return shard, torch.optim.SGD([shard], lr=lr, momentum=0.9, nesterov=True)
 
 
+@refused("dampening = 0.5", "no Nesterov, dampening", task="shard")
+def dampening(flat_params, rank, world, lr):
+    shard = torch.nn.Parameter(flat_params[slice(*_slice(flat_params, rank, world))])
+    return shard, torch.optim.SGD([shard], lr=lr, momentum=0.9, dampening=0.5)
+
+
 @refused("weight_decay = 0.1", task="shard")
 def weight_decay(flat_params, rank, world, lr):
     shard = torch.nn.Parameter(flat_params[slice(*_slice(flat_params, rank, world))])
