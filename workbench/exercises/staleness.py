@@ -43,6 +43,8 @@ LR_CASES = ((0, 0.1), (1, 0.1), (2, 0.1), (3, 0.12), (4, 0.12), (10, 0.5))
 
 def unseen_trace() -> tuple[Event, ...]:
     """A trace drawn anew at each check: 3 or 4 workers, each pulling before it pushes."""
+    from workbench.exercises.references import staleness
+
     rng = random.Random()
     while True:
         workers, holding, events = rng.randint(3, 4), set(), []
@@ -51,14 +53,8 @@ def unseen_trace() -> tuple[Event, ...]:
             events.append(("push", w) if w in holding else ("pull", w))
             holding ^= {w}
         trace = (*events, *(("push", w) for w in sorted(holding)))
-        if len(set(_staleness(trace))) > 2:    # several different stalenesses
+        if len(set(staleness(trace))) > 2:    # several different stalenesses
             return trace
-
-
-def _staleness(events: Sequence[Event]) -> list[int]:
-    from workbench.exercises.references import staleness
-
-    return staleness(events)
 
 
 def show_trace(events: Sequence[Event]) -> str:
@@ -82,13 +78,15 @@ PACKAGE_ANSWERS = ("workbench.synchronization.async_ps",
 def check_staleness(fn) -> Feedback:
     """Check `fn(events) -> [staleness of each push, in order]` on two traces, and on one
     drawn at each check."""
+    from workbench.exercises.references import staleness
+
     traces = [*TRACES, unseen_trace()]
     random.shuffle(traces)     # in no fixed order: the answer must come from the trace
     for events in traces:
         out, crash = call_student(fn, list(events))
         if crash:
             return crash
-        want = _staleness(events)
+        want = staleness(events)
         got = numbers(out)
         if got is None or not all(value.is_integer() for value in got):
             return not_yet(f"expected a list of whole numbers, got {out!r}.",
@@ -98,7 +96,7 @@ def check_staleness(fn) -> Feedback:
             return _staleness_hint(events, got, want)
     return correct(
         f"right for every trace. In the first, the slow worker's gradients are "
-        f"{max(_staleness(TRACE))} updates old: it computed them on parameters the "
+        f"{max(staleness(TRACE))} updates old: it computed them on parameters the "
         "fast worker had already moved on from."
     )
 
