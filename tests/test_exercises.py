@@ -326,3 +326,70 @@ def test_every_checker_answers_odd_inputs_with_feedback(checker):
 def test_micro_batches_answers_any_value_without_counting_a_huge_schedule(answer):
     fb = pipeline.check_micro_batches(answer)
     assert isinstance(fb, Feedback) and not fb.passed and fb.hints
+
+
+# --- no answer before its exercise ---------------------------------------------------------------
+
+def _work(code: str) -> tuple[set[str], set[str]]:
+    """What a text holding the answer `code` would print: its lines that do work, and its
+    calls written with two arguments or more, whitespace folded (16 characters or more:
+    `optimizer.step()` alone is no answer)."""
+    import ast
+    import re
+
+    def fold(text: str) -> str:
+        return re.sub(r"\s+", " ", text).strip()
+
+    skip = ("def ", '"""', "#", "import ", "from ")
+    lines = {fold(line.split("  #")[0]) for line in code.splitlines()}
+    calls = {fold(ast.get_source_segment(code, node) or "") for node in ast.walk(ast.parse(code))
+             if isinstance(node, ast.Call) and len(node.args) + len(node.keywords) >= 2}
+    return ({line for line in lines if len(line) >= 16 and not line.startswith(skip)},
+            {call for call in calls if len(call) >= 16})
+
+
+def test_no_lesson_or_task_text_prints_an_exercise_s_answer():
+    """Lessons explain and show the library's version; the code the student is to write is
+    printed by no lesson (nor the package's own ZeRO-1 step or overlapped hook, exercises
+    12 and 13), and no task's text spells it out: none of an answer's calls with their
+    arguments appears in its task's text, and no two of its lines or calls in one lesson,
+    nor does a lesson print those modules' source. Exercise 11's Horovod conversion is the
+    exception, by design: notebook 02 works through it as its lesson, and the exercise asks
+    for it again before its DDP version, which no lesson prints."""
+    import inspect
+    import re
+
+    import workbench.data_parallel.overlapped
+    import workbench.sharded.zero1
+    from workbench import notebooks
+    from workbench.notebooks import Task
+
+    def text(cells: list, solution: bool, kinds=("markdown", "code")) -> str:
+        return re.sub(r"\s+", " ", "\n".join(
+            (c.solution if solution else c.exercise) if isinstance(c, Task) else c[1]
+            for c in cells if isinstance(c, Task) or c[0] in kinds))
+
+    lessons = {name: text(cells, True)
+               for name, cells in notebooks.pages(notebooks.LESSON_PAGES).items()}
+    answers = {module.__name__: set().union(*_work(inspect.getsource(module)))
+               for module in (workbench.sharded.zero1, workbench.data_parallel.overlapped)}
+    given = set().union(*_work(inspect.getsource(data_parallel.train)))   # exercise 11's loop
+    shown = []
+    for name, cells in notebooks.pages(notebooks.EXERCISE_PAGES).items():
+        prose = text(cells, False, kinds=("markdown",))
+        for task in (c for c in cells if isinstance(c, Task)):
+            if name.startswith("11_") and "def train_horovod" in task.solution:
+                continue
+            lines, calls = (part - given - set().union(*_work(task.exercise))
+                            for part in _work(task.solution))
+            answers[f"{name}: {task.solution.split('(')[0].split()[-1]}"] = lines | calls
+            shown += [(name, "its text", call) for call in calls if call in prose]
+    for answer, texts in answers.items():
+        for lesson, lesson_text in lessons.items():
+            found = [t for t in texts if t in lesson_text]
+            found = [t for t in found if not any(t != other and t in other for other in found)]
+            shown += [(answer, lesson, found)] if len(found) >= 2 else []
+    printed = r"(module_source|getsource)\([^)]*(sharded.zero1|data_parallel.overlapped)"
+    shown += [(lesson, "prints") for lesson, lesson_text in lessons.items()
+              if re.search(printed, lesson_text)]
+    assert not shown, shown
