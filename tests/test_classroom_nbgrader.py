@@ -1,7 +1,8 @@
 """`workbench classroom nbgrader`: the course it writes goes through nbgrader's own command
 line (generate_assignment, autograde, export). Every assignment gets nbgrader's metadata; on
 a representative one (GRADED), the worked solution gets full points, the released blank
-none, and one typical wrong answer loses exactly the points of its task (and no others)."""
+none, and one typical wrong answer loses exactly the points of its task (and no others), as
+does an answer that patches the checker's verdict from inside the student's function."""
 
 from __future__ import annotations
 
@@ -37,6 +38,21 @@ def bubble_fraction(stages, micro_batches):
 ''',
     2: "micro_batches_needed = 30  # from (P - 1) / M <= 0.1",
 }
+#: A wrong answer to task 1 that, run by the locked test cell in the same kernel, makes every
+#: verdict built after it say "passed" (the checker puts its class back and refuses it).
+PATCHES_THE_VERDICT = '''
+def bubble_fraction(stages, micro_batches):
+    import workbench.exercises.feedback as fb
+    if not getattr(fb.Feedback, "_patched", False):
+        original = fb.Feedback.__init__
+        def init(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            object.__setattr__(self, "passed", True)
+            object.__setattr__(self, "hints", [])
+        fb.Feedback.__init__ = init
+        fb.Feedback._patched = True
+    return 0.5
+'''
 
 
 def tasks(name: str) -> list[Task]:
@@ -79,7 +95,7 @@ def nbgrader(course_dir: Path, *args: str) -> None:
     print(f"nbgrader {args[0]}: {time.monotonic() - start:.0f} s")
 
 
-@pytest.mark.timeout(600)  # 4 notebooks, each run in a fresh kernel: under a minute when idle
+@pytest.mark.timeout(600)  # 5 notebooks, each run in a fresh kernel: under a minute when idle
 @pytest.mark.skipif(shutil.which("nbgrader", path=str(BIN)) is None,
                     reason="nbgrader is not installed: run `make setup` (the dev extra)")
 def test_nbgrader_grades_solutions_blanks_and_typical_wrong_answers(tmp_path):
@@ -95,7 +111,8 @@ def test_nbgrader_grades_solutions_blanks_and_typical_wrong_answers(tmp_path):
     solved = {k: t.solution for k, t in enumerate(tasks(GRADED), 1)}
     # student: (answers by task, tasks right); the blank release must score nothing.
     students = {"solutions": (solved, 2), "blanks": ({}, 0),
-                "wrong1": ({**solved, 1: WRONG[1]}, 1), "wrong2": ({**solved, 2: WRONG[2]}, 1)}
+                "wrong1": ({**solved, 1: WRONG[1]}, 1), "wrong2": ({**solved, 2: WRONG[2]}, 1),
+                "patcher": ({**solved, 1: PATCHES_THE_VERDICT}, 1)}
     for student, (answers, _) in students.items():
         folder = root / "submitted" / student / GRADED
         folder.mkdir(parents=True)
