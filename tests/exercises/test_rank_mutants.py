@@ -109,7 +109,8 @@ def _events(*items: tuple) -> list[dict]:
 
 def test_the_timeline_rules_without_ranks():
     """Two buckets of two tensors: launched at once passes; one held until the other is
-    full, started after backward() returned, or waited for inside it, does not."""
+    full, started after backward() returned, waited for inside it, started twice, or
+    changed after its start, does not."""
     buckets = [[0, 1], [2, 3]]
     on_time = _events(("grad", 0, 0.1), ("grad", 1, 0.2), ("start", 0, 0.25),
                       ("grad", 2, 0.3), ("grad", 3, 0.4), ("start", 1, 0.45), ("returned", 0.5))
@@ -122,6 +123,10 @@ def test_the_timeline_rules_without_ranks():
     assert "nothing overlapped" in overlap.step_problem(late, buckets)[0]
     waited = on_time[:3] + _events(("asked", 0.26)) + on_time[3:]
     assert "called wait()" in overlap.step_problem(waited, buckets)[0]
+    twice = on_time[:3] + _events(("start", 0, 0.26)) + on_time[3:]
+    assert "all-reduced 2 times" in overlap.step_problem(twice, buckets)[0]
+    changed = on_time + _events(("changed", 0.6))
+    assert "changed a tensor" in overlap.step_problem(changed, buckets)[0]
 
 
 def test_the_checker_leaves_the_warm_ranks_as_it_found_them(two_ranks):

@@ -33,6 +33,7 @@ divides), so 2 ranks decide it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -212,6 +213,12 @@ def step_problem(events: list[dict[str, Any]], buckets: list[list[int]],
                 f"{waited['op']} (at {waited['ms']:.2f} ms; backward() returned at "
                 f"{end:.2f} ms): backward() stood still while the gradients travelled, so "
                 "nothing overlapped.", _FREE)
+    twice = Counter(e["bucket"] for e in events
+                    if e["kind"] == "start" and e.get("bucket") is not None).most_common(1)
+    if twice and twice[0][1] > 1:
+        return (f"bucket {twice[0][0]}'s buffer was all-reduced {twice[0][1]} times in one "
+                "step: each bucket travels once.", "Start each bucket's all-reduce exactly "
+                "once, in the call that brings its last gradient.")
     changed = next((e for e in events if e["kind"] == "changed"), None)
     if changed:
         return ("your hook changed a tensor after starting its all-reduce: the all-reduce "
@@ -246,13 +253,8 @@ def _late(events: list[dict[str, Any]], buckets: list[list[int]], end: float,
     for k, params in enumerate(buckets):
         mine = [i for i in grads if order[i]["param"] in params]
         last = max(mine)
-        starts = [i for i, e in enumerate(order) if e["kind"] == "start"
-                  and e.get("bucket") == k]
-        if len(starts) > 1:
-            return (f"bucket {k}'s buffer was all-reduced {len(starts)} times in one step: "
-                    "each bucket travels once.", "Start each bucket's all-reduce exactly "
-                    "once, in the call that brings its last gradient.")
-        start = starts[0] if starts else None
+        start = next((i for i, e in enumerate(order) if e["kind"] == "start"
+                      and e.get("bucket") == k), None)
         if start is None or order[start]["ms"] > end:
             when = "was never started" if start is None else \
                 f"started only at {order[start]['ms']:.2f} ms, after backward() returned"

@@ -333,7 +333,7 @@ def queued_for_the_end_of_backward(bucket, pending):
 _DECOYED: list = []
 
 
-@refused("changed a tensor after starting its all-reduce")
+@refused("all-reduced 2 times in one step", "exactly once")
 def a_decoy_on_time_and_the_real_one_at_the_end(bucket, pending):
     """On time: an all-reduce of the zeroed buffer (it would sum nothing); the real one when
     every bucket is full."""
