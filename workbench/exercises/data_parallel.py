@@ -45,6 +45,7 @@ from __future__ import annotations
 import random
 import tempfile
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -287,9 +288,28 @@ def _why_not_serial(p0: dict, results: list[dict[str, Any]], serial: dict[str, A
                        f"the seed they were given ({serial['seed']} on rank 0).",
                        "Build the model from the seed argument, and broadcast rank 0's "
                        "parameters: the other ranks get other seeds.")
+    ignored = _arguments_ignored(results, b, lr, np)
+    if ignored:
+        return ignored
     return not_yet(f"the ranks agree, but not with one process with batch {np * b}.",
                    "Check the shards: step over the data in global batches of size*b, and "
                    "let rank r take the r-th slice of b samples of each one, in order.")
+
+
+def _arguments_ignored(results: list[dict[str, Any]], b: int, lr: float,
+                       np: int) -> Feedback | None:
+    """Feedback naming the arguments the ranks trained without (a batch size or a rate
+    written as numbers), from what they were seen doing, else None."""
+    sizes = Counter(len(step) for r in results for step in (r.get("steps") or []) if step)
+    rates = sorted({x for r in results for x in r["lrs"] if abs(x - lr) > 1e-12})
+    ignored = [f"batch_size = {b} (each rank took {sizes.most_common(1)[0][0]} samples a "
+               "step)"] if sizes and sizes.most_common(1)[0][0] != b else []
+    ignored += [f"lr = {lr:g} (your optimizer used {rates[0]:g})"] if rates else []
+    if not ignored:
+        return None
+    return not_yet(f"with {np} ranks, your function did not use the arguments it was given: "
+                   f"{'; '.join(ignored)}.", "Train with the arguments batch_size, lr and "
+                   "epochs: the checker passes other values at each world size.")
 
 
 def _serial(serial: dict[str, Any], batch: int, lr: float) -> dict[str, torch.Tensor]:

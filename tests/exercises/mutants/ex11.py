@@ -46,15 +46,19 @@ def horovod(data, batch_size, lr, epochs, seed, checkpoint, *, broadcast=True, a
     return model.state_dict()
 
 
-def ddp(data, batch_size, lr, epochs, seed, checkpoint, *, shard=True):
-    """The DistributedDataParallel conversion of `train`."""
+def ddp(data, batch_size, lr, epochs, seed, checkpoint, *, shard=True, save=True, wrap=True,
+        fixed=False):
+    """The DistributedDataParallel conversion of `train`, with switches that each make one
+    mistake (`fixed`: the notebook's batch size, rate and epochs written as numbers)."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
     x, y = data
-    model = DistributedDataParallel(make_model(seed))
+    if fixed:
+        batch_size, lr, epochs = 8, 0.1, 2
+    model = DistributedDataParallel(make_model(seed)) if wrap else _Plain(make_model(0))
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     step = batch_size * size if shard else batch_size
     for _epoch in range(epochs):
@@ -63,9 +67,20 @@ def ddp(data, batch_size, lr, epochs, seed, checkpoint, *, shard=True):
             optimizer.zero_grad()
             F.mse_loss(model(x[lo:lo + batch_size]), y[lo:lo + batch_size]).backward()
             optimizer.step()
-    if rank == 0:
+    if rank == 0 and save:
         torch.save(model.module.state_dict(), checkpoint)
     return model.module.state_dict()
+
+
+class _Plain(torch.nn.Module):
+    """The model as DDP would hold it (`.module`), with nothing crossing ranks."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.module(x)
 
 
 def _with(fn, task, words=(), **switches):
@@ -91,6 +106,9 @@ _with(horovod, "horovod", ("with batch 18", "Check the shards"), world=2)
 _with(horovod, "horovod", ("not from the seed they were given",), broadcast=False, seed_used=0)
 _with(ddp, "torch")
 _with(ddp, "torch", ("every rank trained on the whole data set",), shard=False)
+_with(ddp, "torch", ("no rank wrote the checkpoint",), save=False)
+_with(ddp, "torch", ("followed its own",), wrap=False)
+_with(ddp, "torch", ("did not use the arguments", "batch_size = 6", "lr = 0.05"), fixed=True)
 
 
 @refused("the whole global batch by itself", "no distributed work", task="horovod")
