@@ -1,43 +1,28 @@
-"""Exercise: make this training loop data-parallel, and prove it by running it on 2 real ranks.
+"""Exercise: make this training loop data-parallel, and prove it by running it on real ranks.
 
 The student gets `train`, a working single-process training function, and writes its
 Horovod version (then its DDP version). `check_data_parallel(fn, engine=...)` runs the
-student's function on 2 real ranks with batch b and compares the final parameters with
-`train` run in one process with batch 2·b. Data parallelism done right is *exactly* serial
-SGD with the global batch (see workbench/training/sharding.py): N ranks × batch b ≡ one
-process × batch N·b, with the same learning rate. So the check passes when the ranks agree
-with each other and with that reference, and rank 0 alone wrote the checkpoint.
+student's function on 2 and then 3 real ranks, each time with other arguments (batch size,
+learning rate, epochs, and a seed drawn at each check, so that a number written where an
+argument belongs fails), and compares the final parameters with `train` run in one process
+with the global batch: N ranks × batch b is exactly one process × batch N·b at the same
+learning rate (workbench/training/sharding.py). Each rank gets another seed (rank 0 the
+given one), as separate machines would, so that a missing broadcast shows.
 
-The checker also tells *which* mistake it sees, from how the parameters came out:
+From how the parameters came out the checker names the mistake: ranks that differ by their
+starting points (no broadcast) or otherwise (no averaging); agreeing with one process of
+batch b (no sharding), with lr × N (summing, or the rate scaled), with make_model(0) (the
+seed ignored); or right, but written by more than rank 0.
 
-| what the ranks end with | the mistake |
-| --- | --- |
-| ranks differ by exactly their different starting points | no broadcast of the initial state |
-| ranks differ otherwise | no gradient averaging |
-| agree, = one process with batch b | every rank trained on the whole data, not its shard |
-| agree, = one process with batch 2·b, lr × 2; optimizer lr unchanged | summing, not averaging |
-| agree, = the same, optimizer lr × 2 | lr scaled without the matching global batch |
-| right parameters, a rank > 0 wrote the checkpoint | every rank writing the checkpoint |
-| right parameters, but two ranks' forward passes shared a step's samples | no distributed work |
-| right parameters, shards disjoint, no collective call seen | nothing crossed ranks |
-
-Right parameters are not enough: a function that trains the whole global batch on every
-rank from a fixed seed, with no collective at all, ends with them too. So each rank is
-watched (`workbench.exercises.watch`): which samples each step's forward passes used, and
-which collectives it called. Data-parallel work means the ranks' samples in every step are
-disjoint, each rank's a share of the global batch, and gradients (or parameters) crossed
-ranks. Any sharding and any way of combining that gives the serial result passes: slices or
-strides, `DistributedOptimizer` or DDP, or averaging the parameters after each plain-SGD
-step.
-
-To expose a missing broadcast, each rank gets a different `seed` (rank 0 the given one), as
-separate machines would start from different random weights.
-
-The check runs twice: on 2 ranks, then on 3, each time with other arguments (batch size,
-learning rate, epochs, seed; the seed drawn at each check), so that a function with the world
-size, a batch size, a rate or a seed written in as a number fails. The optimizer's learning
-rate is watched too: summing the gradients and halving the rate gives the right parameters
-with 2 ranks, and is not the average.
+Right parameters are not enough: training the whole global batch on every rank from a fixed
+seed, with no collective, ends with them too. So each rank is watched
+(`workbench.exercises.watch`): the samples each step's backward passes used, the
+optimizer's learning rates, and the collectives it called. Data-parallel work means the
+ranks' samples in every step are disjoint shares of the global batch, gradients (or
+parameters) crossed ranks, and the rate is the one given (summing the gradients and halving
+the rate gives the right parameters on 2 ranks, and is not the average). Any sharding and
+any way of combining that gives the serial result passes: slices or strides,
+`DistributedOptimizer` or DDP, or averaging the parameters after each plain-SGD step.
 """
 
 from __future__ import annotations

@@ -1,34 +1,25 @@
 """Exercise: write the hook that starts a bucket's all-reduce during the backward pass.
 
 The student writes `launch(bucket, pending)`, which the overlapped engine
-(workbench/data_parallel/overlapped.py) calls each time autograd finishes one gradient of
-`bucket`. When the bucket's last gradient is in, the hook starts the bucket's all-reduce
-without waiting for it and appends `(bucket, handle)` to `pending`; the engine waits on
-the handles after `backward()` has returned.
+(workbench/data_parallel/overlapped.py) calls each time autograd finishes one of `bucket`'s
+gradients: at the last one it starts the bucket's all-reduce without waiting and appends
+`(bucket, handle)` to `pending`, on which the engine waits after `backward()` returns.
 
 `check_launch_hook(launch)` runs it on 2 real torch ranks (`workbench.launch`, on warm
 ranks when `workbench.ranks(np=2, engine="torch")` runs): a few SGD steps of a 4-layer MLP
 whose gradients fill buckets of 4, 2 and 2 tensors. It measures with instruments of its
-own, installed before the hook first runs and blind to what the hook reports:
-
-- *when each gradient was ready*: a post-accumulate-grad hook on every parameter,
-  registered before the engine's, so it runs before the student's hook sees the gradient;
-- *when each all-reduce started, and on what*: the checker's network
-  (:mod:`workbench.exercises.network`) sits under every collective of torch's process group,
-  whichever way it was called;
-- *whether backward() ran free*: the network holds every all-reduce until backward()
-  returns, and notes every question asked of a handle while it runs (wait(), is_completed(),
-  a future's wait ...), every synchronous collective or barrier, and a backward() still
-  running a second after an all-reduce began (the hook waiting by other means).
+own, installed before the hook first runs: a post-accumulate-grad hook on every parameter,
+registered before the engine's (when each gradient was ready), and the checker's network
+(:mod:`workbench.exercises.network`) under every collective of torch's process group (when
+each all-reduce started and on what; every question asked of a handle, synchronous
+collective or barrier while backward() runs; a backward() held up by other means).
 
 It passes a hook only if, on every rank and in every step, each bucket's all-reduce started
-on the bucket's own buffer after its last gradient and before the next gradient was ready
-(so the later buckets' gradients were still being computed), nothing in backward() waited,
-the package's own hook (`launch_when_full`) did not run, and the ranks end with the
-parameters of one process with batch 2·b. Its message gives the measured times.
-
-The world size does not enter the hook (it hands a buffer to an all-reduce; the engine
-divides), so 2 ranks decide it.
+once, on the bucket's own buffer, after its last gradient and before the next gradient was
+ready, nothing in backward() waited, the buffer was left alone once sent, the package's own
+hook (`launch_when_full`) did not run, and the ranks end with the parameters of one process
+with batch 2·b. Its message gives the measured times. The world size does not enter the
+hook (the engine divides), so 2 ranks decide it.
 """
 
 from __future__ import annotations
