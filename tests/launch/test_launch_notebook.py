@@ -99,35 +99,66 @@ def test_ten_thousand_prints_do_not_flood_the_kernel(tmp_path):
 
 
 WAITING = """\
-import _thread, os, sys, threading, time, workbench
-os.environ.update(WORKBENCH_SHARED_DIR={shared!r}, WORKBENCH_JOBS_PER_USER="1")
+import json, os, signal, sys, threading, time, workbench
+from workbench.hosts.cpu import affinity
+os.environ.update(WORKBENCH_SHARED_DIR={shared!r}, WORKBENCH_JOBS_PER_USER="0")
 sys.path.insert(0, {tests!r})
 from _labs_helpers import square
 from workbench.launch.workers import run_workers
-first = workbench.launch(time.sleep, 60, np=1, engine="serial", echo=False, runs_dir={runs!r})
-threading.Timer(3.5, _thread.interrupt_main).start()
+first = workbench.launch(time.sleep, 120, np=len(affinity()), engine="fork", echo=False,
+                         runs_dir={runs!r})   # every core of the host, held
+threading.Timer(3.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # the stop button
 run_workers(square, 2, (1,), runs_dir={runs!r}, distributed=False)
+"""
+LAUNCHED = """\
+from workbench.ui.rank_output import FOLLOWERS
+job, shown = workbench.launch(time.sleep, 0, np=2, engine="fork", runs_dir={runs!r}), []
+def look():
+    while not job.done:
+        shown.extend(o["text"] for o in FOLLOWERS[job.run_id].widget.outputs)
+        time.sleep(0.2)
+threading.Thread(target=look, daemon=True).start()
+threading.Timer(3.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # the stop button
+job.wait()
+"""
+AFTER_WAIT = """\
+waited = [t for t in shown if "has waited" in t]
+print(json.dumps({{"first": first.run_id, "status": job.status, "shown": waited[-1:],
+                  "seen": len(set(waited)), "tickets": sorted(os.listdir({shared!r}))}}))
+first.stop()
 """
 
 
 @pytest.mark.timeout(300)
 def test_a_cell_waiting_for_cores_says_for_whom_updating_and_stops_in_one_line(tmp_path):
-    """The cell shows one line, updated once a second: what it waits for, whose run holds
-    it, for how long; interrupting the kernel stops the wait with one line, no traceback."""
+    """Two jobs, the first holding every core: a lab's cell shows one line, updated once a
+    second (what it waits for, whose run holds it, for how long), and a launch()'s output
+    says the same while job.wait() blocks; interrupting the kernel stops either with one
+    line, no traceback, and leaves no ticket in the queue."""
+    import json
     from pathlib import Path
 
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(WAITING.format(
-        shared=str(tmp_path / "shared"), runs=str(tmp_path / "runs"),
-        tests=str(Path(__file__).parents[1])))]
+    names = {"shared": str(tmp_path / "shared"), "runs": str(tmp_path / "runs"),
+             "tests": str(Path(__file__).parents[1])}
+    nb.cells = [nbformat.v4.new_code_cell(c.format(**names))
+                for c in (WAITING, LAUNCHED, AFTER_WAIT)]
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
+    after = json.loads(_stdout(nb.cells[2]))
+    holder = rf"free cores; busy: core \d+: root's run {after['first']} \(\d+ s\)"
     shown = [o for o in nb.cells[0].outputs if o.output_type == "display_data"]
     [error] = [o for o in nb.cells[0].outputs if o.output_type == "error"]
     assert len(shown) == 1, nb.cells[0].outputs          # one line, updated in place
     text = shown[0].data["text/plain"]
-    assert re.search(r"has waited [2-5] s for one of your running jobs to end", text), text
+    assert re.search(r"has waited [2-5] s for \d+ " + holder, text), text
     assert error.ename == "StoppedWaiting" and len(error.traceback) == 1
-    assert re.search(r"stopped after waiting [3-6] s for one of your running jobs",
-                     error.traceback[0]), error.traceback
-
+    assert re.search(r"stopped after waiting [3-6] s for \d+ " + holder, error.traceback[0])
+    [error] = [o for o in nb.cells[1].outputs if o.output_type == "error"]
+    assert error.ename == "StoppedWaiting" and len(error.traceback) == 1, error
+    assert re.search(r"stopped after waiting [3-6] s for 2 " + holder, error.traceback[0])
+    [last] = after["shown"]                              # said, and updated, while waiting
+    assert re.search(r"has waited [2-5] s for 2 " + holder, last) and after["seen"] >= 3, after
+    assert after["status"] == "stopped"
+    tickets = [t for t in after["tickets"] if not t.startswith("core-")]
+    assert len(tickets) == 1 and tickets[0].startswith("run-"), after["tickets"]

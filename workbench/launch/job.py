@@ -24,6 +24,7 @@ from workbench.config import ConfigError, JobConfig
 from workbench.hosts.cpu import cpu_budget
 from workbench.launch.environment import SECRETS_FILE, recorded
 from workbench.launch.launchers import Launcher
+from workbench.launch.waiting import stop_waiting
 from workbench.launch.watch import Watcher, one_line
 from workbench.records import (
     MetricsReader,
@@ -194,10 +195,13 @@ class Job:
         return RunRecord(self.run_dir)
 
     def wait(self, timeout: float | None = None) -> str:
-        """Block until the job ends or `timeout` s pass; the status. Ctrl-C stops the job."""
+        """Block until the job ends or `timeout` s pass; the status. Ctrl-C stops the job
+        (while it is queued, in one line: StoppedWaiting)."""
         try:
             self._done.wait(timeout)
         except KeyboardInterrupt:
+            if self._status == "queued":
+                raise stop_waiting(self, self.waiting_for) from None
             self.stop()
             raise
         return self.status

@@ -11,7 +11,6 @@ function travels by value. See docs/ARCHITECTURE.md, "Your own code on real rank
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from workbench.launch.by_value import check_payload, pickle_function
 from workbench.launch.job import Job
 from workbench.launch.launchers import RANK_WRAPPER
 from workbench.launch.starting import qualified_name, safe_name, start_module
+from workbench.launch.waiting import in_kernel
 from workbench.rank.by_value import PAYLOAD
 
 #: Your code may compute for long without calling report(): a job is called stalled only
@@ -68,9 +68,3 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
 
         RankOutput(job).show()
     return job
-
-
-def in_kernel() -> bool:
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return shell is not None and getattr(shell, "kernel", None) is not None

@@ -33,17 +33,27 @@ def wait_turn(job: Any, every_s: float = 1.0) -> None:
                  f"{reason} (interrupt the kernel to stop waiting)")
             job.wait(every_s)
     except KeyboardInterrupt:
-        job.stop()
-        raise StoppedWaiting(f"run {job.run_id} stopped after waiting "
-                             f"{time.time() - job.asked_at:.0f} s for {reason}") from None
+        raise stop_waiting(job, reason) from None
     show(f"run {job.run_id} started after waiting {time.time() - job.asked_at:.0f} s")
+
+
+def stop_waiting(job: Any, reason: str | None) -> StoppedWaiting:
+    """Stop `job`, interrupted while it waited for `reason`; the one line that says so."""
+    job.stop()
+    return StoppedWaiting(f"run {job.run_id} stopped after waiting "
+                          f"{time.time() - job.asked_at:.0f} s for {reason}")
+
+
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel, where output can be shown under the cell."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def _shower() -> Callable[[str], None]:
     """A function that shows a line under the cell (replacing the last), else on stderr
     when it says something new."""
-    from workbench.launch.user_code import in_kernel
-
     if in_kernel():
         from IPython.display import display
 

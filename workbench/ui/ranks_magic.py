@@ -78,7 +78,7 @@ class RanksMagics(Magics):
 
 def _follow(job: Any) -> Any:
     """Show the ranks' output live under the cell (in a kernel), else None."""
-    from workbench.launch.user_code import in_kernel
+    from workbench.launch.waiting import in_kernel
 
     if not in_kernel():
         return None
