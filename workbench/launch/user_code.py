@@ -60,7 +60,7 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
                           f"{type(fn_or_path).__name__}")
     fields.setdefault("name", safe_name(label))
     fields.setdefault("stall_timeout", STALL_TIMEOUT_S)
-    fields["extra"] = {**fields.get("extra", {}), **ran}  # what ran, not training fields
+    fields["extra"] = {**ran, **fields.get("extra", {})}  # what ran (a lab names its own)
     warm = ("function", files[PAYLOAD]) if PAYLOAD in files else None  # a pool may run it
     job = start_module(engine, np, RANK_WRAPPER, rank_args, files=files, warm=warm, **fields)
     if echo and in_kernel():
