@@ -41,6 +41,7 @@ from torch import nn
 
 import workbench
 from workbench.exercises.feedback import (
+    CHECK_CPU_BIND,
     Feedback,
     correct,
     guarded,
@@ -127,7 +128,7 @@ def _run_and_judge(fn: Callable[..., Any], engine: str, np: int, kwargs: dict[st
             warnings.simplefilter("ignore", UserWarning)
             job = workbench.launch(run_on_rank, fn, kwargs, np=np, engine=engine,
                                    runs_dir=runs_dir, name=f"check-{engine}",
-                                   stall_timeout=timeout_s)
+                                   stall_timeout=timeout_s, cpu_bind=CHECK_CPU_BIND)
     except workbench.ConfigError as err:
         return not_yet(f"your function could not be started: {err}",
                        "Everything the function uses must be created inside it or be "

@@ -194,11 +194,16 @@ def _where(exc: BaseException) -> str:
     return f"line {last.lineno} of {last.name}"
 
 
+#: A check judges what the ranks computed, not how fast: its ranks bind no cores, so it
+#: never queues behind the learner's own jobs, and warm ranks opened the same way run it.
+CHECK_CPU_BIND = "none"
+
+
 def on_real_ranks(fn: Callable[..., Any], *args: Any, np: int, name: str, runs_dir: str,
                   timeout_s: float, hang_hint: str) -> list[Any] | Feedback:
     """`fn(*args)` run on `np` torch ranks by `workbench.launch` (on the warm ranks of
-    `workbench.ranks(np, "torch")` when they run: a check then starts in milliseconds):
-    each rank's value, or the feedback that says why there is none."""
+    `workbench.ranks(np, "torch", cpu_bind="none")` when they run: a check then starts in
+    milliseconds): each rank's value, or the feedback that says why there is none."""
     import warnings
 
     import workbench
@@ -208,7 +213,7 @@ def on_real_ranks(fn: Callable[..., Any], *args: Any, np: int, name: str, runs_d
         # 2-core laptop): the warning stays in the run's record, not in the notebook.
         warnings.simplefilter("ignore", UserWarning)
         job = workbench.launch(fn, *args, np=np, engine="torch", runs_dir=runs_dir, name=name,
-                               stall_timeout=timeout_s)
+                               stall_timeout=timeout_s, cpu_bind=CHECK_CPU_BIND)
     if job.wait(timeout_s) == "running":
         job.stop()
         return not_yet(f"the ranks did not finish within {timeout_s:g} s.", hang_hint)

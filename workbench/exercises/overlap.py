@@ -5,9 +5,9 @@ The student writes `launch(bucket, pending)`, which the overlapped engine
 gradients: at the last one it starts the bucket's all-reduce without waiting and appends
 `(bucket, handle)` to `pending`, on which the engine waits after `backward()` returns.
 
-`check_launch_hook(launch)` runs it on 2 real torch ranks (`workbench.launch`, on warm
-ranks when `workbench.ranks(np=2, engine="torch")` runs): a few SGD steps of a 4-layer MLP
-whose gradients fill buckets of 4, 2 and 2 tensors. It measures with instruments of its
+`check_launch_hook(launch)` runs it on 2 real torch ranks (`workbench.launch`, on warm ones
+when `workbench.ranks(np=2, engine="torch", cpu_bind="none")` runs): SGD steps of a 4-layer
+MLP whose gradients fill buckets of 4, 2 and 2 tensors. It measures with instruments of its
 own, installed before the hook first runs: a post-accumulate-grad hook on every parameter,
 registered before the engine's (when each gradient was ready), and the checker's network
 (:mod:`workbench.exercises.network`) under every collective of torch's process group (when

@@ -74,8 +74,8 @@ def zero1_step(flat_params, flat_grad, shard, optimizer, rank, world):
     md(r"""
 The check starts 2 ranks with `torchrun`, then 3, a few seconds each: a step that divides
 by 2 where `world` belongs is right with 2 ranks only. (With warm ranks of both sizes
-waiting, `workbench.ranks(np=2, engine="torch")` and `np=3`, it takes a fraction of a
-second.)
+waiting, `workbench.ranks(np=2, engine="torch", cpu_bind="none")` and `np=3`, it takes a
+fraction of a second.)
 """),
     code("ex.check_zero1(make_shard_optimizer, zero1_step)"),
     md(r"""
