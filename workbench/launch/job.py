@@ -24,7 +24,7 @@ from workbench.config import ConfigError, JobConfig
 from workbench.hosts.cpu import cpu_budget
 from workbench.launch.environment import SECRETS_FILE, recorded
 from workbench.launch.launchers import Launcher
-from workbench.launch.waiting import stop_waiting
+from workbench.launch.waiting import in_kernel, stop_waiting
 from workbench.launch.watch import Watcher, one_line
 from workbench.records import (
     MetricsReader,
@@ -120,7 +120,8 @@ class Job:
         queue's thread, naming the run)."""
         self.warnings.append(text)
         if threading.current_thread().name == f"queue-{self.run_id}":
-            warnings.warn(f"run {self.run_id}: {text}", stacklevel=1)
+            if not in_kernel():  # in a kernel it would land under whichever cell runs now
+                warnings.warn(f"run {self.run_id}: {text}", stacklevel=1)
             return
         warn_caller(text)
 

@@ -23,5 +23,11 @@ def pool_for(cfg: JobConfig) -> Any | None:
     return None
 
 
+def running_pool(engine: str, np: int, runs_dir: str | Path = "runs") -> Any | None:
+    """This process's open local pool of `np` ranks of `engine` for `runs_dir`, if any."""
+    pool = POOLS.get((engine, np, folder(runs_dir), "local"))
+    return pool if pool is not None and pool.alive else None
+
+
 def folder(runs_dir: str | Path) -> str:
     return str(Path(runs_dir).expanduser().resolve())

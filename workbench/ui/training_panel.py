@@ -347,6 +347,8 @@ class TrainingPanel(widgets.VBox):
             self._say(f"Run {record.run_id} is still running elsewhere (another notebook or a "
                       "terminal): shown as far as it has got; open it again once it has ended.",
                       "info", detail="")
+            self._charts.say_why_empty(dict.fromkeys(
+                self._charts.figures, "Still running elsewhere:\nopen it again\nonce it ends."))
             return
         self._show_summary(record.run_id, summary.get("status", record.status), summary)
 
