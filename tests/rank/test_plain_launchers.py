@@ -29,7 +29,6 @@ from workbench.rank.protocol import Ended
 from workbench.records import list_runs, of_kind
 
 REPO = Path(__file__).resolve().parents[2]
-_SYS_EXIT, _EXCEPTHOOK = sys.exit, sys.excepthook
 BIN = Path(sys.executable).parent          # torchrun and horovodrun live beside python
 STEPS = 3
 TINY = ["--epochs", "1", "--max-steps", str(STEPS), "--width", "16", "--dataset", "digits",
@@ -159,12 +158,14 @@ def test_a_plain_ranks_sys_exit_after_job_record_counts_by_its_code(code, status
     """A plain launch's rank writes its exit record and summary as `main` ends (run_main),
     and no hook of the whole process sees a SystemExit: sys.exit(3) must still fail the
     rank, and sys.exit(0) succeed, as under the rank wrapper."""
+    hooks = sys.exit, sys.excepthook  # as found: torch's init_process_group, run in this
+    # process by another test, sets an excepthook of its own; this run must replace neither
     record, summary = _plain_run(tmp_path, monkeypatch, lambda: sys.exit(code))
     assert record["ok"] == (status == "succeeded"), record
     assert summary["status"] == status
     if status == "failed":
         assert record["error"] == f"SystemExit: {code}" and "Traceback" not in record["traceback"]
-    assert sys.exit is _SYS_EXIT and sys.excepthook is _EXCEPTHOOK  # never replaced
+    assert (sys.exit, sys.excepthook) == hooks  # never replaced
 
 
 def test_a_plain_ranks_sys_exit_in_a_thread_or_before_an_error_is_not_what_ended_it(
