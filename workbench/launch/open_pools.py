@@ -23,9 +23,10 @@ def pool_for(cfg: JobConfig) -> Any | None:
     return None
 
 
-def running_pool(engine: str, np: int, runs_dir: str | Path = "runs") -> Any | None:
-    """This process's open local pool of `np` ranks of `engine` for `runs_dir`, if any."""
-    pool = POOLS.get((engine, np, folder(runs_dir), "local"))
+def running_pool(engine: str, np: int, runs_dir: str | Path = "runs",
+                 launcher: str = "local") -> Any | None:
+    """This process's open pool of `np` ranks of `engine` for `runs_dir`, if any."""
+    pool = POOLS.get((engine, np, folder(runs_dir), launcher))
     return pool if pool is not None and pool.alive else None
 
 

@@ -23,7 +23,7 @@ from workbench.engines import ENGINES as ALL_ENGINES
 from workbench.engines import TorchEngine
 from workbench.launch.by_value import pickle_function
 from workbench.launch.job import Job
-from workbench.launch.open_pools import POOL_RANK_MODULE, POOLS, folder
+from workbench.launch.open_pools import POOL_RANK_MODULE, POOLS, folder, running_pool
 from workbench.launch.pool_call import WarmRanks
 from workbench.launch.starting import qualified_name, safe_name, start, start_module
 from workbench.launch.watch import one_line
@@ -340,11 +340,10 @@ def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
     at once. `cpu_bind="none"`: its ranks hold no cores while they wait; `launcher="slurm"`
     (with JobConfig's Slurm fields in `slurm`): Slurm places them, and they connect over TCP.
     """
-    key = (engine, np, folder(runs_dir), launcher)
-    pool = POOLS.get(key)
-    if pool is None or not pool.alive:
-        pool = POOLS[key] = Pool(np, engine, runs_dir, threads_per_rank, cpu_bind, launcher,
-                                 **slurm)
+    pool = running_pool(engine, np, runs_dir, launcher)
+    if pool is None:
+        pool = Pool(np, engine, runs_dir, threads_per_rank, cpu_bind, launcher, **slurm)
+        POOLS[engine, np, folder(runs_dir), launcher] = pool
     return pool
 
 
