@@ -146,7 +146,7 @@ class HorovodEngine(Engine):
 
     def slurm_lines(self, np: int, srun: str, rank: str, python: str) -> str:
         # horovodrun starts the ranks over ssh on the allocation's hosts, as outside Slurm.
-        hosts = (f"HOSTS=$({python} -c 'from workbench.launch.slurm import print_hosts; "
+        hosts = (f"HOSTS=$({python} -c 'from workbench.launch.slurm_script import print_hosts; "
                  "print_hosts()')")
         flags = " ".join(self._launcher_flags(np, '"$HOSTS"'))
         return f"{hosts}\n{shlex.quote(horovodrun())} {flags} {rank}"

@@ -26,7 +26,7 @@ import pytest
 
 from workbench import JobConfig
 from workbench.config import ConfigError
-from workbench.launch import Job, slurm, start
+from workbench.launch import Job, slurm, slurm_script, start
 from workbench.launch.processes import job_processes, pid_alive, rank_pids
 from workbench.records import MetricsReader, events
 
@@ -108,17 +108,17 @@ def assert_no_rank_left(job: Job) -> None:
 
 # ---------------------------------------------------------------------- no cluster needed
 def test_horovod_hosts_from_slurms_compressed_counts() -> None:
-    assert slurm.horovod_hosts(["n1", "n2", "n3", "n4"], "2(x3),1") == "n1:2,n2:2,n3:2,n4:1"
-    assert slurm.horovod_hosts(["vm"], "2") == "vm:2"
+    assert slurm_script.horovod_hosts(["n1", "n2", "n3", "n4"], "2(x3),1") == "n1:2,n2:2,n3:2,n4:1"
+    assert slurm_script.horovod_hosts(["vm"], "2") == "vm:2"
     with pytest.raises(ValueError):
-        slurm.horovod_hosts(["a"], "two")
+        slurm_script.horovod_hosts(["a"], "two")
 
 
 def test_batch_script_asks_slurm_for_one_task_per_rank(tmp_path: Path) -> None:
     cfg = JobConfig(engine="torch", np=4, nodes=2, partition="gpu", time_limit=30,
                     account="course", sbatch_arg="--qos=debug --mem=4G", threads_per_rank=2,
                     launcher="slurm").validate()
-    script = slurm.write_scripts(cfg, "run-x", tmp_path, "workbench.training.ddp_rank", [])
+    script = slurm_script.write_scripts(cfg, "run-x", tmp_path, "workbench.training.ddp_rank", [])
     text = script.read_text()
     for option in ("--ntasks=4", "--cpus-per-task=2", "--nodes=2", "--ntasks-per-node=2",
                    "--partition=gpu", "--time=30", "--account=course", "--qos=debug",
@@ -128,7 +128,7 @@ def test_batch_script_asks_slurm_for_one_task_per_rank(tmp_path: Path) -> None:
     assert "MASTER_ADDR=$(scontrol show hostnames" in text
     task = (tmp_path / "slurm" / "task.sh").read_text()
     assert "RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS" in task
-    hvd = slurm.write_scripts(JobConfig(engine="horovod", launcher="slurm").validate(), "r",
+    hvd = slurm_script.write_scripts(JobConfig(engine="horovod", launcher="slurm").validate(), "r",
                               tmp_path, "m", []).read_text()
     assert "--gloo -H \"$HOSTS\"" in hvd and "srun" not in hvd
     # A job whose node fails is not requeued into the same folder: it fails, and a restart
@@ -137,9 +137,9 @@ def test_batch_script_asks_slurm_for_one_task_per_rank(tmp_path: Path) -> None:
     assert 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then' in text
     bad = tmp_path / "a\ntouch x"
     with pytest.raises(ConfigError, match="holds a line break") as err:
-        slurm.write_scripts(cfg, "run-y", bad, "m", [])
+        slurm_script.write_scripts(cfg, "run-y", bad, "m", [])
     assert "\n" not in str(err.value)
-    naive = slurm.write_scripts(JobConfig(engine="naive", np=2, launcher="slurm").validate(),
+    naive = slurm_script.write_scripts(JobConfig(engine="naive", np=2, launcher="slurm").validate(),
                                 "n", tmp_path, "workbench.training.naive_rank", []).read_text()
     assert "MASTER_ADDR=$(scontrol show hostnames" in naive  # meets as the torch engine does
     assert "-m workbench.training.naive_rank" in naive
@@ -152,7 +152,7 @@ def test_the_batch_scripts_exit_record_is_renamed_into_place_and_an_empty_one_is
     busy): the script now renames the record into place, and an empty one, left by a script
     killed while writing, counts as no record (Slurm's own exit code is used)."""
     cfg = JobConfig(engine="torch", np=2, launcher="slurm").validate()
-    text = slurm.write_scripts(cfg, "run-x", tmp_path, "m", []).read_text()
+    text = slurm_script.write_scripts(cfg, "run-x", tmp_path, "m", []).read_text()
     assert '> "$RUN_DIR/slurm/batch_exit.json.tmp"' in text
     assert 'mv "$RUN_DIR/slurm/batch_exit.json.tmp" "$RUN_DIR/slurm/batch_exit.json"' in text
     record = tmp_path / "slurm" / "batch_exit.json"

@@ -1,11 +1,8 @@
 """Sharing one host's cores between jobs: a kernel lock per core, and a queue of tickets.
 
-A job holds each of its cores with an `flock` on that core's file, and waits for them with a
-ticket: a file of its user's, placed by the time the kernel stamped on it, alive while its
-job holds its lock. Settings: `WORKBENCH_SHARED_DIR` (the folder), `WORKBENCH_WHEN_BUSY`
-(`queue` or `unbound`), `WORKBENCH_JOBS_PER_USER` (running jobs per user; 0: no limit, the
-default but on a JupyterHub: 1). Why, and what each guarantee rests on: docs/ARCHITECTURE.md,
-"Sharing the host's cores".
+Settings: `WORKBENCH_SHARED_DIR`, `WORKBENCH_WHEN_BUSY` (`queue` or `unbound`),
+`WORKBENCH_JOBS_PER_USER` (0: no limit; 1 on a JupyterHub). Why, and what each guarantee
+rests on: docs/ARCHITECTURE.md, "Sharing the host's cores".
 """
 
 from __future__ import annotations
@@ -14,7 +11,6 @@ import contextlib
 import fcntl
 import json
 import os
-import pwd
 import re
 import secrets
 import stat
@@ -27,7 +23,7 @@ from typing import Any
 
 from workbench.config import ConfigError
 from workbench.hosts.cpu import affinity
-from workbench.records.private import folder_problem
+from workbench.records.private import folder_problem, user_name
 
 ENV_SHARED_DIR = "WORKBENCH_SHARED_DIR"
 ENV_WHEN_BUSY = "WORKBENCH_WHEN_BUSY"
@@ -43,14 +39,9 @@ _FIX = (f"set {ENV_SHARED_DIR} to a folder owned by root, that every user may wr
 
 @dataclass(frozen=True)
 class Settings:
-
     folder: Path
     when_busy: str
     jobs_per_user: int  # 0: no limit
-
-
-def on_a_hub() -> bool:
-    return any(name.startswith("JUPYTERHUB_") for name in os.environ)
 
 
 def settings() -> Settings:
@@ -59,7 +50,8 @@ def settings() -> Settings:
     when_busy = os.environ.get(ENV_WHEN_BUSY) or "queue"
     if when_busy not in WHEN_BUSY:
         raise ConfigError(f"invalid {ENV_WHEN_BUSY}={when_busy!r}: expected queue or unbound")
-    limit = os.environ.get(ENV_JOBS_PER_USER) or ("1" if on_a_hub() else "0")
+    on_a_hub = any(name.startswith("JUPYTERHUB_") for name in os.environ)
+    limit = os.environ.get(ENV_JOBS_PER_USER) or ("1" if on_a_hub else "0")
     if not limit.isdigit():
         raise ConfigError(f"invalid {ENV_JOBS_PER_USER}={limit!r}: expected a whole number "
                           "of running jobs per user (0: no limit)")
@@ -67,14 +59,6 @@ def settings() -> Settings:
     return Settings(folder, when_busy, int(limit))
 
 
-def user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
-
-
-# ---------------------------------------------------------------------- the shared folder
 def open_folder(folder: Path) -> int:
     """A descriptor of `folder` (made 1777 if missing), each folder on its path opened
     without following a link, and refused in one line if another user could swap its files."""
@@ -132,18 +116,18 @@ class Entry:
 
 def tickets(folder_fd: int) -> list[Entry]:
     """The live tickets in the folder, oldest first; this user's dead ones are removed."""
-    out = []
+    out, opener = [], lambda name, _: os.open(name, _READ, dir_fd=folder_fd)
     for name in filter(TICKET.fullmatch, os.listdir(folder_fd)):
-        with contextlib.suppress(OSError), _opened(name, folder_fd) as fd:
-            st = os.fstat(fd)
+        with contextlib.suppress(OSError), open(name, "rb", 0, opener=opener) as file:
+            st = os.fstat(file.fileno())
             if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_TICKET_BYTES:
                 continue
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(file, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:  # its job holds it: alive
                 entry = Entry(name, st.st_uid, st.st_ctime_ns)
                 with contextlib.suppress(ValueError, TypeError, AttributeError):
-                    asked = json.loads(os.read(fd, MAX_TICKET_BYTES))
+                    asked = json.loads(file.read(MAX_TICKET_BYTES))
                     entry.run_id, entry.n_cores = str(asked["run_id"])[:80], int(asked["n_cores"])
                     entry.cores = [int(c) for c in asked.get("cores", [])][:4096]
                 out.append(entry)
@@ -151,15 +135,6 @@ def tickets(folder_fd: int) -> list[Entry]:
             if st.st_uid == os.geteuid():  # ours, left by a kernel that died
                 os.unlink(name, dir_fd=folder_fd)
     return sorted(out, key=lambda e: (e.since_ns, e.name))
-
-
-@contextlib.contextmanager
-def _opened(name: str, folder_fd: int, flags: int = _READ):
-    fd = os.open(name, flags, dir_fd=folder_fd)
-    try:
-        yield fd
-    finally:
-        os.close(fd)
 
 
 def lock_core(folder_fd: int, core: int) -> int | None:
@@ -186,8 +161,7 @@ def lock_core(folder_fd: int, core: int) -> int | None:
 
 def core_holder(folder_fd: int, core: int) -> str:
     try:
-        with _opened(f"core-{core}", folder_fd) as fd:
-            st = os.fstat(fd)
+        st = os.stat(f"core-{core}", dir_fd=folder_fd, follow_symlinks=False)
         device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
         for line in Path("/proc/locks").read_text().splitlines():
             fields = line.split()
@@ -199,7 +173,6 @@ def core_holder(folder_fd: int, core: int) -> str:
     return "another process"
 
 
-# ---------------------------------------------------------------------- a job's ticket
 class Ticket:
     """One job's place in the queue, then its cores until released (`n_cores` 0: it only
     counts towards its user's limit); `reason` says what it waits for."""
@@ -316,16 +289,14 @@ class Ticket:
 
     def release(self) -> None:
         with self._guard:
-            if self._released or self._fd < 0:  # (or it never joined the queue)
-                self._released = True
-                return
+            if not self._released and self._fd >= 0:  # (it joined the queue)
+                self._unlock()
+                with contextlib.suppress(OSError):
+                    os.unlink(self._name, dir_fd=self._folder)
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                os.close(self._fd)
+                os.close(self._folder)
             self._released = True
-            self._unlock()
-            with contextlib.suppress(OSError):
-                os.unlink(self._name, dir_fd=self._folder)
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            os.close(self._folder)
 
 
 def snapshot(folder: Path | None = None) -> dict[str, list[dict[str, Any]]]:

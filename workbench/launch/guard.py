@@ -2,17 +2,15 @@
 
     kernel (the owner) ── guard ── horovodrun ── ranks
 
-The guard starts the launcher as its child and watches its own parent: when the owner dies,
-init adopts the guard and `os.getppid()` changes; it then ends the launcher (SIGTERM, then
-SIGKILL after `GRACE_S`), or `scancel`s a Slurm job by name (`--scancel`). Run as a file,
-it imports the standard library only. Why: docs/ARCHITECTURE.md, "Supervision".
+When the owner dies, init adopts the guard (`os.getppid()` changes): it ends the launcher,
+or `scancel`s a Slurm job by name. Run as a file, it imports the standard library only.
 Usage: guard.py OWNER_PID -- LAUNCHER [ARGS...]  |  guard.py OWNER_PID --scancel JOB_NAME
+Why: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
 
 import os
-import pwd
 import signal
 import subprocess
 import sys
@@ -55,7 +53,7 @@ def guard_slurm(owner: int, name: str) -> int:
         time.sleep(POLL_S)
     sys.stderr.write(f"workbench: the process that started the job (pid {owner}) is gone: "
                      f"cancelling Slurm job {name}\n")
-    cmd = ["scancel", f"--name={name}", f"--user={user_name()}"]
+    cmd = ["scancel", f"--name={name}", f"--user={os.getuid()}"]
     for _ in range(3):  # a busy controller may not answer the first time
         try:
             if subprocess.run(cmd, timeout=30).returncode == 0:
@@ -64,13 +62,6 @@ def guard_slurm(owner: int, name: str) -> int:
             sys.stderr.write(f"workbench: {cmd[0]} failed: {err}\n")
         time.sleep(2)
     return 1
-
-
-def user_name() -> str:
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
 
 
 def end(proc: subprocess.Popen[bytes]) -> int:

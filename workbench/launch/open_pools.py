@@ -1,5 +1,5 @@
-"""This process's open pools of warm ranks (pool.py), and which of them can take a job:
-starting.py asks here before it starts ranks of its own. See docs/ARCHITECTURE.md.
+"""This process's open pools of warm ranks (pool.py), which starting.py asks before it starts
+ranks of its own. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
     pool.close()                                     # or let the kernel end it
 
 The ranks are a job (rank/pool.py) waiting on a channel (rank/channel.py); each call is a
-`Job` whose launcher is these ranks (pool_call.py). See docs/ARCHITECTURE.md, "Warm ranks".
+`Job` launched by them (pool_call.py). See docs/ARCHITECTURE.md, "Warm ranks".
 """
 
 from __future__ import annotations
@@ -80,10 +80,9 @@ class _Ranks:
 
     def _follow(self, rank: int, conn: Any) -> None:
         while (message := channel.receive(conn, channel.MAX_REPLY)) is not None:
-            header = message[0]
-            if header.get("op") == "done":
-                self.pool.replied(header.get("id"), rank, bool(header.get("ok")),
-                                  list(header.get("left") or []))
+            header, warm = message[0], self.pool.warm
+            if header.get("op") == "done" and warm is not None and id(warm) == header.get("id"):
+                warm.replied(rank, bool(header.get("ok")), list(header.get("left") or []))
         self.lost[rank] = self.pids.get(rank, -1)
         self.pool.lost(self)
 
@@ -92,9 +91,6 @@ class _Ranks:
         for rank in range(self.pool.np) if ranks is None else ranks:
             with contextlib.suppress(OSError, KeyError):  # a lost rank is seen by the call
                 channel.send(self.conns[rank], header, payload)
-
-    def restart(self, why: str) -> None:
-        self.pool.restart(why, self)
 
     def end(self) -> None:
         self.send_all({"op": "quit"})
@@ -126,11 +122,10 @@ class Pool:
         self.failed: str | None = None  # why the pool can run nothing more, in one line
         self._lock = threading.RLock()
         self.line: list[Turn] = []      # calls and loans, the one under way first
-        self._warm: WarmRanks | None = None  # the launcher of the call under way
-        self._closed = False
+        self.warm: WarmRanks | None = None  # the launcher of the call under way
+        self.alive = True  # until closed
         self._ranks = _Ranks(self)
 
-    # ------------------------------------------------------------------ public API
     @property
     def job(self) -> Job:
         return self._ranks.job
@@ -139,16 +134,12 @@ class Pool:
     def ready(self) -> bool:
         return self._ranks.ready.is_set() and not self._ranks.job.done
 
-    @property
-    def alive(self) -> bool:
-        return not self._closed
-
     def wait_ready(self, timeout: float | None = None) -> Pool:
         """Block until every rank waits for work; RuntimeError if they fail to start,
         TimeoutError after `timeout` s."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.ready:
-            if self._closed or self.failed:
+            if not self.alive or self.failed:
                 raise RuntimeError(self.failed or "this pool is closed: start another with "
                                    "workbench.ranks()")
             ranks = self._ranks
@@ -207,7 +198,7 @@ class Pool:
 
     def call(self, cfg: JobConfig, kind: str, payload: bytes) -> Job:
         """Run `payload` of `kind` as the job `cfg` once the ranks are ready and it is its turn."""
-        if self._closed or self.failed:
+        if not self.alive or self.failed:
             raise RuntimeError(self.failed or "this pool is closed: start another with "
                                "workbench.ranks()")
         warm = WarmRanks(self._ranks, self.engine, self.np, kind, payload)
@@ -221,12 +212,12 @@ class Pool:
         family = "torch" if isinstance(ALL_ENGINES[engine], TorchEngine) else engine
         with self._lock:
             if (family == self.engine and 0 < n_cores <= len(self.job.cores or [])
-                    and not self.line and self.ready and not self._closed):
+                    and not self.line and self.ready and self.alive):
                 return Turn(self, None, n_cores)
         return None
 
     def close(self) -> None:
-        self._closed = True
+        self.alive = False
         with self._lock:
             calls = [turn for turn in self.line if turn.job is not None]
         for turn in reversed(calls):  # queued calls first: they must not start meanwhile
@@ -246,26 +237,20 @@ class Pool:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "ready" if self.ready else "starting"
+        state = "closed" if not self.alive else "ready" if self.ready else "starting"
         return f"<Pool {self.engine} np={self.np} {state} ({self.job.run_id})>"
 
-    # ------------------------------------------------------------------ told by the ranks
-    def replied(self, call_id: int, rank: int, ok: bool, left: list[str]) -> None:
-        warm = self._warm
-        if warm is not None and id(warm) == call_id:
-            warm.replied(rank, ok, left)
-
     def lost(self, ranks: _Ranks) -> None:
-        if self._warm is not None:
-            self._warm.lost()
-        if not self._closed and ranks.ready.is_set():
+        if self.warm is not None:
+            self.warm.lost()
+        if self.alive and ranks.ready.is_set():
             pids = ", ".join(f"rank {r} (pid {p})" for r, p in sorted(ranks.lost.items()))
             self.restart(f"lost {pids}", ranks)
 
     def restart(self, why: str, ranks: _Ranks) -> None:
         """Replace `ranks` (if still current); if that fails, the pool fails, in one line."""
         with self._lock:
-            if self._closed or self.failed or ranks is not self._ranks:
+            if not self.alive or self.failed or ranks is not self._ranks:
                 return
             self.restarts.append(why)
             try:
@@ -304,7 +289,7 @@ class Turn:
         with pool._lock:
             if self.cores is not None or self not in pool.line:
                 return self.cores is not None and self in pool.line
-            if pool.failed or pool._closed:
+            if pool.failed or not pool.alive:
                 raise RuntimeError(pool.failed or "the pool was closed")
             if pool.line[0] is not self:
                 self.reason = f"your warm pool: {pool.line[0]}"
@@ -315,7 +300,7 @@ class Turn:
             held = pool.job.cores or []
             self.cores = held[:self.n_cores] if self.warm is None else held
             if self.warm is not None:  # its replies come here, from the ranks of now
-                self.warm.ranks, pool._warm = pool._ranks, self.warm
+                self.warm.ranks, pool.warm = pool._ranks, self.warm
             self.since = time.time()
             return True
 
@@ -324,7 +309,7 @@ class Turn:
         with pool._lock:
             if self in pool.line:
                 pool.line.remove(self)
-            if pool._closed and not pool.line and self.warm is None:  # the last loan ended
+            if not pool.alive and not pool.line and self.warm is None:  # the last loan ended
                 threading.Thread(target=pool._ranks.end, daemon=True).start()
 
     def __str__(self) -> str:
@@ -347,9 +332,7 @@ def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
     return pool
 
 
+@atexit.register  # after job.py's stop_all: runs before it
 def close_all() -> None:
     for pool in list(POOLS.values()):
         pool.close()
-
-
-atexit.register(close_all)  # after job.py's stop_all: runs before it

@@ -1,8 +1,7 @@
 """A pool's running ranks as the launcher of one call: a call is a `Job` like any other.
 
-It sends the work to the warm ranks (pool.py) and hears a rank's end as its reply; a rank
-whose channel closes without one has vanished. Ending a call interrupts a running rank
-(SIGINT) and the pool restarts its ranks. Why: docs/ARCHITECTURE.md, "Warm ranks".
+A rank whose channel closes without its reply has vanished; ending a call interrupts its
+running ranks, and the pool restarts them. Why: docs/ARCHITECTURE.md, "Warm ranks".
 """
 
 from __future__ import annotations
@@ -100,12 +99,12 @@ class WarmRanks(Launcher):
             self.exit_code(INTERRUPT_S)
         self.interrupted = pending
         if pending:
-            self.ranks.restart(f"run {self.run_id} left rank(s) {pending} interrupted: a "
-                               "collective may have been left half done")
+            self.ranks.pool.restart(f"run {self.run_id} left rank(s) {pending} interrupted: "
+                                    "a collective may have been left half done", self.ranks)
         elif self.left:
-            self.ranks.restart(f"run {self.run_id} left threads running on rank(s) "
-                               f"{sorted(self.left)} ({self.left}): the next call would "
-                               "share them")
+            self.ranks.pool.restart(f"run {self.run_id} left threads running on rank(s) "
+                                    f"{sorted(self.left)} ({self.left}): the next call would "
+                                    "share them", self.ranks)
         return []
 
     def facts(self) -> dict[str, Any]:

@@ -1,10 +1,8 @@
 """Running a job through Slurm: write a batch script, `sbatch` it, watch the queue, `scancel`.
 
-On a cluster the scheduler places the ranks, so with `launcher="slurm"` the workbench writes
-`slurm/job.sbatch` (slurm_script.py) and submits it. The ranks run on compute nodes: they
-are seen through the shared runs folder (exit records, and `tasks/rank<k>.json` that
-`task.sh` writes as a rank ends, even one killed by a signal) and Slurm's queue (PENDING
-with its reason, RUNNING, then gone). Why so: docs/ARCHITECTURE.md, "Supervision".
+The ranks run on compute nodes: they are seen through the shared runs folder (exit records,
+and the `tasks/rank<k>.json` that `task.sh` writes as a rank ends, even one killed by a
+signal) and Slurm's queue. Why so: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
@@ -22,14 +20,9 @@ from typing import Any
 from workbench.config import ConfigError, JobConfig
 from workbench.launch.environment import ranks_environment
 from workbench.launch.guard import end as end_process
-from workbench.launch.guard import user_name
 from workbench.launch.launchers import GUARD, Exits, Launcher, Ranks
 from workbench.launch.processes import end_job_processes
-from workbench.launch.slurm_script import (  # noqa: F401 (re-exported: the batch script, -H)
-    horovod_hosts,
-    print_hosts,
-    write_scripts,
-)
+from workbench.launch.slurm_script import write_scripts
 from workbench.rank.protocol import ENV_OWNER
 from workbench.records import read_json, write_json_atomic
 from workbench.records.blame import Failure
@@ -40,11 +33,10 @@ from workbench.records.store import open_file
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
                  "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "REQUEUE_HOLD",
                  "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
-#: Seconds between two questions to Slurm's controller while nothing else has happened:
-#: every question is a process and an RPC, and the queue changes on the scheduler's
-#: time scale (seconds), not the watcher's (0.2 s).
+#: Seconds between two questions to Slurm's controller while nothing else has happened: each
+#: is a process and an RPC, and the queue changes in seconds, not at the watcher's 0.2 s.
 QUERY_EVERY_S = 1.0
-#: How long `sbatch` may take to answer, in seconds (a loaded controller takes seconds).
+#: How long `sbatch` may take to answer, in seconds.
 SBATCH_TIMEOUT_S = 60.0
 
 
@@ -104,7 +96,7 @@ def _sbatch(script: Path, run_id: str, run_dir: Path, env: dict[str, str]) -> st
 
 def cancel_by_name(name: str, env: dict[str, str], timeout: float = 15.0) -> None:
     """`scancel` this user's jobs named `name`, and wait until squeue lists none of them."""
-    user = ["--name", name, "--user", user_name()]
+    user = ["--name", name, "--user", str(os.getuid())]
     end = time.time() + timeout
     try:
         subprocess.run(["scancel", *user], capture_output=True, env=env, timeout=30)

@@ -1,8 +1,7 @@
 """The batch script of a Slurm job: `slurm/job.sbatch` and `slurm/task.sh` in the run folder.
 
-One task per rank, `--threads-per-rank` CPUs each, output into launcher.log, no requeue;
-each engine's `slurm_lines` (engines.py) start its ranks. No configured value may hold a
-line break (sbatch would run the rest as shell). See docs/ARCHITECTURE.md.
+One task per rank, `--threads-per-rank` CPUs each, no requeue; each engine's `slurm_lines`
+(engines.py) start its ranks. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -21,13 +20,6 @@ from workbench.hosts.lists import sbatch_args
 from workbench.records.store import atomic_file, make_folder
 
 
-def tasks_per_node(cfg: JobConfig) -> int:
-    """Ranks per node: `--ntasks-per-node`, or np spread evenly over `--nodes`."""
-    if cfg.ntasks_per_node:
-        return cfg.ntasks_per_node
-    return math.ceil(cfg.world_size / cfg.nodes) if cfg.nodes else 0
-
-
 def sbatch_options(cfg: JobConfig, run_id: str, run_dir: Path) -> list[str]:
     # --no-requeue: a job that Slurm requeued (its node failed) would run again from epoch 0
     # into the same run folder, doubling its records; it fails instead, and says so.
@@ -35,16 +27,13 @@ def sbatch_options(cfg: JobConfig, run_id: str, run_dir: Path) -> list[str]:
             "--no-requeue",
             f"--ntasks={cfg.world_size}", f"--cpus-per-task={cfg.resolved_threads()}",
             f"--chdir={Path.cwd()}"]
-    if cfg.nodes:
-        opts.append(f"--nodes={cfg.nodes}")
-    if tasks_per_node(cfg):
-        opts.append(f"--ntasks-per-node={tasks_per_node(cfg)}")
-    if cfg.partition:
-        opts.append(f"--partition={cfg.partition}")
-    if cfg.time_limit:
-        opts.append(f"--time={cfg.time_limit}")  # minutes
-    if cfg.account:
-        opts.append(f"--account={cfg.account}")
+    # ranks per node: np spread evenly over --nodes unless given; --time: in minutes
+    per_node = cfg.ntasks_per_node or (math.ceil(cfg.world_size / cfg.nodes) if cfg.nodes else 0)
+    for option, value in (("nodes", cfg.nodes), ("ntasks-per-node", per_node),
+                          ("partition", cfg.partition), ("time", cfg.time_limit),
+                          ("account", cfg.account)):
+        if value:
+            opts.append(f"--{option}={value}")
     return opts + sbatch_args(cfg.sbatch_arg)
 
 
@@ -84,10 +73,8 @@ exit $rc
 
 TASK_SCRIPT = """\
 #!/bin/bash
-# One rank, started by srun or by horovodrun inside the Slurm job.
-# srun numbers its tasks: SLURM_PROCID (0..n-1 over the job), SLURM_LOCALID (0.. on this
-# node), SLURM_NTASKS (n). torch.distributed wants the same numbers as RANK, LOCAL_RANK and
-# WORLD_SIZE. (horovodrun sets HOROVOD_RANK and friends itself.)
+# One rank, started by srun or by horovodrun (which sets HOROVOD_RANK) inside the Slurm job.
+# torch.distributed wants srun's task numbers as RANK, LOCAL_RANK and WORLD_SIZE.
 if [ -z "${HOROVOD_RANK:-}" ]; then
     export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS
 fi

@@ -2,11 +2,10 @@
 
     python -m workbench.launch.torch_hosts --hosts a:2,b:2 --np 4 --rdzv-id RUN -- -m MODULE
 
-What `horovodrun -H` does for Horovod, and no more: `ssh HOST 'cd CWD; exec env -i K=V ...
-python -m torch.distributed.run --nnodes=N ... -m MODULE'` on each host, meeting in a c10d
-rendezvous that the first host's torchrun hosts (`is_host=true`, on a port its system gave
-as free: it cannot be squatted). One host's failure ends the others. `env -i` passes only
-the job's allow-listed environment. See docs/ARCHITECTURE.md, "Supervision".
+What `horovodrun -H` does for Horovod: each host's torchrun, started with only the job's
+environment (`env -i`), meets the others in a c10d rendezvous hosted by the first host's, on
+a port its system gave as free. One host's failure ends the others. See
+docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
@@ -97,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def end_all() -> None:
         for p in procs:
-            if p.poll() is None:
-                p.terminate()
+            p.terminate()  # (not one already reaped)
 
     signal.signal(signal.SIGTERM, lambda *_: (end_all(), sys.exit(143)))
     while True:

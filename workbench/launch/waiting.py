@@ -1,7 +1,5 @@
-"""A job waiting its turn, seen waiting: under the notebook cell (or on stderr), once a
-second, what it waits for, whose jobs hold it and for how long; interrupting the kernel
-(Ctrl-C) stops it, said in one line, not a traceback. See docs/ARCHITECTURE.md, "Sharing
-the host's cores".
+"""A job waiting its turn says, once a second, what it waits for and whose jobs hold it; Ctrl-C
+stops it in one line. See docs/ARCHITECTURE.md, "Sharing the host's cores".
 """
 
 from __future__ import annotations
@@ -14,8 +12,7 @@ from typing import Any
 
 
 class StoppedWaiting(KeyboardInterrupt):
-    """Ctrl-C while a job waited its turn: the job is stopped. IPython shows this one line
-    (`_render_traceback_`) instead of a traceback."""
+    """Ctrl-C while a job waited its turn: IPython shows this one line, not a traceback."""
 
     def _render_traceback_(self) -> list[str]:
         return [str(self)]
@@ -38,22 +35,21 @@ def wait_turn(job: Any, every_s: float = 1.0) -> None:
 
 
 def stop_waiting(job: Any, reason: str | None) -> StoppedWaiting:
-    """Stop `job`, interrupted while it waited for `reason`; the one line that says so."""
+    """Stop `job`, interrupted while it waited for `reason`."""
     job.stop()
     return StoppedWaiting(f"run {job.run_id} stopped after waiting "
                           f"{time.time() - job.asked_at:.0f} s for {reason}")
 
 
 def in_kernel() -> bool:
-    """True inside a Jupyter kernel, where output can be shown under the cell."""
+    """Inside a Jupyter kernel, where output can be shown under the cell."""
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def _shower() -> Callable[[str], None]:
-    """A function that shows a line under the cell (replacing the last), else on stderr
-    when it says something new."""
+    """Show a line under the cell (replacing the last), else on stderr if it says anything new."""
     if in_kernel():
         from IPython.display import display
 

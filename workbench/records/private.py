@@ -36,9 +36,9 @@ def run_folder_mode() -> int:
 
 
 def user_name(uid: int) -> str:
-    """`name (uid N)`, or `uid N` for a uid without an account."""
+    """The account's name, or `uid N` for a uid without an account."""
     try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+        return pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid {uid}"
 
