@@ -34,8 +34,7 @@ def horovod_training(steps: int) -> None:
 
     from workbench.config import JobConfig
     from workbench.models import make_optimizer
-    from workbench.training.placement import pick_device
-    from workbench.training.setup import build
+    from workbench.training.setup import build, pick_device
     from workbench.training.sharding import epoch_order, shard
 
     hvd.init()

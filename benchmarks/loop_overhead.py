@@ -48,7 +48,7 @@ def by_hand(fields: dict[str, Any], engine: str) -> float:
     from workbench.config import JobConfig
     from workbench.data import load_dataset
     from workbench.models import build_model
-    from workbench.training.placement import pin_cpu
+    from workbench.training.setup import pin_cpu
     from workbench.training.sharding import epoch_order, shard, steps_per_epoch
 
     cfg = JobConfig(**fields)

@@ -11,7 +11,7 @@ from torch import nn
 import workbench
 from workbench.config import ConfigError, JobConfig
 from workbench.records import of_kind
-from workbench.training.evaluation import evaluate
+from workbench.training.results import evaluate
 from workbench.training.setup import build
 from workbench.training.sharding import eval_shard, holdout_split
 from workbench.training.synchronizer import Synchronizer

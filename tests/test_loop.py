@@ -13,7 +13,7 @@ from torch import nn
 from workbench.config import JobConfig
 from workbench.training.loop import steps_to_run, train_step
 from workbench.training.synchronizer import Synchronizer
-from workbench.training.timing import StepTimer, WallClock
+from workbench.training.timing import WallClock
 
 
 def model_and_batch(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
@@ -24,12 +24,12 @@ def model_and_batch(seed: int = 0) -> tuple[nn.Module, torch.Tensor, torch.Tenso
 
 def step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, k: int, b: int) -> tuple:
     """One `train_step` of plain SGD (lr 0.1) on k micro-batches of b; returns what it
-    returned, the marks its timer took and how often it called the lab's hook."""
+    returned, the marks its clock took and how often it called the lab's hook."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    timer, hooked = StepTimer(WallClock()), []
-    outs, losses = train_step(model, optimizer, Synchronizer(), x, y, k, b, timer,
-                              contextlib.nullcontext, lambda: hooked.append(1))
-    return torch.cat(outs), sum(losses), len(timer.marks), len(hooked)
+    hooked: list[int] = []
+    outs, losses, marks = train_step(model, optimizer, Synchronizer(), x, y, k, b, WallClock(),
+                                     contextlib.nullcontext, lambda: hooked.append(1))
+    return torch.cat(outs), sum(losses), len(marks), len(hooked)
 
 
 def test_the_step_is_sgd_and_k_micro_batches_step_like_one_batch_of_k_b() -> None:
@@ -112,11 +112,10 @@ def test_the_ddp_clock_keeps_only_the_hook_of_the_gradient_computed_last(tmp_pat
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
         for k in (1, 2, 1, 3):
             order.clear()
-            timer = StepTimer(sync.clock)
-            train_step(ddp, optimizer, sync, x, y, k, len(y) // k, timer,
-                       contextlib.nullcontext, lambda: None)
+            _, _, marks = train_step(ddp, optimizer, sync, x, y, k, len(y) // k, sync.clock,
+                                     contextlib.nullcontext, lambda: None)
             assert [p is order[-1] for p in sync.hooks] == [True], k
-            assert timer.marks[0] < sync.ready <= sync.returned <= timer.marks[1], k
+            assert marks[0] < sync.ready <= sync.returned <= marks[1], k
             assert sync.backward_wait_s()() == sync.returned - sync.ready
     finally:
         dist.destroy_process_group()

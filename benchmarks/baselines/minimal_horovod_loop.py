@@ -17,7 +17,7 @@ from torch import nn
 from workbench.config import PRESETS, JobConfig
 from workbench.data import load_dataset
 from workbench.models import build_model
-from workbench.training.placement import pin_cpu
+from workbench.training.setup import pin_cpu
 from workbench.training.sharding import epoch_order, shard, steps_per_epoch
 
 cfg = JobConfig(**{**PRESETS[sys.argv[1]], "epochs": int(sys.argv[2]), "threads_per_rank": 1})

@@ -100,7 +100,7 @@ def test_a_rank_that_fails_by_hand_leaves_a_failed_summary_naming_it(engine, ran
     if engine == "torch":  # torchrun's own failure report, from the error file it reads
         assert "InjectedFault" in out[out.rindex("FAILED"):], out[-3000:]
     assert record.summary["status"] == "failed" and failure["rank"] == failing, failure
-    assert "InjectedFault" in failure["error"] and "maybe_fail" in failure["traceback"]
+    assert "InjectedFault" in failure["error"] and "before_step" in failure["traceback"]
     exits = {p.name: json.loads(p.read_text()) for p in (record.run_dir / "exit").iterdir()}
     assert sorted(exits) == [f"rank{r}.json" for r in range(ranks)]
     assert not any(e["ok"] for e in exits.values()), exits

@@ -24,12 +24,10 @@ import torch.distributed as dist
 from workbench.data_parallel.buckets import Bucket, make_buckets
 from workbench.models import make_optimizer
 from workbench.rank.context import from_rank0, job_config, job_record, run_main
-from workbench.training.checkpoint import restore
-from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.naive_rank import broadcast_parameters
-from workbench.training.placement import pin_cpu
-from workbench.training.setup import build
+from workbench.training.results import evaluate_and_save, restore
+from workbench.training.setup import build, pin_cpu
 from workbench.training.synchronizer import Synchronizer
 
 

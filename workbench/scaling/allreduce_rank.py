@@ -35,7 +35,7 @@ import time
 import torch
 
 from workbench.rank.context import this_rank
-from workbench.training.placement import pick_device
+from workbench.training.setup import pick_device
 
 
 class Collective:

@@ -28,10 +28,9 @@ from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero_rank import ZeroSync
 from workbench.training.ddp_rank import join
-from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
-from workbench.training.placement import pin_cpu
-from workbench.training.setup import build
+from workbench.training.results import evaluate_and_save
+from workbench.training.setup import build, pin_cpu
 
 
 class FSDPSync(ZeroSync):

@@ -29,11 +29,10 @@ from workbench.sharded.traffic import Traffic
 from workbench.sharded.zero1 import Zero1Optimizer
 from workbench.sharded.zero2 import Zero2Optimizer
 from workbench.training.ddp_rank import join
-from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
 from workbench.training.naive_rank import broadcast_parameters
-from workbench.training.placement import pin_cpu
-from workbench.training.setup import build
+from workbench.training.results import evaluate_and_save
+from workbench.training.setup import build, pin_cpu
 from workbench.training.synchronizer import Synchronizer
 
 STAGES = {"zero1": Zero1Optimizer, "zero2": Zero2Optimizer}

@@ -1,6 +1,6 @@
 """How often to checkpoint: the time saving costs against the work a failure loses.
 
-Notebook 03 weighs it after a job has lost a rank and resumed (training/checkpoint.py).
+Notebook 03 weighs it after a job has lost a rank and resumed (training/results.py).
 """
 
 from __future__ import annotations

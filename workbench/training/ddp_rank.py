@@ -27,28 +27,18 @@ from workbench.rank.context import from_rank0, job_config, job_record, run_main
 from workbench.rank.protocol import launcher_identity
 from workbench.sharded.memory import Footprint
 from workbench.sharded.traffic import SENDS
-from workbench.training.checkpoint import restore
-from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
-from workbench.training.placement import pick_device, pin_cpu
-from workbench.training.setup import build
+from workbench.training.results import evaluate_and_save, restore
+from workbench.training.setup import build, pick_device, pin_cpu
 from workbench.training.synchronizer import Synchronizer
 from workbench.training.timing import CudaClock, WallClock
 
 
 class DDPSync(Synchronizer):
     """DDP's own reducer averages the gradients (in C++, bucket by bucket, during
-    `backward()`); this times the wait it leaves and counts what it sends.
-
-    The wait: from the moment the backward pass has computed its last gradient (a hook on
-    each parameter's accumulated gradient; the last to fire marks it, before DDP launches
-    the last bucket) to the moment `backward()` returns, which DDP holds back until every
-    bucket is averaged (on a GPU: until the compute stream waits for NCCL's). The first
-    backward pass shows which gradient comes last (autograd's order is the same in every
-    pass of the same model); only its hook stays, as a Python call per parameter costs a
-    visible share of a millisecond's step. On a GPU the marks are CUDA events, read later
-    (timing.py's `StepLog`). The bytes: every step all-reduces each gradient once, in DDP's
-    buckets (in bf16 under `bf16_hook`).
+    `backward()`); this times the wait it leaves, from the backward pass's last gradient to
+    `backward()`'s return (how: docs/ARCHITECTURE.md), and counts what it sends: each
+    gradient all-reduced once a step, in DDP's buckets (in bf16 under `bf16_hook`).
     """
 
     def __init__(self, model: nn.Module, clock: WallClock | CudaClock, compress: bool) -> None:
@@ -82,9 +72,6 @@ class DDPSync(Synchronizer):
         self.left, self.ready = len(self.hooks), None
         yield
         self.returned = self.clock.mark()
-
-    def synced_bytes(self) -> int | None:
-        return self.bytes
 
     def sent_bytes(self) -> int:
         """What a ring all-reduce of the gradients sends from this rank (traffic.py)."""

@@ -20,11 +20,9 @@ import torch
 
 from workbench.models import make_optimizer
 from workbench.rank.context import job_config, job_record, run_main
-from workbench.training.checkpoint import restore
-from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
-from workbench.training.placement import pick_device, pin_cpu
-from workbench.training.setup import build
+from workbench.training.results import evaluate_and_save, restore
+from workbench.training.setup import build, pick_device, pin_cpu
 from workbench.training.synchronizer import Synchronizer
 
 
@@ -46,10 +44,6 @@ class HorovodSync(Synchronizer):
 
     def wait_for_gradients(self, optimizer: hvd.DistributedOptimizer) -> None:
         optimizer.synchronize()  # blocks until every gradient's allreduce is done
-
-    def synced_bytes(self) -> int | None:
-        """Bytes of gradients handed to allreduce in a step."""
-        return self.bytes
 
     def stepping(self, optimizer: hvd.DistributedOptimizer) -> AbstractContextManager[Any]:
         return optimizer.skip_synchronize()

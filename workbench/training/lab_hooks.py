@@ -17,15 +17,6 @@ class InjectedFault(RuntimeError):
     """The failure `fail_rank`/`fail_at_step` asked for: this rank stops, as if it crashed."""
 
 
-def maybe_fail(cfg: JobConfig, rank: int, step: int) -> None:
-    """Raise `InjectedFault` on rank `fail_rank` at step `fail_at_step` (counted from the
-    start of the job, across epochs and resumes); do nothing otherwise."""
-    if cfg.fail_at_step and rank == cfg.fail_rank and step == cfg.fail_at_step:
-        raise InjectedFault(f"rank {rank} failed on purpose at step {step} (--fail-rank "
-                            f"{cfg.fail_rank} --fail-at-step {cfg.fail_at_step}); continue "
-                            "from its last checkpoint with `workbench run --resume RUN_ID`")
-
-
 class LabHooks:
     """The labs' additions to each step of one rank (see the module docstring)."""
 
@@ -35,12 +26,16 @@ class LabHooks:
         self.warmup_steps = cfg.warmup_epochs * steps_per_epoch
         self.start_lr = warmup_start(cfg, ranks)
 
-    def before_step(self, global_step: int) -> None:
-        """Fail here if the job asks to; set the step's learning rate during a warm-up."""
-        maybe_fail(self.cfg, self.rank, global_step)
-        if self.cfg.warmup_epochs:
-            set_lr(self.optimizer, warmup_lr(self.cfg.lr, global_step, self.warmup_steps,
-                                             self.start_lr))
+    def before_step(self, step: int) -> None:
+        """Fail here if the job asks to (`step` counts from the job's start, across epochs
+        and resumes); set the step's learning rate during a warm-up."""
+        cfg = self.cfg
+        if cfg.fail_at_step and self.rank == cfg.fail_rank and step == cfg.fail_at_step:
+            raise InjectedFault(f"rank {self.rank} failed on purpose at step {step} (--fail-rank "
+                                f"{cfg.fail_rank} --fail-at-step {cfg.fail_at_step}); continue "
+                                "from its last checkpoint with `workbench run --resume RUN_ID`")
+        if cfg.warmup_epochs:
+            set_lr(self.optimizer, warmup_lr(cfg.lr, step, self.warmup_steps, self.start_lr))
 
     def after_backward(self) -> None:
         """Between backward and the gradients' wait: a straggler computes longer, and every

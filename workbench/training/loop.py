@@ -24,13 +24,12 @@ from torch import nn
 from workbench.config import JobConfig
 from workbench.hosts.cpu import cpu_budget
 from workbench.rank.protocol import RankContext
-from workbench.training.checkpoint import save
-from workbench.training.evaluation import evaluate
 from workbench.training.lab_hooks import LabHooks
+from workbench.training.results import evaluate, save
 from workbench.training.setup import Batches, ModelAndData
 from workbench.training.sharding import epoch_order, shard, steps_per_epoch
 from workbench.training.synchronizer import Synchronizer
-from workbench.training.timing import StepLog, StepTimer
+from workbench.training.timing import CudaClock, StepLog, WallClock
 
 
 def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimizer,
@@ -43,7 +42,7 @@ def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimize
     steps = steps_to_run(ctx, n_train)
     lab = LabHooks(cfg, ctx.rank, ctx.size, steps, optimizer)
     announce_ready(ctx, setup, steps)
-    timer, log, held_out = StepTimer(setup.clock), StepLog(ctx, setup.clock), None
+    log, held_out = StepLog(ctx, setup.clock), None
     precision = functools.partial(autocast, cfg, setup.device)
     for epoch in range(setup.first_epoch, cfg.epochs):
         # Where the samples live (on a GPU: one copy an epoch, not one that waits each step).
@@ -54,13 +53,13 @@ def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimize
                 global_step = epoch * steps + step
                 lab.before_step(global_step)         # a fault on purpose, a warm-up's rate
                 x, y = batches(shard(order, step, ctx.rank, ctx.size, k * b))
-                outs, losses = train_step(model, optimizer, sync, x, y, k, b, timer,
-                                          precision, lab.after_backward)
+                outs, losses, marks = train_step(model, optimizer, sync, x, y, k, b,
+                                                 setup.clock, precision, lab.after_backward)
                 synced = sync.synced_bytes()     # counted on the host: nothing to wait for
                 log.add({"time": round(ctx.now(), 6), "epoch": epoch, "step": global_step,
-                         "samples": len(y), **sync.footprint(),
+                         "samples": len(y), **sync.measure(),
                          **({} if synced is None else {"synced_bytes": synced})},
-                        outs, losses, y, timer.marks, sync.backward_wait_s())
+                        outs, losses, y, marks, sync.backward_wait_s())
         finally:                                     # every step's line, even on a fault
             loss_sum, correct = log.close()
         elapsed = time.perf_counter() - epoch_start  # training only: evaluation comes after
@@ -70,15 +69,15 @@ def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimize
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Synchronizer,
-               xs: torch.Tensor, ys: torch.Tensor, k: int, b: int, timer: StepTimer,
+               xs: torch.Tensor, ys: torch.Tensor, k: int, b: int, clock: WallClock | CudaClock,
                precision: Callable[[], AbstractContextManager[Any]],
-               after_backward: Callable[[], None]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+               after_backward: Callable[[], None]) -> tuple[list, list, list]:
     """One step of synchronous data-parallel SGD, the whole of it, on this rank's k·b
     samples `xs`, `ys` (k micro-batches of b); returns the outputs and the losses of the
-    micro-batches (the step's loss is their sum). The timer marks the end of the backward
-    passes (compute), of the wait for the averaged gradients (synchronization not hidden
-    behind backward) and of the update."""
-    timer.start()
+    micro-batches (the step's loss is their sum) and the clock's marks: the start, the end
+    of the backward passes (compute), of the wait for the averaged gradients
+    (synchronization not hidden behind backward) and of the update."""
+    marks = [clock.mark()]
     optimizer.zero_grad()
     outs, losses = [], []
     # k micro-batches of b, whose gradients add up (one: the batch itself, no views to make)
@@ -93,13 +92,13 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Synchro
         outs.append(out.detach())
         losses.append(loss.detach())
     after_backward()                     # (a straggler lab's slow rank computes longer)
-    timer.mark()
+    marks.append(clock.mark())
     sync.wait_for_gradients(optimizer)   # Horovod, naive: the averages arrive here
-    timer.mark()
+    marks.append(clock.mark())
     with sync.stepping(optimizer):
         optimizer.step()                 # the same update on every rank
-    timer.mark()
-    return outs, losses
+    marks.append(clock.mark())
+    return outs, losses, marks
 
 
 def autocast(cfg: JobConfig, device: torch.device) -> AbstractContextManager[Any]:

@@ -19,11 +19,9 @@ import torch.distributed as dist
 from workbench.models import make_optimizer
 from workbench.rank.context import from_rank0, job_config, job_record, run_main
 from workbench.synchronization.ring_allreduce import dist_ring_allreduce
-from workbench.training.checkpoint import restore
-from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
-from workbench.training.placement import pin_cpu
-from workbench.training.setup import build
+from workbench.training.results import evaluate_and_save, restore
+from workbench.training.setup import build, pin_cpu
 from workbench.training.synchronizer import Synchronizer
 
 
@@ -37,19 +35,15 @@ class NaiveSync(Synchronizer):
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.sent = 0  # bytes all-reduced in the last step
 
     def wait_for_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        self.sent = 0
+        self.bytes = 0  # all-reduced in this step
         for group in optimizer.param_groups:
             for param in group["params"]:
                 if param.grad is not None:
                     dist_ring_allreduce(param.grad)  # the sum over the ranks, in place
                     param.grad.div_(self.size)       # ... and the mean
-                    self.sent += param.grad.numel() * param.grad.element_size()
-
-    def synced_bytes(self) -> int | None:
-        return self.sent
+                    self.bytes += param.grad.numel() * param.grad.element_size()
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
         return dist_ring_allreduce(values)

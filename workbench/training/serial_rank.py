@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from workbench.models import make_optimizer
 from workbench.rank.context import job_config, job_record, run_main
-from workbench.training.checkpoint import restore
-from workbench.training.evaluation import evaluate_and_save
 from workbench.training.loop import train
-from workbench.training.placement import pick_device, pin_cpu
-from workbench.training.setup import build
+from workbench.training.results import evaluate_and_save, restore
+from workbench.training.setup import build, pick_device, pin_cpu
 from workbench.training.synchronizer import Synchronizer
 
 

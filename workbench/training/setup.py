@@ -1,4 +1,4 @@
-"""What a rank builds before it trains: the data, the model, the device and the clock.
+"""What a rank builds before it trains: its device and cores, the data, the model, the clock.
 
 Every rank builds the same model from the job's seed (no broadcast is needed to start
 equal) and holds every sample once; sharding.py says which it trains on (docs/ARCHITECTURE.md).
@@ -6,6 +6,7 @@ equal) and holds every sample once; sharding.py says which it trains on (docs/AR
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from dataclasses import dataclass, field
@@ -16,9 +17,43 @@ from torch import nn
 
 from workbench.config import JobConfig
 from workbench.data import Dataset, load_dataset
+from workbench.hosts.cpu import cpu_budget
 from workbench.models import build_model
 from workbench.training.sharding import holdout_split
-from workbench.training.timing import CudaClock, WallClock, clock_for
+from workbench.training.timing import CudaClock, WallClock
+
+
+def pick_device(device: str, local_rank: int) -> torch.device:
+    """The device of this rank: the CPU, or GPU number `local_rank` of its host.
+
+    The launcher has checked that a host runs no more ranks than it has GPUs (NCCL needs
+    one GPU per rank). For "cpu" torch.cuda is never called: a CPU rank must not create a
+    CUDA context (its launcher also hid the GPUs with CUDA_VISIBLE_DEVICES="").
+    """
+    if device == "auto":     # a rank module started by hand, without the launcher's check
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def pin_cpu(cfg: JobConfig, local_rank: int) -> None:
+    """Give this rank its intra-op threads and, with ``cpu_bind="core"``, its own cores.
+
+    Rank r of a host takes ``threads`` cores starting at r × threads, wrapping around when
+    ranks outnumber cores, like ``mpirun --bind-to core`` (the job's cores: launch/cores.py).
+    Every thread is bound, the engine's communication threads included; why bind at all:
+    docs/ARCHITECTURE.md, "The engines' rank modules".
+    """
+    threads = cfg.resolved_threads()
+    if cfg.cpu_bind == "core" and cfg.world_size > 1 and hasattr(os, "sched_setaffinity"):
+        cores = cpu_budget().cores  # the job's own cores, else the host's
+        mine = {cores[(local_rank * threads + i) % len(cores)] for i in range(threads)}
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(ProcessLookupError):  # the thread ended meanwhile
+                os.sched_setaffinity(int(tid), mine)
+    torch.set_num_threads(threads)
 
 
 @dataclass
@@ -48,13 +83,9 @@ ON_GPU_MAX_SHARE = 0.25
 class Batches:
     """Gathers this rank's batch (sample indices -> inputs, labels) on the training device.
 
-    On the CPU it is plain indexing. On a GPU a small dataset lives on the GPU (and so do
-    the indices: loop.py moves each epoch's order there); a large one stays in host memory,
-    and each batch is gathered into a page-locked ("pinned") buffer, from which the copy to
-    the GPU runs asynchronously (`non_blocking`): from ordinary pageable memory CUDA would
-    first copy it to a pinned buffer itself, and the host would wait. A new buffer each
-    step, from PyTorch's caching host allocator, which hands a buffer out again only once
-    the copy from it is done: the host runs steps ahead of the GPU (loop.py).
+    On the CPU, and for a small dataset kept on the GPU, it is plain indexing; a large one
+    stays in host memory and each batch is gathered into a page-locked buffer that is copied
+    asynchronously (why: docs/ARCHITECTURE.md, "The engines' rank modules").
     """
 
     def __init__(self, data: Dataset, device: torch.device) -> None:
@@ -89,5 +120,6 @@ def build(cfg: JobConfig, device: torch.device) -> ModelAndData:
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, tuple(data.x.shape[1:]), data.n_classes, cfg.width)
     train_idx, val_idx = holdout_split(len(data), cfg.seed, cfg.val_fraction)
+    clock = CudaClock() if device.type == "cuda" else WallClock()  # the one that measures it
     return ModelAndData(data, model.to(device=device, dtype=dtype), device, train_idx, val_idx,
-                        clock=clock_for(device))
+                        clock=clock)

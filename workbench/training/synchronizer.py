@@ -1,8 +1,6 @@
-"""What an engine adds to the training loop: how the gradients are averaged over the ranks.
-
-The loop (loop.py) is the same for every engine; each rank module hands it a `Synchronizer`,
-and this base class is the serial engine's. Lesson 02 (notebooks/02) reads it; the engines
-compared: docs/ARCHITECTURE.md, "The engines' rank modules".
+"""What an engine adds to the training loop (loop.py): how the gradients are averaged over
+the ranks. This base class is the serial engine's; the engines compared: docs/ARCHITECTURE.md,
+"The engines' rank modules".
 """
 
 from __future__ import annotations
@@ -19,6 +17,12 @@ class Synchronizer:
     """No synchronization: the serial engine. Each engine overrides what it needs; it is
     given the optimizer the loop steps with, and holds none of its own."""
 
+    #: Bytes of gradients this rank all-reduces in a step, where the engine counts them.
+    bytes: int | None = None
+    #: Bytes held in parameters, gradients, optimizer state, and sent since the last step,
+    #: where the engine measures them (sharded/memory.py's `Footprint`): on every "step" line.
+    measure: Callable[[], dict[str, int]] = dict
+
     def wait_for_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Return once every gradient of `optimizer`'s parameters is averaged over the ranks
         (nothing to do here: one rank's gradients are already the average)."""
@@ -28,9 +32,8 @@ class Synchronizer:
         return nullcontext()
 
     def backward_wait_s(self) -> Callable[[], float]:
-        """Seconds the last backward pass itself was blocked on communication (DDP), else 0:
-        a function called once the step's clock has settled: on a GPU the marks are CUDA
-        events that complete only when the GPU gets there (timing.py)."""
+        """Seconds the last backward pass itself was blocked on communication (DDP), else 0,
+        as a function called once the step's clock has settled (timing.py)."""
         return lambda: 0.0
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
@@ -44,12 +47,4 @@ class Synchronizer:
 
     def synced_bytes(self) -> int | None:
         """Bytes of gradients this rank all-reduced in the last step, where the engine counts."""
-        return None
-
-    #: Measures what the rank holds and sends (workbench/sharded/memory.py's `Footprint`),
-    #: where the engine sets one: its figures join every "step" line.
-    measure: Callable[[], dict[str, int]] | None = None
-
-    def footprint(self) -> dict[str, int]:
-        """Bytes held in parameters, gradients, optimizer state, and sent since the last step."""
-        return self.measure() if self.measure else {}
+        return self.bytes

@@ -1,8 +1,7 @@
 """Timing a step: how long a rank computed, and how long it then waited for gradients.
 
-The wall clock on the CPU; on a GPU, which runs asynchronously, CUDA events on its own
-timeline, read with the step lines, later (`StepLog`; see `CudaClock`). A `StepTimer` marks
-the clock between the lines of `loop.train_step`. See docs/ARCHITECTURE.md.
+The wall clock on the CPU, CUDA events on a GPU, read later with the step lines (`StepLog`).
+Why: docs/ARCHITECTURE.md, "The engines' rank modules".
 """
 
 from __future__ import annotations
@@ -24,22 +23,15 @@ class WallClock:
         return time.perf_counter()
 
     def settle(self, _mark: Any) -> None:
-        """Nothing to wait for on the CPU."""
+        pass  # what the CPU did is done
 
     def seconds(self, start: Any, end: Any) -> float:
         return end - start
 
 
 class CudaClock:
-    """Marks are CUDA events, timed by the GPU itself.
-
-    Why not the wall clock: `loss.backward()` returns as soon as its kernels are queued, so
-    host time says nothing about GPU work, and `torch.cuda.synchronize()` waits for *every*
-    stream, NCCL's included, so it would count queued allreduces as compute. An event
-    records when the GPU reached that point of its stream; `settle()` waits for one event
-    (not the whole device), once for many steps, when later steps are queued (`StepLog`),
-    so the GPU computes while the host waits.
-    """
+    """Marks are CUDA events, timed by the GPU itself: host time says nothing of queued
+    kernels, and `torch.cuda.synchronize()` would wait for NCCL's stream too."""
 
     what = "CUDA events (GPU timeline)"
 
@@ -55,25 +47,6 @@ class CudaClock:
         return start.elapsed_time(end) / 1000.0   # elapsed_time is in milliseconds
 
 
-def clock_for(device: torch.device) -> WallClock | CudaClock:
-    """The clock that measures work on `device` honestly."""
-    return CudaClock() if device.type == "cuda" else WallClock()
-
-
-class StepTimer:
-    """Four clock marks per step: start, backward done, gradients averaged, step done."""
-
-    def __init__(self, clock: WallClock | CudaClock) -> None:
-        self.clock = clock
-        self.marks: list[Any] = []
-
-    def start(self) -> None:
-        self.marks = [self.clock.mark()]
-
-    def mark(self) -> None:
-        self.marks.append(self.clock.mark())
-
-
 def split(clock: WallClock | CudaClock, marks: list[Any], backward_wait_s: float,
           ) -> dict[str, float]:
     """A step's times from its settled marks, in seconds: `step_time_s`, `compute_s`
@@ -87,13 +60,10 @@ def split(clock: WallClock | CudaClock, marks: list[Any], backward_wait_s: float
 
 
 class StepLog:
-    """A rank's step lines, computed and written together every `every_s` seconds.
-
-    Reading a step's loss, right answers or clock on a GPU waits for the GPU to get there,
-    and a few tensor operations per step cost a visible share of a millisecond's step. So
-    a step only leaves its tensors and marks here; every `every_s` the log queues the right
-    answers of all the steps since, in one operation, and their copy to the host, then
-    writes the lines it queued the time before, whose copy (and clock) is done by then.
+    """A rank's step lines, computed and written together every `every_s` seconds: each
+    time it queues, in one operation, the losses and right answers of the steps since and
+    their copy to the host, and writes those it queued the time before, whose copy (and
+    clock) is done by then; no step waits for the GPU (docs/ARCHITECTURE.md).
     """
 
     #: Seconds between writes: a live chart is up to twice that behind.

@@ -15,7 +15,7 @@ each gradient with an allreduce written in Python (notebook 04 builds it), one t
 another. No buckets, no overlap:
 """),
     code(r"""
-source("workbench.training.naive_rank", ("class NaiveSync", "    def synced_bytes"))
+source("workbench.training.naive_rank", ("class NaiveSync", "    def allreduce_sum"))
 """),
     md(r"""
 DDP packs the gradients into buckets and allreduces each bucket while `backward()` is still

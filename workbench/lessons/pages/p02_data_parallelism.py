@@ -146,8 +146,7 @@ allreduces that `backward()` started, and `optimizer.step()` then runs inside
 source("workbench.training.loop", ("def train_step", "def autocast"))
 """),
     code(r"""
-source("workbench.training.horovod_rank", ("class HorovodSync", "    def synced_bytes"),
-       ("    def stepping", "    def allreduce_sum"))
+source("workbench.training.horovod_rank", ("class HorovodSync", "    def allreduce_sum"))
 """),
     md(r"""
 Horovod's documentation (`docs/pytorch.rst` and the README) lists six steps:

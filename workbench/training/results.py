@@ -1,17 +1,23 @@
-"""The held-out evaluation every rank joins, and the results rank 0 saves at the end.
+"""What a run keeps: the held-out evaluation every rank joins, the checkpoints rank 0 saves
+and a resumed job restores, and, at the end, model.pt and result.json.
 
-Each rank evaluates its slice of the samples training never sees, a batch at a time, and
-one allreduce adds up the ranks' loss sums and counts. See docs/ARCHITECTURE.md.
+Each rank evaluates its slice of the samples training never sees, and one allreduce adds up
+the ranks' sums. `workbench run --resume RUN_ID` continues from a checkpoint's next epoch to
+the same final parameters as a run never interrupted; how often to save:
+synchronization/checkpoint_interval.py (Young's formula). Why: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from workbench.rank.protocol import RankContext
+from workbench.records.resume import CHECKPOINT
 from workbench.records.store import atomic_file
 from workbench.training.setup import ModelAndData
 from workbench.training.sharding import eval_shard
@@ -39,6 +45,37 @@ def evaluate(ctx: RankContext, setup: ModelAndData, sync: Synchronizer) -> dict[
     model.train(was_training)
     loss_sum, correct, count = sync.allreduce_sum(totals.to(device)).cpu().tolist()
     return {"val_loss": loss_sum / count, "val_accuracy": correct / count}
+
+
+def save(ctx: RankContext, model: nn.Module, optimizer: torch.optim.Optimizer,
+         epochs_done: int, steps_done: int) -> None:
+    """Rank 0 writes checkpoint.pt atomically and records how long saving took (seconds)."""
+    if ctx.rank != 0:
+        return
+    start = time.perf_counter()
+    state = {"epochs_done": epochs_done, "steps_done": steps_done,
+             "seed": ctx.config.seed, "world_size": ctx.size,
+             "batch_size": ctx.config.batch_size,
+             "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+             "optimizer": optimizer.state_dict()}
+    with atomic_file(ctx.run_dir / CHECKPOINT) as f:
+        torch.save(state, f)
+    ctx.metric("event", message="checkpoint", epochs_done=epochs_done, steps_done=steps_done,
+               save_s=time.perf_counter() - start)
+
+
+def restore(ctx: RankContext, model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Load the checkpoint `resume` names (if any) into `model` and `optimizer`, on every
+    rank; return the first epoch still to run (0 without resume)."""
+    if not ctx.config.resume:
+        return 0
+    path = Path(ctx.config.resume) / CHECKPOINT
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    ctx.metric("event", message="resumed", run_dir=str(path.parent),
+               epochs_done=state["epochs_done"], steps_done=state["steps_done"])
+    return int(state["epochs_done"])
 
 
 def evaluate_and_save(ctx: RankContext, setup: ModelAndData, sync: Synchronizer,
