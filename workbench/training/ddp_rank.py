@@ -38,8 +38,7 @@ class DDPSync(Synchronizer):
     """DDP's own reducer averages the gradients (in C++, bucket by bucket, during
     `backward()`); this times the wait it leaves, from the backward pass's last gradient to
     `backward()`'s return (how: docs/ARCHITECTURE.md), and counts what it sends: each
-    gradient all-reduced once a step, in DDP's buckets (in bf16 under `bf16_hook`).
-    """
+    gradient all-reduced once a step, in DDP's buckets (in bf16 under `bf16_hook`)."""
 
     def __init__(self, model: nn.Module, clock: WallClock | CudaClock, compress: bool) -> None:
         self.clock, self.world = clock, dist.get_world_size()
@@ -93,9 +92,8 @@ def bf16_hook(_state, bucket):  # no annotations: DDP checks them, and ours are 
 
 
 def join(cfg: JobConfig, local_rank: int) -> torch.device:
-    """Take this rank's device, then join the process group: gloo on CPUs, NCCL on GPUs.
-    `device_id=` tells NCCL our GPU now, so it builds its communicator at once (an error
-    shows here, not at the first allreduce) and never guesses the GPU."""
+    """Take this rank's device, then join the process group: gloo on CPUs, NCCL on GPUs,
+    told our GPU (`device_id=`) so that an error shows here, not at the first allreduce."""
     device = pick_device(cfg.device, local_rank)
     timeout = datetime.timedelta(seconds=cfg.stall_timeout)
     if device.type == "cuda":

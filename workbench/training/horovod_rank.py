@@ -30,11 +30,9 @@ class HorovodSync(Synchronizer):
     """Horovod's wrapped optimizer averages the gradients; this says when to wait for them.
 
     `hvd.DistributedOptimizer` starts an allreduce for each gradient as soon as `backward()`
-    produces it. `synchronize()` waits until all of them are done; `step()` would call it
-    again, and after an explicit `synchronize()` Horovod warns and allreduces a second
-    time, so the step runs inside `skip_synchronize()`. The loop times the wait, so on a GPU
-    it ends once `synchronize()` has returned, that is once the NCCL allreduces are done.
-    """
+    produces it; `synchronize()` waits until all of them are done (on a GPU: the NCCL
+    allreduces). `step()` would call it again, and after an explicit `synchronize()` Horovod
+    warns and allreduces a second time, so the step runs inside `skip_synchronize()`."""
 
     def __init__(self, model: torch.nn.Module, fp16: bool) -> None:
         # Every gradient once per step (with `backward_passes_per_step`: after the last

@@ -1,8 +1,7 @@
 """What the labs add to a training step, kept outside `loop.train_step`: a failure on
-purpose (`fail_rank`, `fail_at_step`: notebook 03), a learning-rate warm-up
-(`warmup_epochs`: the linear scaling rule, notebook 06 and exercise 9) and a slow rank
-(`straggler_rank`, `straggler_delay`: notebook 03). See docs/ARCHITECTURE.md.
-"""
+purpose (`fail_rank`, `fail_at_step`: notebook 03), a learning-rate warm-up (`warmup_epochs`:
+the linear scaling rule, notebook 06 and exercise 9) and a slow rank (`straggler_rank`,
+`straggler_delay`: notebook 03). See docs/ARCHITECTURE.md."""
 
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ class LabHooks:
             set_lr(self.optimizer, warmup_lr(cfg.lr, step, self.warmup_steps, self.start_lr))
 
     def after_backward(self) -> None:
-        """Between backward and the gradients' wait: a straggler computes longer, and every
-        other rank waits for it."""
+        """Before the gradients' wait: a straggler computes longer; every other rank waits."""
         if self.cfg.straggler_delay and self.rank == self.cfg.straggler_rank:
             time.sleep(self.cfg.straggler_delay)
 

@@ -4,8 +4,7 @@
 
 The engines differ only in their `Synchronizer` (synchronizer.py). With `accumulate` k > 1
 a step runs k micro-batches, each loss divided by k, and only the last backward pass
-synchronizes. Each step records its compute and unhidden wait, written later with others
-(timing.py's StepLog). Why: docs/ARCHITECTURE.md, "The engines' rank modules".
+synchronizes (docs/ARCHITECTURE.md, "The engines' rank modules").
 """
 
 from __future__ import annotations
@@ -34,14 +33,20 @@ from workbench.training.timing import CudaClock, StepLog, WallClock
 
 def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimizer,
           sync: Synchronizer) -> dict[str, float] | None:
-    """Run `cfg.epochs` epochs of synchronous data-parallel SGD on this rank's shards;
+    """Run `cfg.epochs` epochs of synchronous data-parallel SGD on this rank's shards, each
+    followed by its "epoch" line, and by the held-out evaluation and the checkpoint when due;
     return the held-out metrics of the last epoch if it was evaluated, else None."""
     cfg, model = ctx.config, setup.model
     k, b = cfg.accumulate, cfg.batch_size   # k micro-batches of b samples per step
     batches, n_train = Batches(setup.data, setup.device), len(setup.train_idx)
     steps = steps_to_run(ctx, n_train)
     lab = LabHooks(cfg, ctx.rank, ctx.size, steps, optimizer)
-    announce_ready(ctx, setup, steps)
+    ctx.metric("event", message="ready", steps_per_epoch=steps, epochs=cfg.epochs,
+               device=str(setup.device), timing=setup.clock.what,
+               threads=torch.get_num_threads(), cores=cpu_budget().cores,
+               train_samples=n_train, val_samples=len(setup.val_idx),
+               cuda_initialized=torch.cuda.is_initialized(),
+               cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
     log, held_out = StepLog(ctx, setup.clock), None
     precision = functools.partial(autocast, cfg, setup.device)
     for epoch in range(setup.first_epoch, cfg.epochs):
@@ -63,8 +68,14 @@ def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimize
         finally:                                     # every step's line, even on a fault
             loss_sum, correct = log.close()
         elapsed = time.perf_counter() - epoch_start  # training only: evaluation comes after
-        held_out = end_epoch(ctx, setup, sync, optimizer, epoch, steps,
-                             {"loss": loss_sum / steps, "correct": correct, "seconds": elapsed})
+        due = cfg.eval_every and (epoch + 1) % cfg.eval_every == 0
+        held_out = evaluate(ctx, setup, sync) if due else None
+        samples = steps * k * b                      # this rank's, this epoch
+        ctx.metric("epoch", epoch=epoch, loss=loss_sum / steps, accuracy=correct / samples,
+                   samples=samples, epoch_time_s=elapsed, samples_per_s=samples / elapsed,
+                   **(held_out or {}))
+        if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
+            save(ctx, setup.module, optimizer, epoch + 1, (epoch + 1) * steps)
     return held_out
 
 
@@ -112,8 +123,7 @@ def autocast(cfg: JobConfig, device: torch.device) -> AbstractContextManager[Any
 
 
 def steps_to_run(ctx: RankContext, n_train: int) -> int:
-    """Steps per epoch: every rank takes the same number (see sharding.py), at most
-    `max_steps`."""
+    """Steps per epoch: the same on every rank (sharding.py), at most `max_steps`."""
     cfg = ctx.config
     steps = steps_per_epoch(n_train, ctx.size, cfg.batch_size * cfg.accumulate)
     if steps == 0:
@@ -122,30 +132,3 @@ def steps_to_run(ctx: RankContext, n_train: int) -> int:
                          f"{cfg.batch_size}: lower --batch-size, --accumulate or --np")
     return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
-
-def announce_ready(ctx: RankContext, setup: ModelAndData, steps: int) -> None:
-    """The "ready" event: training starts, and what it runs on (see ARCHITECTURE.md)."""
-    ctx.metric("event", message="ready", steps_per_epoch=steps, epochs=ctx.config.epochs,
-               device=str(setup.device), timing=setup.clock.what,
-               threads=torch.get_num_threads(), cores=cpu_budget().cores,
-               train_samples=len(setup.train_idx), val_samples=len(setup.val_idx),
-               cuda_initialized=torch.cuda.is_initialized(),
-               cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
-
-
-def end_epoch(ctx: RankContext, setup: ModelAndData, sync: Synchronizer,
-              optimizer: torch.optim.Optimizer, epoch: int, steps: int,
-              trained: dict[str, float]) -> dict[str, float] | None:
-    """Evaluate when due, write the "epoch" line, checkpoint when due; return the held-out
-    metrics if evaluated. `trained`: the epoch's mean `loss`, `correct` count, `seconds`."""
-    cfg, samples = ctx.config, steps * ctx.config.batch_size * ctx.config.accumulate
-    held_out = None
-    if cfg.eval_every and (epoch + 1) % cfg.eval_every == 0:
-        held_out = evaluate(ctx, setup, sync)
-    ctx.metric("epoch", epoch=epoch, loss=trained["loss"],
-               accuracy=trained["correct"] / samples, samples=samples,
-               epoch_time_s=trained["seconds"], samples_per_s=samples / trained["seconds"],
-               **(held_out or {}))
-    if cfg.checkpoint_every and (epoch + 1) % cfg.checkpoint_every == 0:
-        save(ctx, setup.module, optimizer, epoch + 1, (epoch + 1) * steps)
-    return held_out

@@ -5,8 +5,7 @@ One rank of a naive data-parallel job, started by `torchrun`: by the workbench
 Data parallelism from notebook 04's ring allreduce and nothing else: once `backward()` has
 returned, each gradient in turn is summed around the ring and divided by the ranks (like
 picotron's `DataParallelNaive`). Exact, and slower than DDP and Horovod: no overlap, no
-buckets, one Python message at a time (docs/ARCHITECTURE.md, "The engines' rank modules").
-CPUs only, over gloo.
+buckets, one Python message at a time (docs/ARCHITECTURE.md); CPUs only, over gloo.
 """
 
 from __future__ import annotations
@@ -27,11 +26,9 @@ from workbench.training.synchronizer import Synchronizer
 
 class NaiveSync(Synchronizer):
     """Average every gradient of the optimizer's parameters with our own ring allreduce,
-    one tensor at a time, after the backward pass.
-
-    Every rank walks the parameters in the same order (the optimizer's groups, built the
-    same way on every rank), so the k-th ring of one rank meets the k-th ring of the others.
-    """
+    one tensor at a time, after the backward pass. Every rank walks the parameters in the
+    same order (the optimizer's groups, built the same way on every rank), so the k-th ring
+    of one rank meets the k-th ring of the others."""
 
     def __init__(self, size: int) -> None:
         self.size = size

@@ -1,10 +1,7 @@
 """What a run keeps: the held-out evaluation every rank joins, the checkpoints rank 0 saves
-and a resumed job restores, and, at the end, model.pt and result.json.
-
-Each rank evaluates its slice of the samples training never sees, and one allreduce adds up
-the ranks' sums. `workbench run --resume RUN_ID` continues from a checkpoint's next epoch to
-the same final parameters as a run never interrupted; how often to save:
-synchronization/checkpoint_interval.py (Young's formula). Why: docs/ARCHITECTURE.md.
+and `workbench run --resume RUN_ID` restores (to the same final parameters as a run never
+interrupted; how often to save: synchronization/checkpoint_interval.py, Young's formula),
+and, at the end, model.pt and result.json. Why: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -25,11 +22,9 @@ from workbench.training.synchronizer import Synchronizer
 
 
 def evaluate(ctx: RankContext, setup: ModelAndData, sync: Synchronizer) -> dict[str, float]:
-    """{"val_loss", "val_accuracy"} on the held-out samples; every rank must call it.
-
-    Sums, not means, are added across ranks, because the slices may differ in size by one
-    sample: [loss sum, correct, count] in float64, one allreduce.
-    """
+    """{"val_loss", "val_accuracy"} on the held-out samples; every rank must call it. Sums,
+    not means, are added (the slices may differ by a sample): [loss sum, correct, count] in
+    float64, one allreduce."""
     model, data, device = setup.module, setup.data, setup.device
     mine = eval_shard(setup.val_idx, ctx.rank, ctx.size)
     totals = torch.zeros(3, dtype=torch.float64)
@@ -80,10 +75,17 @@ def restore(ctx: RankContext, model: nn.Module, optimizer: torch.optim.Optimizer
 
 def evaluate_and_save(ctx: RankContext, setup: ModelAndData, sync: Synchronizer,
                       held_out: dict[str, float] | None = None) -> None:
-    """Evaluate (unless `train` just did; every rank must call it); rank 0 then writes
-    model.pt and result.json (`final_loss`, `final_accuracy`: on the held-out samples)."""
+    """Evaluate (unless `train` just did) and gather a parameter sharded between the ranks
+    (a DTensor, as FSDP2 keeps them): every rank must call it. Rank 0 then writes model.pt
+    and result.json (`final_loss`, `final_accuracy`: on the held-out samples)."""
     held_out = held_out or evaluate(ctx, setup, sync)
-    state = full_state(setup.module)  # every rank: gathering sharded parameters is collective
+    # Imported only where it is already loaded (FSDP2 loads it): its import takes seconds.
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    state = {}
+    for name, value in setup.module.state_dict().items():
+        if dtensor is not None and isinstance(value, dtensor.DTensor):
+            value = value.full_tensor()
+        state[name] = value.detach().cpu()
     if ctx.rank != 0:
         return
     with atomic_file(ctx.run_dir / "model.pt") as f:
@@ -92,15 +94,3 @@ def evaluate_and_save(ctx: RankContext, setup: ModelAndData, sync: Synchronizer,
                       "final_accuracy": held_out["val_accuracy"],
                       "val_samples": len(setup.val_idx)})
 
-
-def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The model's whole state_dict on the CPU. A parameter sharded between the ranks (a
-    DTensor, as FSDP2 keeps them) is all-gathered first, so every rank must call this."""
-    # Imported only where it is already loaded (FSDP2 loads it): its import takes seconds.
-    dtensor = sys.modules.get("torch.distributed.tensor")
-    state = {}
-    for name, value in model.state_dict().items():
-        if dtensor is not None and isinstance(value, dtensor.DTensor):
-            value = value.full_tensor()
-        state[name] = value.detach().cpu()
-    return state

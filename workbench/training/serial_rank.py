@@ -1,9 +1,8 @@
 """python -m workbench.training.serial_rank
 
-The sequential baseline: the same loop as the distributed engines, in one process
-(`workbench run --engine serial`; by hand with any flag of `workbench run`, recording in
-./runs). With `--batch-size N·b` it follows exactly the trajectory of N data-parallel
-ranks with batch b. See docs/ARCHITECTURE.md.
+The sequential baseline, the distributed engines' loop in one process (`workbench run
+--engine serial`, or by hand with its flags, recording in ./runs): with `--batch-size N·b`
+it follows exactly the trajectory of N data-parallel ranks with batch b (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations

@@ -24,12 +24,9 @@ from workbench.training.timing import CudaClock, WallClock
 
 
 def pick_device(device: str, local_rank: int) -> torch.device:
-    """The device of this rank: the CPU, or GPU number `local_rank` of its host.
-
-    The launcher has checked that a host runs no more ranks than it has GPUs (NCCL needs
-    one GPU per rank). For "cpu" torch.cuda is never called: a CPU rank must not create a
-    CUDA context (its launcher also hid the GPUs with CUDA_VISIBLE_DEVICES="").
-    """
+    """The CPU, or GPU number `local_rank` of its host (the launcher checked there is one
+    per rank, as NCCL needs). A CPU rank never calls torch.cuda: it must create no CUDA
+    context (its launcher also hid the GPUs with CUDA_VISIBLE_DEVICES="")."""
     if device == "auto":     # a rank module started by hand, without the launcher's check
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
@@ -39,13 +36,9 @@ def pick_device(device: str, local_rank: int) -> torch.device:
 
 
 def pin_cpu(cfg: JobConfig, local_rank: int) -> None:
-    """Give this rank its intra-op threads and, with ``cpu_bind="core"``, its own cores.
-
-    Rank r of a host takes ``threads`` cores starting at r × threads, wrapping around when
-    ranks outnumber cores, like ``mpirun --bind-to core`` (the job's cores: launch/cores.py).
-    Every thread is bound, the engine's communication threads included; why bind at all:
-    docs/ARCHITECTURE.md, "The engines' rank modules".
-    """
+    """Give this rank its intra-op threads and, with ``cpu_bind="core"``, its own cores: rank
+    r of a host takes ``threads`` of the job's cores from r × threads on, wrapping around,
+    like ``mpirun --bind-to core``. Every thread is bound (why: docs/ARCHITECTURE.md)."""
     threads = cfg.resolved_threads()
     if cfg.cpu_bind == "core" and cfg.world_size > 1 and hasattr(os, "sched_setaffinity"):
         cores = cpu_budget().cores  # the job's own cores, else the host's
@@ -75,18 +68,14 @@ class ModelAndData:
         return getattr(self.model, "module", self.model)
 
 
-#: A dataset smaller than this share of the GPU's memory is copied onto the GPU once, so a
-#: step gathers its batch there and nothing crosses PCIe while training.
+#: A dataset under this share of the GPU's memory is copied there once: no batch crosses PCIe.
 ON_GPU_MAX_SHARE = 0.25
 
 
 class Batches:
-    """Gathers this rank's batch (sample indices -> inputs, labels) on the training device.
-
-    On the CPU, and for a small dataset kept on the GPU, it is plain indexing; a large one
-    stays in host memory and each batch is gathered into a page-locked buffer that is copied
-    asynchronously (why: docs/ARCHITECTURE.md, "The engines' rank modules").
-    """
+    """Gathers this rank's batch (sample indices -> inputs, labels) on the training device:
+    plain indexing, or for a dataset too large for the GPU a page-locked buffer copied there
+    asynchronously (why: docs/ARCHITECTURE.md)."""
 
     def __init__(self, data: Dataset, device: torch.device) -> None:
         self.device, self.x, self.y = device, data.x, data.y
@@ -97,8 +86,7 @@ class Batches:
             self.x, self.y = self.x.to(device), self.y.to(device)
 
     def __call__(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The samples `idx`, which lie where the dataset does (loop.py moves each epoch's
-        order there)."""
+        """The samples `idx`, which lie where the dataset does (loop.py puts them there)."""
         if self.x.device == self.device:     # the CPU, or a dataset that lives on the GPU
             return self.x[idx], self.y[idx]
         x = torch.empty((len(idx), *self.x.shape[1:]), dtype=self.x.dtype, pin_memory=True)
@@ -120,6 +108,5 @@ def build(cfg: JobConfig, device: torch.device) -> ModelAndData:
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, tuple(data.x.shape[1:]), data.n_classes, cfg.width)
     train_idx, val_idx = holdout_split(len(data), cfg.seed, cfg.val_fraction)
-    clock = CudaClock() if device.type == "cuda" else WallClock()  # the one that measures it
     return ModelAndData(data, model.to(device=device, dtype=dtype), device, train_idx, val_idx,
-                        clock=clock)
+                        clock=CudaClock() if device.type == "cuda" else WallClock())

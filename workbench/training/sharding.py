@@ -1,10 +1,8 @@
-"""How the samples of an epoch are split between ranks.
-
-Every rank draws the same seeded permutation for epoch `e`, cut into global batches of
-`world_size × batch_size`; rank `r` takes the `r`-th slice of each. Averaging the slices'
-gradients gives the gradient of the mean loss over the global batch, so N ranks with batch
-b take the same steps as one process with batch N·b (an incomplete last global batch is
-dropped in both). See docs/ARCHITECTURE.md.
+"""How the samples of an epoch are split between ranks: every rank draws the same seeded
+permutation for epoch `e`, cut into global batches of `world_size × batch_size`; rank `r`
+takes the `r`-th slice of each. Averaging the slices' gradients gives the gradient of the
+mean loss over the global batch, so N ranks with batch b take the same steps as one process
+with batch N·b (an incomplete last global batch is dropped in both). docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -31,12 +29,9 @@ def shard(order: torch.Tensor, step: int, rank: int, world_size: int,
 
 
 def holdout_split(n_samples: int, seed: int, fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(train, validation) sample indices: `fraction` of the samples, drawn with `seed`, held out.
-
-    The same on every rank and in every run with this seed (a resumed run holds out the
-    same samples). Accuracy on samples the model was fitted to rewards memorising, not
-    learning. With `fraction` 0 the validation indices are the training indices.
-    """
+    """(train, validation) sample indices: `fraction` of the samples, drawn with `seed`, held
+    out, the same on every rank and run (a resumed one too): accuracy on samples the model
+    was fitted to rewards memorising. With `fraction` 0 both are every sample."""
     n_val = round(n_samples * fraction)
     if n_val == 0:
         every = torch.arange(n_samples)

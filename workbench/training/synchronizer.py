@@ -1,7 +1,5 @@
 """What an engine adds to the training loop (loop.py): how the gradients are averaged over
-the ranks. This base class is the serial engine's; the engines compared: docs/ARCHITECTURE.md,
-"The engines' rank modules".
-"""
+the ranks. This base class is the serial engine's (docs/ARCHITECTURE.md compares them)."""
 
 from __future__ import annotations
 
@@ -25,7 +23,7 @@ class Synchronizer:
 
     def wait_for_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Return once every gradient of `optimizer`'s parameters is averaged over the ranks
-        (nothing to do here: one rank's gradients are already the average)."""
+        (here at once: one rank's gradients are already the average)."""
 
     def stepping(self, optimizer: torch.optim.Optimizer) -> AbstractContextManager[Any]:
         """The context `optimizer.step()` runs in (Horovod: skip a second allreduce)."""

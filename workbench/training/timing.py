@@ -1,8 +1,6 @@
-"""Timing a step: how long a rank computed, and how long it then waited for gradients.
-
-The wall clock on the CPU, CUDA events on a GPU, read later with the step lines (`StepLog`).
-Why: docs/ARCHITECTURE.md, "The engines' rank modules".
-"""
+"""Timing a step: how long a rank computed, and how long it then waited for gradients; the
+wall clock on the CPU, CUDA events on a GPU, read later with the step lines (`StepLog`).
+Why: docs/ARCHITECTURE.md, "The engines' rank modules"."""
 
 from __future__ import annotations
 
@@ -60,11 +58,9 @@ def split(clock: WallClock | CudaClock, marks: list[Any], backward_wait_s: float
 
 
 class StepLog:
-    """A rank's step lines, computed and written together every `every_s` seconds: each
-    time it queues, in one operation, the losses and right answers of the steps since and
-    their copy to the host, and writes those it queued the time before, whose copy (and
-    clock) is done by then; no step waits for the GPU (docs/ARCHITECTURE.md).
-    """
+    """A rank's step lines, every `every_s` seconds: it queues the losses and right answers
+    of the steps since (one operation) and their copy to the host, and writes those queued
+    the time before, whose copy and clock are done by then: no step waits for the GPU."""
 
     #: Seconds between writes: a live chart is up to twice that behind.
     every_s = 0.5
@@ -78,8 +74,7 @@ class StepLog:
     def add(self, fields: dict[str, Any], outs: list[torch.Tensor],
             losses: list[torch.Tensor], y: torch.Tensor, marks: list[Any],
             backward_wait_s: Callable[[], float]) -> None:
-        """A step: its line's `fields` so far, its micro-batches' outputs and losses, its
-        labels, its clock marks and the reader of its wait inside backward."""
+        """A step: its line's fields, outputs, losses, labels, marks and wait in backward."""
         self.steps.append((fields, outs, losses, y, marks, backward_wait_s))
         if time.monotonic() - self.last >= self.every_s:
             self.write()
@@ -108,8 +103,8 @@ class StepLog:
         self.correct += sum(right.tolist())
 
     def close(self) -> tuple[float, int]:
-        """Write every line (at the epoch's end, or a failure); return the sums of their
-        losses and right answers since the last `close()`."""
+        """Write every line (at an epoch's end, or a failure); return their summed losses and
+        right answers since the last `close()`."""
         self.write()
         self.queue()
         self.write()
