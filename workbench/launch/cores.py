@@ -62,34 +62,29 @@ def settings() -> Settings:
 def open_folder(folder: Path) -> int:
     """A descriptor of `folder` (made 1777 if missing), each folder on its path opened
     without following a link, and refused in one line if another user could swap its files."""
-    real = Path(os.path.realpath(folder))
+    real, fd = Path(os.path.realpath(folder)), -1
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open("/", _DIR)
-    except OSError as err:
-        raise ConfigError(f"cannot share cores through {folder} ({err.strerror}): {_FIX}") from None
-    try:
         for i, part in enumerate(real.parts[1:], start=2):
             made = False
             if i == len(real.parts):
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o700, dir_fd=fd)  # no one else's until its mode is set
                     made = True
-            child = os.open(part, _DIR, dir_fd=fd)
-            os.close(fd)
-            fd = child
+            fd, parent = os.open(part, _DIR, dir_fd=fd), fd
+            os.close(parent)
             if made:
                 os.fchmod(fd, 0o1777)
-            problem = folder_problem(os.fstat(fd))
-            if problem:
+            if problem := folder_problem(os.fstat(fd)):
                 raise ConfigError(f"cannot share cores through {folder}: "
                                   f"{Path(*real.parts[:i])} {problem}: {_FIX}")
-    except OSError as err:
-        os.close(fd)
-        raise ConfigError(f"cannot share cores through {folder} ({err.strerror}; a link is "
-                          f"not followed): {_FIX}") from None
-    except BaseException:
-        os.close(fd)
+    except BaseException as err:
+        if fd >= 0:
+            os.close(fd)
+        if isinstance(err, OSError):
+            raise ConfigError(f"cannot share cores through {folder} ({err.strerror}; no link "
+                              f"on its path is followed): {_FIX}") from None
         raise
     return fd
 
@@ -182,7 +177,8 @@ class Ticket:
         self.cores: list[int] | None = None   # once granted: the cores ([] = unbound)
         self.warning: str | None = None       # once granted without cores of its own: why
         self.reason = "its turn"
-        self._position, self._released, self._locks, self._fd = 0, False, [], -1
+        self.position = 0                     # in the queue, from 1; 0 once granted
+        self._released, self._locks, self._fd = False, [], -1
         self._guard = threading.Lock()        # poll() and release(), one at a time
         if run_id is not None:  # else the job joins once its run has a name
             self.join(run_id)
@@ -212,13 +208,8 @@ class Ticket:
     def granted(self) -> bool:
         return self.cores is not None
 
-    @property
-    def position(self) -> int:
-        return 0 if self.granted else self._position
-
     def poll(self) -> bool:
-        """Take the cores if this job's turn has come; True once granted (never after
-        `release()`)."""
+        """Take the cores if this job's turn has come; True once granted, never after release()."""
         with self._guard:
             if self.granted or self._released:
                 return self.granted and not self._released
@@ -240,7 +231,7 @@ class Ticket:
         held_back = lambda uid: limit and running[uid] >= limit  # noqa: E731
         ahead = [e for e in waiting[:mine] if not held_back(e.uid)
                  and not (self.n_cores == 0 and e.uid != me)]
-        self._position = mine + 1
+        self.position = mine + 1
         if ahead:
             self.reason = f"its turn: {len(ahead)} job(s) asked first, {ahead[0]} the first"
             return False
@@ -261,8 +252,7 @@ class Ticket:
                 if fd is not None:
                     self._locks.append((core, fd))
         if len(self._locks) < need:
-            busy = [f"core {c}: {claimed[c]}" if c in claimed else
-                    f"core {c}: {core_holder(self._folder, c)}"
+            busy = [f"core {c}: {claimed.get(c) or core_holder(self._folder, c)}"
                     for c in host if c not in dict(self._locks)]
             self._unlock()
             if self.sharing.when_busy == "queue":
@@ -274,7 +264,7 @@ class Ticket:
         elif self.n_cores > need:
             self.warning = (f"this job needs {self.n_cores} cores and the host has {need}: it "
                             "takes them all, and its ranks share them")
-        self.cores = [c for c, _ in self._locks]
+        self.cores, self.position = [c for c, _ in self._locks], 0
         self._write(cores=self.cores)
         granted = f"run-{self._name[5:]}"
         os.rename(self._name, granted, src_dir_fd=self._folder, dst_dir_fd=self._folder)

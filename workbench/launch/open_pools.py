@@ -17,10 +17,8 @@ POOLS: dict[tuple[str, int, str, str], Any] = {}
 
 def pool_for(cfg: JobConfig) -> Any | None:
     """The open pool of this process that can run the job `cfg` (`pool.why_not`)."""
-    for pool in list(POOLS.values()):
-        if pool.alive and not pool.failed and pool.why_not(cfg) is None:
-            return pool
-    return None
+    return next((pool for pool in list(POOLS.values())
+                 if pool.alive and not pool.failed and pool.why_not(cfg) is None), None)
 
 
 def running_pool(engine: str, np: int, runs_dir: str | Path = "runs",

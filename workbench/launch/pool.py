@@ -117,7 +117,7 @@ class Pool:
         self.np, self.engine, self.runs_dir = np, engine, runs_dir
         self.fields = {"runs_dir": runs_dir, "threads_per_rank": threads_per_rank,
                        "cpu_bind": cpu_bind, "launcher": launcher, **slurm}
-        JobConfig(engine=engine, np=np, **self.fields).validate()  # one line for bad input
+        self.cfg = JobConfig(engine=engine, np=np, **self.fields).validate()  # bad: one line
         self.restarts: list[str] = []   # why the ranks were restarted, oldest first
         self.failed: str | None = None  # why the pool can run nothing more, in one line
         self._lock = threading.RLock()
@@ -181,18 +181,16 @@ class Pool:
         """Why the (validated) job `cfg` cannot run on this pool; None if it can."""
         engine = ALL_ENGINES[cfg.engine]
         family = "torch" if isinstance(engine, TorchEngine) else engine.name
-        mine = JobConfig(engine=self.engine, np=self.np, **self.fields)
         if family != self.engine:
             return f"--engine {cfg.engine} is not launched by this {self.engine} pool's launcher"
         if cfg.world_size != self.np:
             return f"the job has {cfg.world_size} ranks and the pool {self.np}"
-        if cfg.resolved_threads() != mine.resolved_threads():
+        if cfg.resolved_threads() != self.cfg.resolved_threads():
             return (f"the job asks {cfg.resolved_threads()} threads per rank and the pool's "
-                    f"ranks have {mine.resolved_threads()}")
+                    f"ranks have {self.cfg.resolved_threads()}")
         if folder(cfg.runs_dir) != folder(self.runs_dir):
             return f"the job's runs folder is {cfg.runs_dir}, the pool's {self.runs_dir}"
-        changed = [f for f in AT_PROCESS_START if getattr(cfg, f) != getattr(mine, f)]
-        if changed:
+        if changed := [f for f in AT_PROCESS_START if getattr(cfg, f) != getattr(self.cfg, f)]:
             return f"the job sets {', '.join(changed)}, fixed when a rank's process starts"
         return None
 
@@ -201,7 +199,7 @@ class Pool:
         if not self.alive or self.failed:
             raise RuntimeError(self.failed or "this pool is closed: start another with "
                                "workbench.ranks()")
-        warm = WarmRanks(self._ranks, self.engine, self.np, kind, payload)
+        warm = WarmRanks(self._ranks, kind, payload)
         turn = Turn(self, warm)
         turn.job = Job(cfg, warm, turn)
         return turn.job
@@ -241,8 +239,8 @@ class Pool:
         return f"<Pool {self.engine} np={self.np} {state} ({self.job.run_id})>"
 
     def lost(self, ranks: _Ranks) -> None:
-        if self.warm is not None:
-            self.warm.lost()
+        if self.warm is not None:  # its call sees which rank was lost
+            self.warm.wake.set()
         if self.alive and ranks.ready.is_set():
             pids = ", ".join(f"rank {r} (pid {p})" for r, p in sorted(ranks.lost.items()))
             self.restart(f"lost {pids}", ranks)

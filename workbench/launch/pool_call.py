@@ -22,15 +22,14 @@ FINISH_S = 0.5
 
 
 class WarmRanks(Launcher):
-    """The launcher of one call of `kind` with `payload` on `ranks` (pool.py routes their
-    replies here: `replied`, `lost`)."""
+    """The launcher of one call of `kind` with `payload` on `ranks` (pool.py's `_Ranks`, which
+    route the ranks' replies here)."""
 
     durable = False  # the call's records are renamed into place, not fsynced
 
-    def __init__(self, ranks: Any, engine: str, world_size: int, kind: str,
-                 payload: bytes) -> None:  # `ranks`: pool.py's `_Ranks`
-        self.ranks, self.engine, self.world_size = ranks, engine, world_size
-        self.kind, self.payload = kind, payload
+    def __init__(self, ranks: Any, kind: str, payload: bytes) -> None:
+        self.ranks, self.kind, self.payload = ranks, kind, payload
+        self.engine, self.world_size = ranks.pool.engine, ranks.pool.np
         self.replies: dict[int, bool] = {}
         self.left: dict[int, list[str]] = {}   # rank: threads it left running
         self.wake = threading.Event()
@@ -42,17 +41,12 @@ class WarmRanks(Launcher):
         self.ranks.send_all({"op": "call", "id": id(self), "run_id": run_id, "kind": self.kind,
                              "dir": str(run_dir), "t0": time.time()}, self.payload)
 
-    # ------------------------------------------------------------------ told by the pool
     def replied(self, rank: int, ok: bool, left: list[str]) -> None:
         self.replies[rank] = ok
         if left:
             self.left[rank] = left
         self.wake.set()
 
-    def lost(self) -> None:
-        self.wake.set()
-
-    # ------------------------------------------------------------------ asked by the job
     def pause(self) -> None:
         self.wake.wait(POLL_S)
         self.wake.clear()

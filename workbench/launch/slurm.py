@@ -49,8 +49,7 @@ def available() -> str | None:
 
 def check(cfg: JobConfig) -> None:
     """Raise ConfigError (one line) if `cfg` cannot be submitted to this cluster."""
-    problem = available()
-    if problem:
+    if problem := available():
         raise ConfigError(f"--launcher slurm cannot run here: {problem}")
     if cfg.partition is None:
         return
@@ -110,7 +109,6 @@ def cancel_by_name(name: str, env: dict[str, str], timeout: float = 15.0) -> Non
         pass  # the controller is down: nothing more to do from here
 
 
-# ---------------------------------------------------------------------- watching
 class SlurmBatch(Launcher):
     """A batch job: `sbatch`ed, seen through Slurm's queue, ended with `scancel`; its exit
     code from `slurm/batch_exit.json` (accounting is often off) or `scontrol show job`."""
@@ -153,8 +151,7 @@ class SlurmBatch(Launcher):
         return "waiting for the scheduler" if self.reason == "None" else self.reason
 
     def exit_code(self, within_s: float = 0.0) -> int | None:
-        """None while Slurm lists the job as active (asked at most every QUERY_EVERY_S),
-        else its exit code."""
+        """None while Slurm lists the job as active (asked every QUERY_EVERY_S), else its code."""
         deadline = time.monotonic() + within_s
         while (rc := self._ask(now=within_s > 0)) is None and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -232,11 +229,8 @@ def queue_state(job_id: str) -> tuple[str, str] | None:
         return UNKNOWN
     if out.returncode != 0:
         return None if "Invalid job id" in out.stderr else UNKNOWN
-    line = out.stdout.strip()
-    if not line:
-        return None
-    state, _, reason = line.partition("|")
-    return state, reason
+    state, _, reason = out.stdout.strip().partition("|")
+    return (state, reason) if state else None
 
 
 def _final_state(job_id: str) -> dict[str, str]:
@@ -253,12 +247,8 @@ def _final_state(job_id: str) -> dict[str, str]:
 def run_status(run_dir: Path) -> str | None:
     """"pending (<reason>)" for a run whose Slurm job is queued now, else None."""
     job = read_json(Path(run_dir) / "slurm" / "job.json")
-    if not job:
-        return None
-    state = queue_state(str(job["slurm_job_id"]))
-    if state is None or state[0] != "PENDING":
-        return None
-    return f"pending ({state[1]})"
+    state = queue_state(str(job["slurm_job_id"])) if job else None
+    return f"pending ({state[1]})" if state and state[0] == "PENDING" else None
 
 
 def _batch_exit(run_dir: Path) -> dict[str, Any]:

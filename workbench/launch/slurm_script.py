@@ -37,15 +37,6 @@ def sbatch_options(cfg: JobConfig, run_id: str, run_dir: Path) -> list[str]:
     return opts + sbatch_args(cfg.sbatch_arg)
 
 
-def rank_command(cfg: JobConfig, module: str, args: list[str], run_dir: Path) -> str:
-    python = shlex.quote(sys.executable)  # the shared .venv's: same path on every node
-    task = f"bash {shlex.quote(str(run_dir / 'slurm' / 'task.sh'))}"
-    rank = f"{task} {python} -u -m {module} {shlex.join(args)}".rstrip()
-    srun = (f"srun --kill-on-bad-exit=1 --ntasks={cfg.world_size} "
-            f"--cpus-per-task={cfg.resolved_threads()}")
-    return ENGINES[cfg.engine].slurm_lines(cfg.world_size, srun, rank, python)
-
-
 BATCH_TEMPLATE = """\
 #!/bin/bash
 {options}
@@ -64,8 +55,7 @@ mkdir -p "$RUN_DIR/tasks"
 echo "slurm job $SLURM_JOB_ID on nodes $SLURM_JOB_NODELIST"
 {command}
 rc=$?
-# Accounting (sacct) may be off: keep our own record of how the job ended. Written aside and
-# renamed, as task.sh's: a reader never sees it half written, nor empty if Slurm kills us.
+# Our own record of the exit code (accounting may be off), renamed into place: never half written.
 echo "{{\\"rc\\": $rc, \\"time\\": $(date +%s.%N)}}" > "$RUN_DIR/slurm/batch_exit.json.tmp" \\
     && mv "$RUN_DIR/slurm/batch_exit.json.tmp" "$RUN_DIR/slurm/batch_exit.json"
 exit $rc
@@ -104,14 +94,18 @@ def write_scripts(cfg: JobConfig, run_id: str, run_dir: Path, module: str,
                               "holds a line break (a folder name?); a line break would become"
                               " a line of shell in job.sbatch")
     options = "\n".join(f"#SBATCH {shlex.quote(o)}" for o in opts)
+    python = shlex.quote(sys.executable)  # the shared .venv's: same path on every node
+    task = f"bash {shlex.quote(str(folder / 'task.sh'))}"
+    rank = f"{task} {python} -u -m {module} {shlex.join(args)}".rstrip()
+    srun = (f"srun --kill-on-bad-exit=1 --ntasks={cfg.world_size} "
+            f"--cpus-per-task={cfg.resolved_threads()}")
+    command = ENGINES[cfg.engine].slurm_lines(cfg.world_size, srun, rank, python)
     with atomic_file(script) as f:
-        f.write(BATCH_TEMPLATE.format(
-            options=options, run_id=run_id, script=script, run_dir=shlex.quote(str(run_dir)),
-            command=rank_command(cfg, module, args, run_dir)).encode())
+        f.write(BATCH_TEMPLATE.format(options=options, run_id=run_id, script=script,
+                                      run_dir=shlex.quote(str(run_dir)), command=command).encode())
     return script
 
 
-# ---------------------------------------------------------------------- horovodrun's -H
 def horovod_hosts(hostnames: list[str], tasks_per_node: str) -> str:
     """horovodrun's `-H` from the allocation's hosts and SLURM_TASKS_PER_NODE's compressed
     counts: (["a", "b", "c", "d"], "2(x3),1") -> 'a:2,b:2,c:2,d:1'."""

@@ -32,23 +32,22 @@ def free_port(host: str) -> int:
         out = subprocess.run(host_command(host, [sys.executable, "-c", FREE_PORT]),
                              capture_output=True, text=True, timeout=60,
                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise SystemExit(f"torch_hosts: cannot ask {host} for a free port: {err}") from None
-    words = out.stdout.split()
-    if out.returncode != 0 or not words or not words[-1].isdigit():
+        words = out.stdout.split() or ["none"]
+        if out.returncode == 0 and words[-1].isdigit():
+            return int(words[-1])
         why = (out.stderr.strip().splitlines() or [f"exit code {out.returncode}"])[-1]
-        raise SystemExit(f"torch_hosts: cannot ask {host} for a free port: {why}")
-    return int(words[-1])
+    except (OSError, subprocess.TimeoutExpired) as err:
+        why = str(err)
+    raise SystemExit(f"torch_hosts: cannot ask {host} for a free port: {why}")
 
 
 def allocate(hosts: str, np: int) -> list[tuple[str, int]]:
     """(host, ranks) in host order, filling each host's slots until `np` ranks are placed."""
     out, left = [], np
     for host, slots in parse_hosts(hosts).items():
-        if left == 0:
-            break
-        out.append((host, min(slots, left)))
-        left -= out[-1][1]
+        if left > 0:
+            out.append((host, min(slots, left)))
+            left -= out[-1][1]
     return out
 
 
