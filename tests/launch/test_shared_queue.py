@@ -204,6 +204,38 @@ def test_first_come_first_served_holds_against_a_ticket_dated_back(shared):
     assert other("poll", "late")[:2] == (True, [0])
 
 
+HOLD_A_TICKET = r"""
+import fcntl, os, sys
+fd = os.open(sys.argv[1] + "/wait-00000000000000ee", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+os.write(fd, sys.argv[2].encode())
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("content", ["{}", '{"run_id": "x"}', "[1]", "not json"])
+def test_a_live_ticket_that_names_no_run_holds_the_queue_up_and_breaks_no_one(shared, content):
+    """Another user's live ticket that says nothing readable (no run, no size, not JSON) is a
+    job ahead that asked for nothing, named by its user, not an error in every poll."""
+    folder, _ = shared
+    uid, gid = other_user()
+    holder = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                               "--", sys.executable, "-c", HOLD_A_TICKET, str(folder), content],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        mine = ticket("mine", 1)
+        assert not mine.poll() and mine.position == 2
+        assert f"{pwd.getpwuid(uid).pw_name}'s run ?" in mine.reason, mine.reason
+        assert [e["run_id"] for e in cores.snapshot()["waiting"]] == ["?", "mine"]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert mine.poll() and len(mine.cores) == 1
+    mine.release()
+
+
 @needs_two_cores
 def test_a_job_asking_more_cores_than_the_host_has_waits_its_turn(shared):
     """It takes every core once they are all free, saying so; it never skips the queue."""

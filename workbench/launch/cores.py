@@ -121,7 +121,7 @@ def tickets(folder_fd: int) -> list[Entry]:
                 fcntl.flock(file, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:  # its job holds it: alive
                 entry = Entry(name, st.st_uid, st.st_ctime_ns)
-                with contextlib.suppress(ValueError, TypeError, AttributeError):
+                with contextlib.suppress(ValueError, TypeError, AttributeError, LookupError):
                     asked = json.loads(file.read(MAX_TICKET_BYTES))
                     entry.run_id, entry.n_cores = str(asked["run_id"])[:80], int(asked["n_cores"])
                     entry.cores = [int(c) for c in asked.get("cores", [])][:4096]
