@@ -28,7 +28,6 @@ from workbench.records.private import folder_problem, user_name
 ENV_SHARED_DIR = "WORKBENCH_SHARED_DIR"
 ENV_WHEN_BUSY = "WORKBENCH_WHEN_BUSY"
 ENV_JOBS_PER_USER = "WORKBENCH_JOBS_PER_USER"
-WHEN_BUSY = ("queue", "unbound")
 TICKET = re.compile(r"(wait|run)-[0-9a-f]{16}")
 MAX_TICKET_BYTES = 4096
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -48,7 +47,7 @@ def settings() -> Settings:
     """The settings from the environment; a bad one is a one-line ConfigError."""
     folder = Path(os.environ.get(ENV_SHARED_DIR) or "/tmp/workbench-shared")
     when_busy = os.environ.get(ENV_WHEN_BUSY) or "queue"
-    if when_busy not in WHEN_BUSY:
+    if when_busy not in ("queue", "unbound"):
         raise ConfigError(f"invalid {ENV_WHEN_BUSY}={when_busy!r}: expected queue or unbound")
     on_a_hub = any(name.startswith("JUPYTERHUB_") for name in os.environ)
     limit = os.environ.get(ENV_JOBS_PER_USER) or ("1" if on_a_hub else "0")

@@ -56,8 +56,7 @@ class _Ranks:
                          daemon=True).start()
 
     def _accept(self) -> None:
-        """Take connections one at a time until every rank has proved itself and named its
-        rank; follow each in a thread of its own."""
+        """Take connections one at a time until every rank has proved itself and named itself."""
         while len(self.conns) < self.pool.np and not self.job.done:
             try:
                 conn = channel.accept(self.server, self.key)
@@ -205,8 +204,7 @@ class Pool:
         return turn.job
 
     def lend(self, engine: str, n_cores: int) -> Turn | None:
-        """A loan of this idle pool's cores to a job of `engine`'s launcher binding `n_cores`
-        (its calls then wait); else None."""
+        """A loan of this idle pool's cores to a job of its launcher binding `n_cores`, or None."""
         family = "torch" if isinstance(ALL_ENGINES[engine], TorchEngine) else engine
         with self._lock:
             if (family == self.engine and 0 < n_cores <= len(self.job.cores or [])

@@ -41,10 +41,9 @@ SBATCH_TIMEOUT_S = 60.0
 
 
 def available() -> str | None:
-    if shutil.which("sbatch") is None:
-        return ("`sbatch` is not on PATH (Slurm's client commands are missing): run on the "
-                "cluster's login node or JupyterHub, or try scripts/local_slurm.sh up")
-    return None
+    return None if shutil.which("sbatch") else (
+        "`sbatch` is not on PATH (Slurm's client commands are missing): run on the cluster's "
+        "login node or JupyterHub, or try scripts/local_slurm.sh up")
 
 
 def check(cfg: JobConfig) -> None:
@@ -115,7 +114,6 @@ class SlurmBatch(Launcher):
 
     def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
         self.cfg, self.module, self.args = cfg, module, args
-        self.world_size = cfg.world_size
         self.state, self.reason = "PENDING", "None"
         self.final: dict[str, str] = {}  # scontrol's JobState and ExitCode, once ended
         self._asked = 0.0
@@ -209,7 +207,7 @@ class SlurmBatch(Launcher):
 
     def undecided(self, exits: Exits, ranks: Ranks, since: float) -> bool:
         """A killed task's record may land moments after the peer error it caused."""
-        return len(exits) < self.world_size
+        return len(exits) < self.cfg.world_size
 
     def facts(self) -> dict[str, Any]:
         return {"slurm_job_id": self.job_id, "slurm_state": self.state}
