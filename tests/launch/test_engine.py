@@ -364,7 +364,7 @@ def test_four_jobs_at_once_find_free_ports_and_each_keeps_its_record_and_cores(t
 def test_metrics_reader_holds_back_a_partial_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"kind": "step", "a": 1}\n{"kind": "st')
-    reader = MetricsReader(path)
+    reader = MetricsReader(tmp_path)  # its metrics.jsonl: an older run folder's one file
     assert reader.read_new() == [{"kind": "step", "a": 1}]
     with open(path, "a") as f:
         f.write('ep", "a": 2}\n')
@@ -377,7 +377,7 @@ def test_metrics_reader_skips_and_counts_a_line_that_is_not_json_or_not_utf8(tmp
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"kind": "step", "a": 1}\n\xff\xfe not utf-8\nnot json\n'
                      b'{"kind": "step", "a": 2}\n')
-    reader = MetricsReader(path)
+    reader = MetricsReader(tmp_path)  # its metrics.jsonl: an older run folder's one file
     assert reader.read_new() == [{"kind": "step", "a": 1}, {"kind": "step", "a": 2}]
     assert reader.bad_lines == 2
     with open(path, "ab") as f:

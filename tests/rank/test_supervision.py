@@ -21,7 +21,7 @@ import pytest
 from workbench.cli import main as cli_main
 from workbench.launch import start_module
 from workbench.launch.processes import job_processes, rank_pids
-from workbench.records import MetricsReader, RunRecord, of_kind
+from workbench.records import RunRecord, of_kind
 
 SECRET = "wb-secret-7f3a9c"
 
@@ -173,7 +173,6 @@ def test_an_old_single_file_run_folder_still_loads(tmp_path):
     record = RunRecord(run)
     assert record.status == "succeeded"
     assert [r["step"] for r in of_kind(record.metrics(), "step")] == [0]
-    assert MetricsReader(run / "metrics.jsonl").all() == record.metrics()
 
 
 def test_a_run_whose_owner_died_is_listed_as_lost(tmp_path, modules, capsys, monkeypatch):

@@ -41,9 +41,9 @@ from workbench.records.liveness import (
     prepare_heartbeats,
     this_host,
 )
+from workbench.records.metrics import summary_of
 from workbench.records.private import load_own_pickle
 from workbench.records.store import atomic_file, make_folder
-from workbench.records.summary import summary_of
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
 QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come

@@ -1,11 +1,6 @@
-"""How a rank module finds its context: the one its launcher opened, or one it makes itself.
-
-Under the workbench's launcher the rank wrapper (wrapper.py) opened it before the module's
-first line. Under a plain launcher typed by hand (`torchrun ... -m workbench.training.ddp_rank
---epochs 1`) the flags of `workbench run` configure the rank, rank 0 makes the run folder
-and broadcasts its name, and `run_main` closes the context as `main` ends (rank 0 writes
-`summary.json`). A rank module's own lines: `cfg = job_config("torch")`, join the group,
-`ctx = job_record(cfg, share=from_rank0)`; and `run_main(main)`. See docs/ARCHITECTURE.md.
+"""How a rank module finds its context: the one its launcher opened, or, under a plain
+launcher typed by hand (`torchrun ... -m workbench.training.ddp_rank`), one it makes itself
+from `workbench run`'s flags. See docs/ARCHITECTURE.md, "The record of a run".
 """
 
 from __future__ import annotations
@@ -24,44 +19,35 @@ import psutil
 from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
 from workbench.flags import Parser, add_job_flags, config_from_args
-from workbench.rank.protocol import (
-    Ended,
-    RankContext,
-    attach,
-    current,
-    launcher_identity,
-)
-from workbench.records import (
-    MetricsReader,
-    new_run_dir,
-    read_json,
-    write_json_atomic,
-)
-from workbench.records.blame import culprit, exit_records, reported_failure
+from workbench.rank.protocol import Ended, RankContext, attach, current, launcher_identity
+from workbench.records import MetricsReader, new_run_dir, read_json, write_json_atomic
+from workbench.records.blame import culprit, exit_records, ranks_failure, reported_failure
 from workbench.records.liveness import known_ranks, owner_beat
+from workbench.records.metrics import summary_of
 from workbench.records.resume import apply_resume
-from workbench.records.summary import summary_of
 
 
 def job_config(engine: str) -> JobConfig:
     """The job's configuration: its launcher's `config.json`, or `workbench run`'s flags."""
     ctx = current()
-    if ctx is not None:
-        return ctx.config
-    return config_from_flags(engine, launcher_identity()[1])
+    return ctx.config if ctx is not None else config_from_flags(engine, launcher_identity()[1])
 
 
 def job_record(cfg: JobConfig, share: Callable[[Any], Any] | None = None) -> RankContext:
-    """This rank's context: its launcher's, or under a plain launcher a new run folder that
-    rank 0 makes and `share` (a broadcast from rank 0, once joined) tells the others."""
+    """Its launcher's context, or one in a run folder rank 0 makes and `share` tells the others."""
     ctx = current()
     if ctx is not None:
         return ctx
     rank, size, local_rank = launcher_identity()
     if share is None and size > 1:
         raise SystemExit(f"{size} ranks need a broadcast from rank 0 to share their run folder")
-    mine = {"run_dir": str(create_run(cfg)), "t0": psutil.Process().create_time()} \
-        if rank == 0 else None
+    mine = None
+    if rank == 0:
+        run_id, run_dir = new_run_dir(cfg.runs_dir, cfg.run_label)
+        write_json_atomic(run_dir / "config.json", cfg.to_dict())
+        owner_beat(run_dir)  # `workbench runs` says "running" while rank 0 lives, then "lost"
+        print(f"run {run_id} -> {run_dir}", flush=True)
+        mine = {"run_dir": str(run_dir), "t0": psutil.Process().create_time()}
     shared = share(mine) if share is not None else mine
     ctx = RankContext(Path(shared["run_dir"]), rank, size, local_rank, t0=float(shared["t0"]),
                       supervised=False)
@@ -89,8 +75,7 @@ def from_rank0(value: Any) -> Any:
 
 
 def config_from_flags(engine: str, size: int, argv: list[str] | None = None) -> JobConfig:
-    """The configuration from `workbench run`'s flags for `engine` on `size` ranks; a bad
-    flag exits with code 2 and one line, as the `workbench` command does."""
+    """`workbench run`'s flags for `engine` on `size` ranks; a bad one exits in one line."""
     parser = Parser(
         prog=f"python -m {ENGINES[engine].rank_module}",
         description="One rank of a training job, started without the workbench's launcher. "
@@ -107,17 +92,9 @@ def config_from_flags(engine: str, size: int, argv: list[str] | None = None) -> 
         parser.error(str(exc))  # exits
 
 
-def create_run(cfg: JobConfig) -> Path:
-    run_id, run_dir = new_run_dir(cfg.runs_dir, cfg.run_label)
-    write_json_atomic(run_dir / "config.json", cfg.to_dict())
-    owner_beat(run_dir)  # `workbench runs` says "running" while rank 0 lives, then "lost"
-    print(f"run {run_id} -> {run_dir}", flush=True)
-    return run_dir
-
-
 def run_main(main: Callable[[], Any]) -> None:
-    """Run a rank module's `main`; under a plain launcher, close the context `job_record`
-    opened with how it ended (`sys.exit(0)` is success): the exit record, rank 0's summary."""
+    """Run a rank module's `main`, then close the context `job_record` opened, if any, with
+    how it ended (`sys.exit(0)` is success): the exit record, rank 0's summary."""
     try:
         main()
     except BaseException as exc:
@@ -147,16 +124,14 @@ def _close_plain(exc: BaseException | None) -> None:
 
 
 def first_failure(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
-    """The failure a plain launch's summary names: the first, by records/blame.py's rule
-    (not rank 0 ended by SIGTERM in another's wake); else rank 0's own `exc`."""
-    records = exit_records(ctx.run_dir, ctx.size)
-    first = culprit(f for k, record in records.items()
-                    if (f := reported_failure(k, record, True, time.time())))
-    if first is None or first.rank == ctx.rank:
-        return {"rank": ctx.rank, "error": f"{type(exc).__name__}: {exc}",
-                "traceback": "".join(traceback.format_exception(exc))}
-    return {"rank": first.rank, "error": first.error,
-            "traceback": records[first.rank].get("traceback")}
+    """The first failure by blame.py's rule (not rank 0 ended in another's wake), else `exc`."""
+    exits = exit_records(ctx.run_dir, ctx.size)
+    failures = [f for k, record in exits.items()
+                if (f := reported_failure(k, record, True, time.time()))]
+    if failures and culprit(failures).rank != ctx.rank:
+        return ranks_failure(failures, exits)
+    return {"rank": ctx.rank, "error": f"{type(exc).__name__}: {exc}",
+            "traceback": "".join(traceback.format_exception(exc))}
 
 
 def write_summary(ctx: RankContext, exc: BaseException | None) -> None:

@@ -1,9 +1,6 @@
-"""Which rank a failed job blames: the one that failed first, on the watcher's clock.
-
-When one rank fails, the others follow within a fraction of a second (a broken connection,
-their launcher's SIGTERM): the first failure is the cause. One rule, `culprit`, decides it
-for the launcher's watcher, a plain launch's rank 0 and the labs; `exit_records` is the one
-reader of how ranks ended. The rule, case by case: docs/ARCHITECTURE.md, "Supervision".
+"""Which rank a failed job blames: the one that failed first, on the watcher's clock (one
+rule, `culprit`, for every watcher), and the one reader of how ranks ended (`exit_records`).
+The rule, case by case: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
@@ -58,8 +55,7 @@ def exit_records(run_dir: Path, world_size: int) -> dict[int, dict[str, Any]]:
 
 
 def reported_failure(rank: int, record: dict, local: bool, first_seen: float) -> Failure | None:
-    """The failure an exit record reports (None for success), at its own time if the rank
-    ran on the watcher's host (`local`: our clock), else at `first_seen`."""
+    """An exit record's failure (None: success), at its own time if `local`, else `first_seen`."""
     if record.get("ok"):
         return None
     kind = "ended" if record.get("ended_by") or record.get("unreadable") else "error"
@@ -107,21 +103,15 @@ def launcher_cause(log_tail: str) -> str | None:
     return None
 
 
-def launcher_tail(text: str, last: int = 20) -> str:
-    """The last lines the ranks wrote into a launcher log, without horovodrun's closing one."""
-    lines = text.splitlines()
-    ranks = [i for i, line in enumerate(lines) if _RANK_PREFIX.match(line)]
-    if ranks:
-        lines = lines[:ranks[-1] + 1]
-    return "\n".join(lines[-last:])
-
-
 def failure_log(run_dir: Path, rank: int | None) -> dict[str, str]:
     """The failed rank's last log lines (`log_tail`, `log`); the launcher's when the rank's
-    log is empty (it died before redirecting its output)."""
+    log is empty (it died before redirecting its output), up to the ranks' last line there
+    (horovodrun's closing one names no cause)."""
     record = RunRecord(run_dir)
-    if rank is not None:
-        tail = record.log(rank, last=20)
-        if tail.strip():
-            return {"log_tail": tail, "log": f"rank{rank}.log"}
-    return {"log_tail": launcher_tail(record.log("launcher", last=200)), "log": "launcher.log"}
+    tail = record.log(rank, last=20) if rank is not None else ""
+    if tail.strip():
+        return {"log_tail": tail, "log": f"rank{rank}.log"}
+    lines = record.log("launcher", last=200).splitlines()
+    ranks = [i for i, line in enumerate(lines) if _RANK_PREFIX.match(line)]
+    lines = lines[:ranks[-1] + 1] if ranks else lines
+    return {"log_tail": "\n".join(lines[-20:]), "log": "launcher.log"}

@@ -1,11 +1,6 @@
-"""Who is alive: pid files with their host, and heartbeats in the shared run folder.
-
-A pid means something only on its own host, so it is written beside the host's name and
-checked only there. Across hosts, the processes of a job watch each other through files
-they rewrite about once a second: `heartbeat/owner` (the job's owner: "run" or "stop") and
-`heartbeat/rank<k>` (a rank's host and pid, then its exit record). Staleness is counted on
-the reader's own monotonic clock, not counting time it could not look; nothing is judged
-from a folder listing (NFS may cache one). Why: docs/ARCHITECTURE.md, "Supervision".
+"""Who is alive: pid files with their host (a pid is checked only there), and heartbeats in
+the run folder, whose staleness is counted on the reader's monotonic clock, never from a
+folder listing (NFS). Why: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
@@ -33,7 +28,6 @@ def this_host() -> str:
     return socket.gethostname()
 
 
-# ---------------------------------------------------------------------- pid files
 def write_pid_file(path: Path) -> None:
     """Write "<pid> <host>" (the host tells readers where the pid means something)."""
     with open(open_file(path, os.O_WRONLY | os.O_TRUNC), "w") as f:
@@ -60,25 +54,21 @@ def started(pid: int | None = None) -> float:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:
         raise psutil.NoSuchProcess(pid) from None
-    except OSError:  # no /proc (macOS): the wall clock's answer
+    except OSError:  # no /proc, or not ours to read: the wall clock's answer
         return psutil.Process(pid).create_time()
     ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "(comm)" start at 3
     return round(ticks / os.sysconf("SC_CLK_TCK"), 2)
 
 
 def process_alive(pid: int, created: float | None = None) -> bool:
-    """True while `pid` runs on this host, not a zombie (and, if given, was `started()` at
-    `created`: not a reused pid)."""
+    """Whether `pid` runs here, not a zombie, and if given `started()` at `created` (not reused)."""
     try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return created is None or abs(started(pid) - created) < 0.05
+        return (psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                and (created is None or abs(started(pid) - created) < 0.05))
     except psutil.Error:
         return False
 
 
-# ---------------------------------------------------------------------- heartbeats
 def heartbeat_path(run_dir: Path, name: str) -> Path:
     return Path(run_dir) / "heartbeat" / name
 
@@ -123,8 +113,8 @@ class Staleness:
         self.changed_at = self._looked = time.monotonic()
 
     def age(self) -> float:
-        """Seconds since the file's content last changed, not counting gaps over
-        `HELD_UP_S` between looks (while a file server stalls, no heartbeat can change)."""
+        """Seconds since the file last changed, less gaps over `HELD_UP_S` between looks (while
+        a file server stalls, no heartbeat can change)."""
         try:
             text = self.path.read_text()
         except OSError:
@@ -138,19 +128,16 @@ class Staleness:
         return now - self.changed_at
 
 
-def owner_status(run_dir: Path) -> str:
-    """"alive" or "gone": the owner's pid on its host, elsewhere its heartbeat's mtime."""
+def owner_alive(run_dir: Path) -> bool:
+    """Whether a job's owner lives: its pid on its host, elsewhere its heartbeat's mtime."""
     path = heartbeat_path(run_dir, "owner")
     info = read_beat(path)
-    if info is None:
-        return "gone"
-    if info.get("host") == this_host():
-        return "alive" if process_alive(int(info["pid"]), info.get("created")) else "gone"
+    if info is not None and info.get("host") == this_host():
+        return process_alive(int(info["pid"]), info.get("created"))
     try:
-        age = time.time() - path.stat().st_mtime
+        return info is not None and time.time() - path.stat().st_mtime < 3 * OWNER_STALE_S
     except OSError:
-        return "gone"
-    return "alive" if age < 3 * OWNER_STALE_S else "gone"
+        return False
 
 
 def known_ranks(run_dir: Path, world_size: int) -> dict[int, tuple[int, str]]:

@@ -1,14 +1,16 @@
-"""Reading a run's metrics while they are still being written.
-
-Each rank appends its own `metrics/rank<k>.jsonl` (one writer per file: NFS). The reader
-merges them (and an older run's one `metrics.jsonl`), returns only new lines each call,
-and leaves an unfinished last line for the next. See docs/ARCHITECTURE.md.
+"""A run's metrics, read while they are still being written (each rank appends its own
+`metrics/rank<k>.jsonl`, one writer per file: NFS), and what they add up to: the figures of
+`summary.json`, one arithmetic for its two writers (launch/job.py, rank/context.py). Times in
+seconds since launch. See docs/ARCHITECTURE.md, "The record of a run".
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import platform
 import threading
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -23,15 +25,10 @@ def metrics_path(run_dir: Path, rank: int) -> Path:
 
 
 class MetricsReader:
-    """Incremental, thread-safe reader of a run's metrics (a job's watcher and the user's
-    code may share one). `source`: a run folder, or its old `metrics.jsonl` file."""
+    """Incremental, thread-safe reader of a run folder's metrics (shared by watcher and user)."""
 
-    def __init__(self, source: str | Path) -> None:
-        source = Path(source)
-        if source.suffix == ".jsonl":
-            self.run_dir, self._legacy = source.parent, source
-        else:
-            self.run_dir, self._legacy = source, source / LEGACY_METRICS
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir, self._legacy = Path(run_dir), Path(run_dir) / LEGACY_METRICS
         self._offsets: dict[Path, int] = {}
         self._lock = threading.Lock()
         self.records: list[dict[str, Any]] = []
@@ -110,21 +107,12 @@ def overall_by_step(steps: list[dict[str, Any]]) -> list[dict[str, float]]:
         if "step" in r:
             by_step[r["step"]].append(r)
     ranks = {r.get("rank") for r in steps}
-    out = []
-    for step in sorted(by_step):
-        group = by_step[step]
-        if len(group) < len(ranks):
-            continue
-        out.append({
-            "step": step,
-            "epoch": group[0].get("epoch"),
-            "loss": mean_of(group, "loss"),
-            "accuracy": mean_of(group, "accuracy"),
-            "samples": sum(g.get("samples", 0) for g in group),
-            "time": max(g.get("time", 0.0) for g in group),
-            "step_time_s": max(g.get("step_time_s", 0.0) for g in group),
-        })
-    return out
+    return [{"step": step, "epoch": group[0].get("epoch"), "loss": mean_of(group, "loss"),
+             "accuracy": mean_of(group, "accuracy"),
+             "samples": sum(g.get("samples", 0) for g in group),
+             "time": max(g.get("time", 0.0) for g in group),
+             "step_time_s": max(g.get("step_time_s", 0.0) for g in group)}
+            for step, group in sorted(by_step.items()) if len(group) >= len(ranks)]
 
 
 def mean_of(group: list[dict[str, Any]], key: str) -> float | None:
@@ -133,17 +121,62 @@ def mean_of(group: list[dict[str, Any]], key: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def throughput(steps: list[dict[str, Any]]) -> float:
-    """Samples per second of all ranks, from the earliest step's start to the latest's end
-    (start-up not counted)."""
-    timed = [r for r in steps if isinstance(r.get("time"), (int, float))]
-    if not timed:
-        return 0.0
-    begin = min(step_start(r) for r in timed)
-    end = max(r["time"] for r in timed)
-    return sum(r.get("samples", 0) for r in timed) / max(end - begin, 1e-9)
+def training_figures(records: list[dict[str, Any]],
+                     result: dict[str, Any] | None) -> dict[str, Any]:
+    """The summary's figures from the metrics and rank 0's `result.json`: `startup_s`
+    (launch to the first step), `train_time_s` (first step to last), `samples_per_s`,
+    `final_*` (held out) and `last_epoch_*` (the ranks' mean training figures)."""
+    steps = [s for s in of_kind(records, "step") if isinstance(s.get("time"), (int, float))]
+    begin = min((s["time"] - s.get("step_time_s", 0.0) for s in steps), default=None)
+    end = max((s["time"] for s in steps), default=None)
+    epochs = of_kind(records, "epoch")
+    last = max((e.get("epoch", -1) for e in epochs), default=-1)
+    last_epoch = [e for e in epochs if e.get("epoch") == last]
+    result = result or {}
+    return {
+        "hosts": sorted({r["host"] for r in events(records, "start") if r.get("host")}),
+        "startup_s": begin,
+        "epochs_completed": len({e.get("epoch") for e in epochs if e.get("rank") == 0}),
+        "steps_completed": len({s.get("step") for s in steps}),
+        "samples_per_s": (sum(s.get("samples", 0) for s in steps) / max(end - begin, 1e-9)
+                          if steps else 0.0),
+        "train_time_s": None if begin is None else end - begin,
+        "final_loss": result.get("final_loss"),
+        "final_accuracy": result.get("final_accuracy"),
+        "last_epoch_loss": mean_of(last_epoch, "loss"),
+        "last_epoch_accuracy": mean_of(last_epoch, "accuracy"),
+    }
 
 
-def step_start(step: dict[str, Any]) -> float:
-    """When a step began: its end `time` less its `step_time_s` (an optional field)."""
-    return step["time"] - step.get("step_time_s", 0.0)
+def summary_of(run_dir: Path, status: str, engine: str, np: int, launcher: str,
+               ranks: dict[int, tuple[int, str]], threads_per_rank: int, started: float,
+               metrics: list[dict[str, Any]], result: dict[str, Any] | None,
+               warnings: list[str]) -> dict[str, Any]:
+    """Every `summary.json`'s fields; `ranks`: {rank: (pid, host)}; `started`: epoch seconds."""
+    return {
+        "run_id": Path(run_dir).name, "run_dir": str(run_dir), "status": status,
+        "engine": engine, "np": np, "launcher": launcher,
+        "ranks": {str(rank): {"pid": pid, "host": host}
+                  for rank, (pid, host) in sorted(ranks.items())},
+        "threads_per_rank": threads_per_rank,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "duration_s": time.time() - started,
+        **training_figures(metrics, result),
+        "warnings": warnings,
+        "versions": dict(_versions()),  # a copy: the cached dict is shared
+    }
+
+
+@functools.cache
+def _versions() -> dict[str, str | None]:
+    """Python's, torch's, Horovod's and the workbench's versions, once per process (~20 ms)."""
+    from importlib import metadata  # here, not at the top: it costs start-up time
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for pkg in ("torch", "horovod", "workbench"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+

@@ -1,11 +1,7 @@
-"""Run folders are private to their owner, and pickles are read only from one's own runs.
-
-A run folder holds a student's code, results and `--env` values, so it is made `0700`
-(`WORKBENCH_RUN_FOLDERS=group`: `0750`, `shared`: `0755`, for an instructor who reads the
-students' runs). A pickle is code, so one is loaded only when the file and every folder
-from the run folder down to it belong to the loading user and no one else may write them,
-checked on open descriptors (`O_NOFOLLOW`, `fstat`). Nobody but the owner ever writes a
-run folder. See docs/ARCHITECTURE.md, "The record of a run".
+"""Run folders are private to their owner (`0700`; `WORKBENCH_RUN_FOLDERS=group`: `0750`,
+`shared`: `0755`), and a pickle, which runs code, is loaded only when it and every folder down
+to it are the user's and no one else may write them, checked on open descriptors. See
+docs/ARCHITECTURE.md, "The record of a run".
 """
 
 from __future__ import annotations
@@ -44,8 +40,7 @@ def user_name(uid: int) -> str:
 
 
 def folder_problem(st: os.stat_result) -> str | None:
-    """What would let another user swap what is in a folder (None: it is ours or root's,
-    sticky if others may write it)."""
+    """What lets another user swap a folder's content (None: ours or root's, sticky if open)."""
     if st.st_uid not in (0, os.geteuid()):
         return f"is owned by {user_name(st.st_uid)}"
     if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
@@ -69,21 +64,18 @@ def check_own(st: os.stat_result, path: Path | str) -> None:
 
 def read_own(path: Path, run_dir: Path, secret: bool = False,
              max_bytes: int = 1 << 30) -> bytes:
-    """The bytes of `path`, a file inside `run_dir`, checked as the module docstring says
-    (with `secret`: readable by its owner alone); ForeignRecord in one line if not."""
+    """`path`'s bytes if it and its folders under `run_dir` are ours (`secret`: 0600)."""
     path, run_dir = Path(path), Path(run_dir)
     parts = path.relative_to(run_dir).parts
     folder = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     fd = os.open(run_dir, folder)
     try:
         check_own(os.fstat(fd), run_dir)
-        where = run_dir
-        for part in parts[:-1]:
-            where = where / part
+        for i, part in enumerate(parts[:-1]):
             inner = os.open(part, folder, dir_fd=fd)
             os.close(fd)
             fd = inner
-            check_own(os.fstat(fd), where)
+            check_own(os.fstat(fd), run_dir.joinpath(*parts[:i + 1]))
         file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
     finally:
         os.close(fd)

@@ -1,17 +1,15 @@
-"""A run that continues another from its checkpoint (`workbench run --resume RUN_ID`):
-fields the caller did not set take that run's values, and `resume` becomes its folder,
-where the ranks load the checkpoint. Merged before any rank starts (launch/starting.py,
-rank/context.py). See docs/ARCHITECTURE.md.
+"""A run that continues another from its checkpoint (`workbench run --resume RUN_ID`),
+merged before any rank starts (launch/starting.py, rank/context.py). See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from workbench.config import ConfigError, JobConfig
-from workbench.records.private import ForeignRecord, check_own_folder, read_own
+from workbench.records.private import read_own
 from workbench.records.runs import load_run
-from workbench.records.store import CorruptRecord, read_json
 
 CHECKPOINT = "checkpoint.pt"
 #: Fields a resumed run does not take from the run it continues: the fault that ended it
@@ -28,10 +26,10 @@ def apply_resume(cfg: JobConfig) -> JobConfig:
         record = load_run(cfg.resume, cfg.runs_dir)
     except FileNotFoundError as exc:
         raise ConfigError(f"invalid --resume {cfg.resume!r}: {exc}") from None
+    config = record.run_dir / "config.json"
     try:  # its configuration (env, sbatch_arg, hosts) and checkpoint would be trusted
-        check_own_folder(record.run_dir)
-        read_own(record.run_dir / "config.json", record.run_dir)
-    except (ForeignRecord, OSError) as exc:
+        data = read_own(config, record.run_dir)
+    except OSError as exc:  # ForeignRecord is one
         raise ConfigError(f"invalid --resume {cfg.resume!r}: {exc}; resume only your own "
                           "runs") from None
     if not (record.run_dir / CHECKPOINT).exists():
@@ -39,12 +37,13 @@ def apply_resume(cfg: JobConfig) -> JobConfig:
                           "checkpoint (run it with --checkpoint-every N to save one every N "
                           "epochs)")
     try:
-        old = read_json(record.run_dir / "config.json") or {}
-    except CorruptRecord as exc:
-        raise ConfigError(f"invalid --resume {cfg.resume!r}: {exc}") from None
+        old = json.loads(data)
+    except ValueError as exc:
+        raise ConfigError(f"invalid --resume {cfg.resume!r}: {config}: not valid JSON ({exc})"
+                          ) from None
     if not isinstance(old, dict):
-        raise ConfigError(f"invalid --resume {cfg.resume!r}: {record.run_dir / 'config.json'}"
-                          " does not hold a configuration (a JSON object)")
+        raise ConfigError(f"invalid --resume {cfg.resume!r}: {config} does not hold a "
+                          "configuration (a JSON object)")
     fields = {f.name for f in dataclasses.fields(JobConfig)}
     inherited = {k: v for k, v in old.items()
                  if k in fields and k not in NOT_INHERITED and k not in cfg.given}

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.records.liveness import owner_status
+from workbench.records.liveness import owner_alive
 from workbench.records.metrics import MetricsReader
 from workbench.records.store import CorruptRecord, read_json
 
@@ -38,15 +38,14 @@ class RunRecord:
 
     @property
     def status(self) -> str:
-        """summary.json's status; without one "running" while its owner lives, else
-        "lost"; "corrupt" when summary.json cannot be read."""
+        """summary.json's status, "corrupt" if unreadable; without one "running" or "lost"."""
         try:
             summary = read_json(self.run_dir / "summary.json")
         except CorruptRecord:
             return "corrupt"
         if summary:
             return summary.get("status", "corrupt")
-        return "running" if owner_status(self.run_dir) == "alive" else "lost"
+        return "running" if owner_alive(self.run_dir) else "lost"
 
     def metrics(self) -> list[dict[str, Any]]:
         """Every complete metrics line written so far, all ranks merged."""
@@ -107,3 +106,4 @@ def record_of(run: Any) -> RunRecord:
     if hasattr(run, "record"):          # a workbench Job
         return run.record()
     return load_run(Path(run))
+

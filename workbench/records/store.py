@@ -1,8 +1,6 @@
-"""Writing run records safely: a reader may look, and a job be killed, at any moment.
-
-Whole files go to a temporary name and are renamed into place (`atomic_file`); appends
-loop until every byte is written (`write_all`); an unparsable file raises `CorruptRecord`
-naming it; modes are set explicitly, never by the umask. See docs/ARCHITECTURE.md.
+"""Writing run records safely: a reader may look, and a job be killed, at any moment. Whole
+files are renamed into place (`atomic_file`), appends loop until every byte is written, and
+modes are set explicitly, never by the umask. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -78,19 +76,14 @@ def write_json_atomic(path: Path, data: Any, durable: bool = True) -> None:
 
 
 def write_all(fd: int, data: bytes) -> None:
-    """Write every byte of `data` to `fd`, retrying after short writes and EINTR."""
+    """Write every byte of `data` to `fd`, retrying after short writes (EINTR: PEP 475)."""
     view = memoryview(data)
     while view:
-        try:
-            written = os.write(fd, view)
-        except InterruptedError:
-            continue
-        view = view[written:]
+        view = view[os.write(fd, view):]
 
 
 def read_json(path: Path, quiet: bool = False) -> Any | None:
-    """The JSON in `path`; None when it does not exist (yet); `CorruptRecord` if unreadable
-    (with `quiet`, None)."""
+    """The JSON in `path`; None if missing; if unreadable, `CorruptRecord` (`quiet`: None)."""
     path = Path(path)
     try:
         return json.loads(path.read_text())
@@ -104,14 +97,12 @@ def read_json(path: Path, quiet: bool = False) -> Any | None:
 
 
 def new_run_dir(runs_dir: str | Path, label: str) -> tuple[str, Path]:
-    """(run_id, path) of a fresh run folder, of the mode records/private.py says; a
-    `ConfigError` in one line when the runs folder cannot be used."""
+    """(run_id, path) of a fresh run folder (mode: private.py), or a one-line ConfigError."""
     from workbench.config import ConfigError
     from workbench.records.private import folder_problem, run_folder_mode
 
     mode = run_folder_mode()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_id = f"{stamp}-{label}-{secrets.token_hex(2)}"
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{label}-{secrets.token_hex(2)}"
     path = Path(runs_dir).expanduser().resolve() / run_id
     try:
         problem = folder_problem(os.stat(make_folder(path.parent, mode)))
