@@ -27,7 +27,7 @@ from _other_user import (
 from workbench.config import ConfigError, JobConfig
 from workbench.launch import start
 from workbench.launch.job import Job
-from workbench.rank.by_value import PAYLOAD, run_function
+from workbench.rank.by_value import PAYLOAD, load_function
 from workbench.rank.protocol import ENV_RUN_DIR
 from workbench.rank.wrapper import main as wrapper_main
 from workbench.records import new_run_dir
@@ -84,7 +84,7 @@ def test_pickles_of_another_user_are_never_loaded(shared: Path, monkeypatch) -> 
     assert made.returncode == 0, made.stderr
 
     with pytest.raises(ForeignRecord) as err:
-        run_function(run / PAYLOAD, run)
+        load_function(run)
     assert "belongs to wbother" in str(err.value) and "\n" not in str(err.value)
     monkeypatch.setenv(ENV_RUN_DIR, str(run))
     with pytest.raises(ForeignRecord):

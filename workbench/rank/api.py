@@ -4,9 +4,7 @@
         workbench.report(step=0, loss=0.5)    # a live point in the panel's charts
         return workbench.rank()               # collected by job.results()
 
-`rank()`, `size()`, `local_rank()` read the launchers' variables (0, 1, 0 outside a job);
-`report()` appends to `metrics/rank<k>.jsonl`; `kept()` is what a pool's rank keeps on
-purpose. See docs/ARCHITECTURE.md, "Your own code on real ranks".
+See docs/ARCHITECTURE.md, "Your own code on real ranks".
 """
 
 from __future__ import annotations
@@ -21,8 +19,7 @@ _kept: dict[str, Any] = {}
 
 
 def kept() -> dict[str, Any]:
-    """A dict that lives as long as this rank's process: what one call of a pool leaves
-    there, the next finds."""
+    """A dict as long-lived as this rank's process: what one pool call leaves, the next finds."""
     return _kept
 
 
@@ -58,21 +55,18 @@ def report(**metrics: Any) -> None:
     if ctx is None:
         return
     values = {name: _number(name, value) for name, value in metrics.items()}
-    last = ctx.reported
-    now = ctx.now()
-    kind = "epoch" if "epoch" in values and "step" not in values else "step"
-    if kind == "step":
-        step = int(values.pop("step", last["step"] + 1))
-        epoch = int(values.pop("epoch", last["epoch"]))
-        line = {"epoch": epoch, "step": step, "loss": math.nan, "accuracy": math.nan,
-                "samples": 0, "step_time_s": 0.0 if last["time"] is None else now - last["time"],
-                **values}
-        last.update(step=step, epoch=epoch, time=now)
-    else:
-        epoch = int(values.pop("epoch"))
-        line = {"epoch": epoch, "loss": math.nan, "accuracy": math.nan, **values}
-        last.update(epoch=epoch)
-    ctx.metric(kind, **line)
+    last, now = ctx.reported, ctx.now()
+    if "epoch" in values and "step" not in values:
+        last["epoch"] = int(values.pop("epoch"))
+        ctx.metric("epoch", **{"epoch": last["epoch"], "loss": math.nan, "accuracy": math.nan,
+                               **values})
+        return
+    step = int(values.pop("step", last["step"] + 1))
+    epoch = int(values.pop("epoch", last["epoch"]))
+    since = 0.0 if last["time"] is None else now - last["time"]
+    last.update(step=step, epoch=epoch, time=now)
+    ctx.metric("step", **{"epoch": epoch, "step": step, "loss": math.nan, "accuracy": math.nan,
+                          "samples": 0, "step_time_s": since, **values})
 
 
 def _number(name: str, value: Any) -> float:
@@ -82,3 +76,4 @@ def _number(name: str, value: Any) -> float:
     except (TypeError, ValueError):
         raise TypeError(f"report({name}=...) takes a number, not {type(value).__name__} "
                         f"{value!r:.60}: pass one value, e.g. loss.item()") from None
+

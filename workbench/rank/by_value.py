@@ -1,13 +1,11 @@
-"""A function sent to the ranks by value, the rank's side: unpickled with its source put back.
-
-`launch()` and a pool's call pickle the function with cloudpickle (launch/by_value.py); a
-rank reads the payload only from a run folder and a file of its own (records/private.py: a
-pickle runs code), and gives the functions back their files and lines, so a traceback on a
-rank shows your code. See docs/ARCHITECTURE.md.
+"""A function sent to the ranks by value, the rank's side (the owner's: launch/by_value.py):
+read only from a file of our own (a pickle runs code), its source lines put back so that a
+traceback shows your code. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import linecache
 from collections.abc import Callable
@@ -22,41 +20,27 @@ from workbench.records.private import read_own
 PAYLOAD = "user/function.pkl"
 
 
-def run_function(payload: Path, run_dir: Path) -> Any:
-    """`fn(*args)` of what `launch()` pickled into `payload`."""
-    fn, args = load_function(payload, run_dir)
-    return fn(*args)
+def load_function(run_dir: Path) -> Callable[[], Any]:
+    """`fn(*args)`, to call, of what `launch()` pickled into `run_dir`."""
+    return unpickle_call(read_own(run_dir / PAYLOAD, run_dir))
 
 
-def load_function(payload: Path, run_dir: Path) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """Unpickle `(fn, args)` from `payload`, only from a run folder and a file of our own
-    (records/private.py): a pickle runs code."""
-    return unpickle_call(read_own(payload, run_dir))
-
-
-def unpickle_call(data: bytes) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """The `(fn, args)` of what `pickle_function` pickled, their source lines put back."""
-    fn, args, source = cloudpickle.loads(data)
-    restore_source((fn, *args), *source)
-    return fn, args
-
-
-def restore_source(roots: tuple[Any, ...], files: dict[tuple[str, int], str],
-                   lines: dict[str, list[str]]) -> None:
-    """Give the functions back their file names and lines, so that a traceback shows them."""
+def unpickle_call(data: bytes) -> Callable[[], Any]:
+    """`fn(*args)`, to call, of what `pickle_function` pickled, its source back for tracebacks."""
+    fn, args, (files, lines) = cloudpickle.loads(data)
     for name, text in lines.items():
         if text:  # (size, mtime None: never reloaded from disk, lines, name)
             linecache.cache[name] = (sum(map(len, text)), None, text, name)
-    for f in functions_used(*roots):
+    for f in functions_used(fn, *args):
         code = f.__code__
         name = files.get((code.co_name, code.co_firstlineno))
         if name and code.co_filename != name:
             f.__code__ = _renamed(code, name)
+    return functools.partial(fn, *args)
 
 
 def functions_used(*roots: Any) -> list[Any]:
-    """The plain Python functions among `roots` (a bound method: its function), and those
-    they reach through their globals and closures."""
+    """The functions `roots` are (a method's) or reach through their globals and closures."""
     found: dict[int, Any] = {}
     todo = list(roots)
     while todo:

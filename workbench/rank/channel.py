@@ -1,11 +1,8 @@
 """The channel between a pool of warm ranks and its owner: `multiprocessing.connection`.
 
-An abstract Unix socket, or TCP on the address this host's name resolves to when Slurm
-places the ranks. Both ends prove they hold the pool's key (the standard library's
-challenge, each way) before anything else is read; the owner takes one connection at a
-time, gives each `HELLO_S`, reads at most `MAX_REPLY` bytes a message, and never unpickles
-one. The key reaches the ranks in the job's 0600 secrets file (`ENV_KEY` is a secret, not a
-WORKBENCH_ variable). Why: docs/ARCHITECTURE.md, "Warm ranks".
+An abstract Unix socket, or TCP when Slurm places the ranks. Both ends prove they hold the
+pool's key before anything else is read; a message is capped and never unpickled. The key
+reaches the ranks in the job's 0600 secrets file. Why: docs/ARCHITECTURE.md, "Warm ranks".
 """
 
 from __future__ import annotations
@@ -15,13 +12,8 @@ import os
 import secrets
 import socket
 import struct
-from multiprocessing.connection import (
-    AuthenticationError,
-    Client,
-    Connection,
-    answer_challenge,
-    deliver_challenge,
-)
+from multiprocessing import connection
+from multiprocessing.connection import AuthenticationError, Connection
 from typing import Any
 
 from workbench.records.liveness import this_host
@@ -37,8 +29,8 @@ def new_key() -> str:
 
 
 def listen(tcp: bool = False) -> tuple[socket.socket, str]:
-    """(a listening socket, its address): an abstract Unix socket of a random name, or with
-    `tcp` a free port on this host's address; accept() waits at most 0.2 s."""
+    """(a socket, its address): an abstract Unix socket of a random name, or with `tcp` a
+    free port on this host's address; accept() waits at most 0.2 s."""
     if tcp:
         server = socket.create_server((socket.gethostbyname(this_host()), 0), backlog=16)
         address = f"{_TCP}{this_host()}:{server.getsockname()[1]}"
@@ -52,19 +44,21 @@ def listen(tcp: bool = False) -> tuple[socket.socket, str]:
 
 
 def accept(server: socket.socket, key: str) -> Connection | None:
-    """The next connection once its peer proved it holds `key` (on a Unix socket, also that
-    it is this user) within HELLO_S seconds, else None: `Listener(authkey=...).accept()` with
-    a time limit. TimeoutError when no one connected within 0.2 s."""
+    """`Listener(authkey=key).accept()` with a time limit: the next peer that proves within
+    HELLO_S it holds `key` (and on a Unix socket, is this user), else None; TimeoutError
+    when no one connected within 0.2 s."""
     sock, _ = server.accept()
     sock.setblocking(True)
     try:
-        if sock.family == socket.AF_UNIX and peer_uid(sock) != os.getuid():
-            raise AuthenticationError("another user")
+        if sock.family == socket.AF_UNIX:  # SO_PEERCRED: (pid, uid, gid), from the kernel
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            if struct.unpack("3i", creds)[1] != os.getuid():
+                raise AuthenticationError("another user")
         _time_limit(sock, HELLO_S)
         conn = Connection(os.dup(sock.fileno()))
         try:
-            deliver_challenge(conn, key.encode())
-            answer_challenge(conn, key.encode())
+            connection.deliver_challenge(conn, key.encode())
+            connection.answer_challenge(conn, key.encode())
         except BaseException:
             conn.close()
             raise
@@ -80,13 +74,8 @@ def connect(address: str, key: str) -> Connection:
     """Connect to the owner at `address` (see `listen`); both ends prove they hold `key`."""
     if address.startswith(_TCP):
         host, _, port = address[len(_TCP):].rpartition(":")
-        return Client((host, int(port)), "AF_INET", authkey=key.encode())
-    return Client("\0" + address, "AF_UNIX", authkey=key.encode())
-
-
-def peer_uid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+        return connection.Client((host, int(port)), "AF_INET", authkey=key.encode())
+    return connection.Client("\0" + address, "AF_UNIX", authkey=key.encode())
 
 
 def _time_limit(sock: socket.socket, seconds: float) -> None:

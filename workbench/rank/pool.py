@@ -3,16 +3,13 @@
     torchrun --standalone --nproc-per-node 2 -m workbench.rank.wrapper \
         --module workbench.rank.pool --address ADDR
 
-It joins the process group once, connects to its owner (channel.py) and runs calls one at
-a time, each a run of its own, in a fresh namespace; what is kept is kept on purpose, in
-`workbench.kept()` or the namespace that `%%ranks --keep` cells share. No environment
-variable and no thread of a call leaks into the next: docs/ARCHITECTURE.md, "Warm ranks".
+It runs its owner's calls one at a time, each a run of its own; what is kept is kept on
+purpose (`workbench.kept()`, `%%ranks --keep`): docs/ARCHITECTURE.md, "Warm ranks".
 """
 
 from __future__ import annotations
 
 import argparse
-import builtins
 import importlib
 import linecache
 import os
@@ -27,15 +24,14 @@ from workbench.rank import channel
 from workbench.rank.by_value import unpickle_call
 from workbench.rank.context import this_rank
 from workbench.rank.protocol import RankContext, attach
-from workbench.rank.wrapper import save_result, user_traceback
+from workbench.rank.wrapper import run_attached, save_result
 
 #: The file name tracebacks give to the code of a `%%ranks` cell.
 CELL_FILE = "<ranks cell>"
 
 
 class CallContext(RankContext):
-    """A rank's context for one call, without a second watchdog; output goes to the call's
-    log until `restore()`."""
+    """A rank's context for one call: no second watchdog; output to its log until `restore()`."""
 
     durable = False  # the exit record is renamed into place, not fsynced (write_json_atomic)
     owns_process = False  # the pool's rank goes on
@@ -50,10 +46,9 @@ class CallContext(RankContext):
         log = sys.stdout
         log.flush()
         out, err, sys.stdout, sys.stderr = self._saved
-        os.dup2(out, 1)
-        os.dup2(err, 2)
-        os.close(out)
-        os.close(err)
+        for fd, saved in ((1, out), (2, err)):
+            os.dup2(saved, fd)
+            os.close(saved)
         log.close()
         os.close(self._metrics_fd)
 
@@ -97,19 +92,16 @@ class Rank:
     def run_call(self, header: dict[str, Any], payload: bytes) -> tuple[bool, list[str]]:
         """Run one call: (whether it returned, the threads it left); its os.environ is undone."""
         ctx = self.ctx
-        self.ctx.metric("event", message="call", run_id=header["run_id"])
+        ctx.metric("event", message="call", run_id=header["run_id"])
         call = CallContext(Path(header["dir"]), ctx.rank, ctx.size, ctx.local_rank,
                            t0=header["t0"])
         environ, threads, ok = dict(os.environ), set(threading.enumerate()), False
         try:
             with call:
-                attach(call)
                 self.running = header["id"]
                 try:
-                    value = execute(header, payload, call)
-                except BaseException as exc:
-                    exc.rank_traceback = user_traceback(exc, header["kind"] != "module")
-                    raise
+                    value = run_attached(call, lambda _: execute(header, payload),
+                                         own_code=header["kind"] != "module")
                 finally:
                     self.running = None
                 save_result(call.run_dir, ctx.rank, value)
@@ -128,23 +120,20 @@ class Rank:
 
 
 #: The namespace that the cells run with `keep` share, for this rank process's life.
-KEPT_CELLS: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+KEPT_CELLS: dict[str, Any] = {"__name__": "__main__"}
 
 
-def execute(header: dict[str, Any], payload: bytes, call: RankContext) -> Any:
-    """Run the call's function (its value), rank module or cell (None; "kept code" in
-    KEPT_CELLS, other code in a fresh namespace)."""
+def execute(header: dict[str, Any], payload: bytes) -> Any:
+    """The value of the call's function; a rank module or a cell (in KEPT_CELLS if kept): None."""
     if header["kind"] == "function":
-        fn, args = unpickle_call(payload)
-        return fn(*args)
+        return unpickle_call(payload)()
     if header["kind"] == "module":   # its context is the call's, attached already
         importlib.import_module(payload.decode()).main()
         return None
     code = payload.decode()
-    lines = code.splitlines(keepends=True)
-    linecache.cache[CELL_FILE] = (len(code), None, lines, CELL_FILE)
-    fresh = {"__name__": "__main__", "__builtins__": builtins}
-    exec(compile(code, CELL_FILE, "exec"), KEPT_CELLS if header["kind"] == "kept code" else fresh)
+    linecache.cache[CELL_FILE] = (len(code), None, code.splitlines(keepends=True), CELL_FILE)
+    namespace = KEPT_CELLS if header["kind"] == "kept code" else {"__name__": "__main__"}
+    exec(compile(code, CELL_FILE, "exec"), namespace)  # (exec adds __builtins__)
     return None
 
 
@@ -154,18 +143,14 @@ def join_group(engine: str) -> None:
         import horovod.torch as hvd
 
         hvd.init()
-        hvd.init = hvd.shutdown = _nothing
+        hvd.init = hvd.shutdown = lambda *_, **__: None
         return
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
     leave = dist.destroy_process_group
-    dist.init_process_group = _nothing
+    dist.init_process_group = lambda *_, **__: None
     dist.destroy_process_group = lambda group=None: None if group is None else leave(group)
-
-
-def _nothing(*_: Any, **__: Any) -> None:
-    """What a second `hvd.init()` or `init_process_group()` does in a pool: nothing."""
 
 
 def main(argv: list[str] | None = None) -> None:

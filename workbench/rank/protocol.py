@@ -1,11 +1,6 @@
-"""The rank protocol: what every process of a job does so the launcher can look after it.
-
-A `RankContext`, opened by the wrapper (wrapper.py) or a plain launch (context.py), reads
-`config.json` (or stops at once, naming it), writes the rank's pid and host, sends its
-output to `logs/rank<k>.log`, starts the owner watchdog, and on exit writes
-`exit/rank<k>.json` and the same into its heartbeat: success, the error and traceback, or
-that a SIGTERM ended it (`ended_by`: not the culprit, records/blame.py). `ctx.metric()`
-appends one line to the rank's own metrics file. Why: docs/ARCHITECTURE.md, "Supervision".
+"""The rank protocol: what every process of a job does so the launcher can look after it: a
+`RankContext` writes the rank's pid file, log, metrics, heartbeat and exit record, and watches
+the job's owner. Why: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
@@ -14,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -55,25 +49,20 @@ ENV_T0 = "WORKBENCH_T0"            # launch time, seconds since the epoch
 
 
 class Ended(SystemExit):
-    """Raised in a rank by SIGTERM: its launcher, or the job's stop, ends it (exit code
-    128 + 15, as for the signal itself)."""
+    """Raised in a rank by SIGTERM (its launcher's, or a stop's): exit code 128 + 15."""
 
     def __init__(self) -> None:
         super().__init__(128 + signal.SIGTERM)
 
 
-def env_int(*names: str, default: int = 0) -> int:
-    for name in names:
-        if os.environ.get(name, "") != "":
-            return int(os.environ[name])
-    return default
-
-
 def launcher_identity() -> tuple[int, int, int]:
     """(rank, size, local rank) as horovodrun, torchrun or mpirun set them; else (0, 1, 0)."""
-    return (env_int("HOROVOD_RANK", "RANK", "OMPI_COMM_WORLD_RANK"),
-            env_int("HOROVOD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", default=1),
-            env_int("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"))
+    def first(*names: str, default: int = 0) -> int:
+        return next((int(os.environ[n]) for n in names if os.environ.get(n)), default)
+
+    return (first("HOROVOD_RANK", "RANK", "OMPI_COMM_WORLD_RANK"),
+            first("HOROVOD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", default=1),
+            first("HOROVOD_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"))
 
 
 #: The context of the rank this process is, once its wrapper (or a plain launch) opened it.
@@ -90,8 +79,7 @@ def current() -> RankContext | None:
 
 
 class RankContext:
-    """One rank's view of its job: identity, run folder, configuration and reporting;
-    `supervised`: its log and owner watchdog are the launcher's (not a plain launch)."""
+    """One rank's view of its job; `supervised`: the launcher's (a log and owner watchdog)."""
 
     #: Whether the exit record is fsynced (see `write_json_atomic`).
     durable = True
@@ -113,7 +101,7 @@ class RankContext:
         self.reported: dict[str, float | None] = {"epoch": 0, "step": -1, "time": None}
 
     def _load_config(self) -> JobConfig:
-        """This job's configuration, or exit at once with one line (see the module docstring)."""
+        """This job's configuration, or exit at once in one line, naming the file."""
         path = self.run_dir / "config.json"
         try:
             data = read_json(path)
@@ -123,19 +111,14 @@ class RankContext:
             return JobConfig.from_dict(data)
         except (CorruptRecord, ConfigError, TypeError) as exc:
             message = f"rank {self.rank} cannot read its configuration: {exc}"
-        try:  # tell the launcher, if the run folder is writable from here at all
+        with contextlib.suppress(OSError):  # tell the launcher, if we can write there at all
             make_folder(self.run_dir / "exit")
             self._record_exit({"rank": self.rank, "ok": False, "time": time.time(),
                                "host": this_host(), "error": message})
-        except OSError:
-            pass
         sys.stderr.write(f"workbench: {message}\n")
         raise SystemExit(2)
 
-    # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> RankContext:
-        for sub in ("logs", "pids", "exit", "metrics", "heartbeat"):
-            make_folder(self.run_dir / sub)
         write_pid_file(self.run_dir / "pids" / f"rank{self.rank}.pid")
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
@@ -143,7 +126,7 @@ class RankContext:
         if self.supervised:
             self._supervise()
         self._metrics_fd = open_file(metrics_path(self.run_dir, self.rank))
-        self.metric("event", message="start", host=socket.gethostname(), pid=os.getpid())
+        self.metric("event", message="start", host=this_host(), pid=os.getpid())
         return self
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
@@ -162,7 +145,6 @@ class RankContext:
             sys.stderr.write(f"workbench: {record['error']}\n")
         elif exc is not None:
             record["error"] = f"{exc_type.__name__}: {exc}"
-            # A user's own code (workbench.launch) sets `rank_traceback`: its frames only.
             record["traceback"] = getattr(exc, "rank_traceback", None) or "".join(
                 traceback.format_exception(exc_type, exc, tb))
             sys.stderr.write(record["traceback"])
@@ -206,9 +188,12 @@ class RankContext:
         sys.stdout = sys.stderr = log
 
     def _watchdog(self, period_s: float = 0.5) -> None:
-        """Keep this rank's heartbeat fresh; exit when the owner asks it to stop or is gone
-        (by pid on its host, elsewhere by its heartbeat)."""
-        owner = _parse_owner(os.environ.get(ENV_OWNER, ""))
+        """Keep this rank's heartbeat fresh; exit when the owner says stop or is gone."""
+        try:
+            host, pid, created = os.environ.get(ENV_OWNER, "").rsplit(":", 2)
+            owner = host, int(pid), float(created)
+        except ValueError:
+            owner = None
         owner_file = Staleness(heartbeat_path(self.run_dir, "owner"))
         last_beat = 0.0
         while True:
@@ -217,14 +202,12 @@ class RankContext:
                 last_beat = time.monotonic()
             if (read_beat(owner_file.path) or {}).get("state") == "stop":
                 self._leave("the job was stopped")
-            if owner is not None:
-                host, pid, created = owner
-                if host == this_host():
-                    if not process_alive(pid, created):
-                        self._leave(f"the process that started the job (pid {pid}) is gone")
-                elif owner_file.age() > OWNER_STALE_S:
-                    self._leave(f"no heartbeat from the job's owner on {host} for "
-                                f"{OWNER_STALE_S:g} s")
+            if owner is not None and owner[0] == this_host():
+                if not process_alive(*owner[1:]):
+                    self._leave(f"the process that started the job (pid {owner[1]}) is gone")
+            elif owner is not None and owner_file.age() > OWNER_STALE_S:
+                self._leave(f"no heartbeat from the job's owner on {owner[0]} for "
+                            f"{OWNER_STALE_S:g} s")
             time.sleep(period_s)
 
     def _leave(self, why: str, grace_s: float = 5.0) -> None:
@@ -235,7 +218,6 @@ class RankContext:
         sys.stderr.flush()
         os._exit(3)
 
-    # ------------------------------------------------------------------ reporting
     def now(self) -> float:
         return time.time() - self.t0
 
@@ -255,10 +237,9 @@ class RankContext:
 def load_env_file(environ: dict[str, str] | None = None) -> None:
     """Add the variables of the 0600 file ENV_FILE names to os.environ, else exit in one line."""
     environ = os.environ if environ is None else environ
-    name = environ.get(ENV_FILE)
-    if not name:
+    if not environ.get(ENV_FILE):
         return
-    path = Path(name)
+    path = Path(environ[ENV_FILE])
     try:
         data = read_own(path, path.parent, secret=True)
         environ.update({str(k): str(v) for k, v in json.loads(data).items()})
@@ -269,11 +250,3 @@ def load_env_file(environ: dict[str, str] | None = None) -> None:
 def owner_id() -> str:
     """This process as a job owner (ENV_OWNER): "host:pid:start" (`started()`)."""
     return f"{this_host()}:{os.getpid()}:{started()}"
-
-
-def _parse_owner(text: str) -> tuple[str, int, float] | None:
-    try:
-        host, pid, start = text.rsplit(":", 2)
-        return host, int(pid), float(start)
-    except ValueError:
-        return None

@@ -1,7 +1,5 @@
-"""What a lab's worker runs inside its rank (launch/workers.py starts the workers).
-
-See docs/ARCHITECTURE.md.
-"""
+"""What a lab's worker runs inside its rank (launch/workers.py starts the workers; see
+docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@
     python -m workbench.rank.wrapper                        # the function in user/function.pkl
     python -m workbench.rank.wrapper --fork 3               # the function on 3 forked ranks
 
-It opens the rank's context (protocol.py) around that code, saves a function's value, keeps
-only your frames in a traceback, and forks the labs' ranks. See docs/ARCHITECTURE.md.
+It opens the rank's context (protocol.py) around that code, saves a function's value and
+keeps only your frames in a traceback. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 import cloudpickle
 
-from workbench.rank.by_value import PAYLOAD, load_function, run_function
+from workbench.rank.by_value import load_function
 from workbench.rank.protocol import (
     ENV_RUN_DIR,
     RankContext,
@@ -34,12 +34,10 @@ from workbench.records.private import MAX_RETURN_BYTES
 from workbench.records.store import atomic_file, make_folder
 
 #: Files whose frames, in front of your code, are the machinery that runs it: the workbench
-#: (its launching, and an exercise's checker around your function), and runpy or importlib,
-#: which import a script or module (`python -m`, a pool rank's `import_module`). When the
-#: code itself is the workbench's (a lab's function, a rank module), only the launching
-#: frames are cut: this folder's and the importers'.
+#: (its launching, an exercise's checker) and the importers of a script or module (runpy,
+#: importlib; "<frozen ...>" where Python freezes them). When the code is the workbench's
+#: own (a lab's function, a rank module), only this folder's and the importers' are cut.
 _WORKBENCH = os.path.join(Path(__file__).resolve().parents[1], "")  # ends in a separator
-#: The importers' frames: their files, or "<frozen ...>" where Python freezes them (3.11).
 _IMPORTERS = (runpy.__file__, "<frozen runpy>", os.path.join(Path(importlib.__file__).parent, ""),
               "<frozen importlib")
 _LAUNCHING = (os.path.join(Path(__file__).resolve().parent, ""), *_IMPORTERS)
@@ -53,29 +51,34 @@ def main(argv: list[str] | None = None) -> None:
         run_rank(lambda ctx: run_as_main(argv[1], argv[2:], argv[0] == "--module"),
                  own_code=argv[0] == "--script")
     else:
-        run_rank(lambda ctx: run_function(ctx.run_dir / PAYLOAD, ctx.run_dir))
+        run_rank(lambda ctx: load_function(ctx.run_dir)())
 
 
 def run_rank(body: Callable[[RankContext], Any], own_code: bool = True) -> None:
-    """One rank: `body(ctx)` inside the rank protocol; for your own code (`own_code`) its
-    value is saved and a traceback shows only your frames."""
+    """One rank: `body(ctx)` in its context; your own code's (`own_code`) value is saved."""
     if ENV_RUN_DIR not in os.environ:
         raise SystemExit("workbench.rank.wrapper runs the ranks of a workbench job; "
                          "start a rank module by hand with python -m MODULE")
     load_env_file()  # the job's secret --env values, from their 0600 file
-    rank, size, local_rank = launcher_identity()
-    with RankContext(Path(os.environ[ENV_RUN_DIR]), rank, size, local_rank) as ctx:
-        attach(ctx)
-        try:
-            value = body(ctx)
-        except BaseException as exc:
-            exc.rank_traceback = user_traceback(exc, own_code)  # see RankContext.__exit__
-            raise
-        finally:
-            attach(None)  # the context closes next: nothing may report into it after
-        _leave_process_group()
+    with RankContext(Path(os.environ[ENV_RUN_DIR]), *launcher_identity()) as ctx:
+        value = run_attached(ctx, body, own_code)
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
         if own_code:
             save_result(ctx.run_dir, ctx.rank, value)
+
+
+def run_attached(ctx: RankContext, body: Callable[[RankContext], Any], own_code: bool) -> Any:
+    """`body(ctx)` with `ctx` attached; an error carries its traceback cut to your frames."""
+    attach(ctx)
+    try:
+        return body(ctx)
+    except BaseException as exc:
+        exc.rank_traceback = user_traceback(exc, own_code)
+        raise
+    finally:
+        attach(None)  # the context closes next: nothing may report into it after
 
 
 def fork_ranks(size: int) -> NoReturn:
@@ -85,22 +88,20 @@ def fork_ranks(size: int) -> NoReturn:
     import torch.distributed  # noqa: F401  (imported once here, not once per rank)
 
     run_dir = Path(os.environ[ENV_RUN_DIR])
-    fn, args = load_function(run_dir / PAYLOAD, run_dir)
+    call = load_function(run_dir)
     children = {}
     for rank in range(size):
         pid = os.fork()
         if pid == 0:
             os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank))
-            _forked(lambda ctx: fn(*args))
+            _forked(lambda ctx: call())
         children[pid] = rank
     failed = False
-    while children:
+    for _ in children:
         pid, status = os.wait()
-        code = os.waitstatus_to_exitcode(status)
-        if code != 0:
+        if (code := os.waitstatus_to_exitcode(status)) != 0:
             print(f"rank {children[pid]} (pid {pid}) exited with code {code}", flush=True)
             failed = True
-        del children[pid]
     sys.exit(1 if failed else 0)
 
 
@@ -125,8 +126,7 @@ def _forked(body: Callable[[RankContext], Any]) -> NoReturn:
 
 
 def run_as_main(target: str, args: list[str], module: bool) -> None:
-    """Run a script as `python target args...` would (its folder on sys.path), or a module as
-    `python -m target args...`: `sys.exit(0)` (or none) is success, another code fails."""
+    """`python target args...` (or with `module`, `python -m`); `sys.exit(0)` is success."""
     sys.argv = [target, *args]
     try:
         if module:
@@ -158,8 +158,7 @@ def save_result(run_dir: Path, rank: int, value: Any) -> None:
 
 
 def user_traceback(exc: BaseException, own_code: bool = True) -> str:
-    """The traceback of `exc` from the first frame of your own code (`own_code`), or of the
-    workbench's past its launching."""
+    """`exc`'s traceback from your own code's first frame (`own_code`), else past the launching."""
     stack = traceback.extract_tb(exc.__traceback__)
     first = next((i for i, frame in enumerate(stack) if own_code and
                   not frame.filename.startswith((_WORKBENCH, *_IMPORTERS))), None)
@@ -171,18 +170,11 @@ def user_traceback(exc: BaseException, own_code: bool = True) -> str:
     return "".join(report.format())
 
 
-def _leave_process_group() -> None:
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
 if __name__ == "__main__":
     try:
         main()
     except BaseException as error:
         if not hasattr(error, "rank_traceback"):
             raise
-        # Already in the exit record and the log, without the workbench's frames: a second,
-        # full traceback from Python would bury it.
+        # Already in the exit record and the log: a second, full traceback would bury it.
         sys.exit(error.code if isinstance(error, SystemExit) else 1)
