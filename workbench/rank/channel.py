@@ -44,9 +44,8 @@ def listen(tcp: bool = False) -> tuple[socket.socket, str]:
 
 
 def accept(server: socket.socket, key: str) -> Connection | None:
-    """`Listener(authkey=key).accept()` with a time limit: the next peer that proves within
-    HELLO_S it holds `key` (and on a Unix socket, is this user), else None; TimeoutError
-    when no one connected within 0.2 s."""
+    """`Listener(authkey=key).accept()` with a time limit: the next peer proving within HELLO_S
+    it holds `key` (on a Unix socket: is this user), else None; TimeoutError if none in 0.2 s."""
     sock, _ = server.accept()
     sock.setblocking(True)
     try:

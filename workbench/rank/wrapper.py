@@ -82,9 +82,8 @@ def run_attached(ctx: RankContext, body: Callable[[RankContext], Any], own_code:
 
 
 def fork_ranks(size: int) -> NoReturn:
-    """The `fork` engine's launcher (`--fork N`): load the function once, fork N ranks
-    with torch loaded (safe: no thread started, no GPU touched). Exits 0 when every rank
-    did, else 1. Why: docs/ARCHITECTURE.md, "The labs' processes"."""
+    """The `fork` engine's launcher: load the function and torch once, fork N ranks (safe: no
+    thread, no GPU yet); exits 1 if any failed. Why: docs/ARCHITECTURE.md, "The labs' processes"."""
     import torch.distributed  # noqa: F401  (imported once here, not once per rank)
 
     run_dir = Path(os.environ[ENV_RUN_DIR])

@@ -93,8 +93,7 @@ _RANK_PREFIX = re.compile(r"^\[\d+\]<std(err|out)>:")
 
 
 def launcher_cause(log_tail: str) -> str | None:
-    """The most telling error line of a launcher log, e.g. "ModuleNotFoundError: ...": the
-    last one that is not horovodrun's own closing message, which names no cause."""
+    """The last error line of a launcher log (not horovodrun's closing one, which names none)."""
     for line in reversed(log_tail.splitlines()):
         text = _RANK_PREFIX.sub("", line).strip()
         if (text and _ERROR_LINE.search(text) and "Horovod detected" not in text
@@ -104,9 +103,8 @@ def launcher_cause(log_tail: str) -> str | None:
 
 
 def failure_log(run_dir: Path, rank: int | None) -> dict[str, str]:
-    """The failed rank's last log lines (`log_tail`, `log`); the launcher's when the rank's
-    log is empty (it died before redirecting its output), up to the ranks' last line there
-    (horovodrun's closing one names no cause)."""
+    """The failed rank's last log lines (`log_tail`, `log`); if it wrote none (it died before
+    redirecting its output), the launcher's, up to the ranks' last line there."""
     record = RunRecord(run_dir)
     tail = record.log(rank, last=20) if rank is not None else ""
     if tail.strip():

@@ -46,9 +46,8 @@ def read_pid_file(path: Path) -> tuple[int, str] | None:
 
 
 def started(pid: int | None = None) -> float:
-    """When process `pid` (default: this one) started, in seconds since this host booted
-    (`/proc/<pid>/stat`, field 22): with the pid it names one process, and unlike
-    `psutil.Process.create_time()` it does not move when the wall clock is set."""
+    """When `pid` (default: this process) started, in seconds since boot (`/proc/<pid>/stat`,
+    field 22): with the pid it names one process, and it does not move with the wall clock."""
     pid = os.getpid() if pid is None else pid
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -141,8 +140,7 @@ def owner_alive(run_dir: Path) -> bool:
 
 
 def known_ranks(run_dir: Path, world_size: int) -> dict[int, tuple[int, str]]:
-    """{rank: (pid, host)} of the ranks that have started: its pid file, else its heartbeat,
-    read by name (an NFS listing may miss another host's new file)."""
+    """{rank: (pid, host)} of started ranks: pid file, else heartbeat, by name (NFS lists lag)."""
     out = {}
     for rank in range(world_size):
         entry = read_pid_file(Path(run_dir) / "pids" / f"rank{rank}.pid")

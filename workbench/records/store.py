@@ -53,9 +53,8 @@ class CorruptRecord(ValueError):
 
 @contextlib.contextmanager
 def atomic_file(path: Path, durable: bool = False) -> Iterator[BinaryIO]:
-    """A binary file to write `path` through: a temporary name, renamed onto `path` when
-    the `with` block ends without an error (after one, `path` is left as it was);
-    `durable`: fsynced first, to survive a power cut."""
+    """A file to write `path` through, renamed onto it only if the block ends without an
+    error; `durable`: fsynced first, to survive a power cut."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
