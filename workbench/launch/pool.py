@@ -5,8 +5,7 @@
     job.wait(); job.results()                        # [rank 0's value, rank 1's value]
     pool.close()                                     # or let the kernel end it
 
-The ranks are a job (rank/pool.py) waiting on a channel (rank/channel.py); each call is a
-`Job` launched by them (pool_call.py). See docs/ARCHITECTURE.md, "Warm ranks".
+Each call is a `Job` that the ranks (rank/pool.py) launch: docs/ARCHITECTURE.md, "Warm ranks".
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Running a job through Slurm: write a batch script, `sbatch` it, watch the queue, `scancel`.
 
-The ranks run on compute nodes: they are seen through the shared runs folder (exit records,
-and the `tasks/rank<k>.json` that `task.sh` writes as a rank ends, even one killed by a
-signal) and Slurm's queue. Why so: docs/ARCHITECTURE.md, "Supervision".
+The ranks on the compute nodes are seen through the shared runs folder and Slurm's queue; how
+and why: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations

@@ -2,10 +2,8 @@
 
     python -m workbench.launch.torch_hosts --hosts a:2,b:2 --np 4 --rdzv-id RUN -- -m MODULE
 
-What `horovodrun -H` does for Horovod: each host's torchrun, started with only the job's
-environment (`env -i`), meets the others in a c10d rendezvous hosted by the first host's, on
-a port its system gave as free. One host's failure ends the others. See
-docs/ARCHITECTURE.md, "Supervision".
+What `horovodrun -H` does for Horovod; one host's failure ends the others. How the hosts
+meet, and why so: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
