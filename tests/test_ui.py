@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from _session_pools import live_rank_pids
 
-from workbench.launch.processes import live_rank_pids, pid_alive
 from workbench.records import MetricsReader
+from workbench.records.liveness import process_alive as pid_alive
 from workbench.ui import ScalingPanel, TrainingPanel, charts
 from workbench.ui.run_charts import RunCharts
 

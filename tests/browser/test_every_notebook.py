@@ -22,10 +22,9 @@ import shutil
 import time
 
 import pytest
+from _session_pools import live_rank_pids
 from labdriver import ARTIFACTS, NEEDS_BROWSER, REPO, chromium, jupyter_lab
 from notebook_runner import Runner
-
-from workbench.launch.processes import live_rank_pids
 
 pytestmark = NEEDS_BROWSER
 

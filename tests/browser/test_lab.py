@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _session_pools import live_rank_pids
 from labdriver import (
     ARTIFACTS,
     NEEDS_BROWSER,
@@ -22,8 +23,6 @@ from labdriver import (
     open_and_run,
     write_notebook,
 )
-
-from workbench.launch.processes import live_rank_pids
 
 pytestmark = NEEDS_BROWSER
 

@@ -14,10 +14,11 @@ import threading
 import time
 
 import pytest
+from _session_pools import live_rank_pids
 
 import workbench
 from workbench.launch.by_value import source_of
-from workbench.launch.processes import job_processes, live_rank_pids
+from workbench.launch.processes import job_processes
 from workbench.ui import RunPanel
 from workbench.ui.run_controls import what_ran
 

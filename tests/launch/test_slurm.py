@@ -27,8 +27,9 @@ import pytest
 from workbench import JobConfig
 from workbench.config import ConfigError
 from workbench.launch import Job, slurm, slurm_script, start
-from workbench.launch.processes import job_processes, pid_alive, rank_pids
+from workbench.launch.processes import job_processes, rank_pids
 from workbench.records import MetricsReader, events
+from workbench.records.liveness import process_alive as pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "local_slurm.sh"

@@ -1,9 +1,6 @@
-"""A function sent to the ranks by value, the launcher's side: pickled with its source.
-
-cloudpickle sends a function defined in a notebook cell, with the globals it uses, where
-plain pickle would send only its name. `pickle_function` first checks what would be sent
-(`check_payload`) and names what cannot be pickled; the rank unpickles it
-(rank/by_value.py). See docs/ARCHITECTURE.md.
+"""A function sent to the ranks by value, the launcher's side: cloudpickled with its source,
+its size checked first and what cannot be pickled named; the rank's side is rank/by_value.py.
+See docs/ARCHITECTURE.md, "Your own code on real ranks".
 """
 
 from __future__ import annotations
@@ -103,13 +100,10 @@ def source_of(*roots: Any) -> tuple[dict, dict]:
 
 
 def _by_value(module: Any) -> bool:
-    """True for a module of your own; False for the workbench and installed packages."""
-    if module.__name__ == "__main__":
-        return False  # cloudpickle already sends __main__'s functions by value
-    if module.__name__.split(".")[0] == "workbench":
-        return False
+    """True for a module of your own; False for the workbench, installed packages and
+    __main__ (whose functions cloudpickle already sends by value)."""
     file = getattr(module, "__file__", None)
-    if not file:
+    if module.__name__ == "__main__" or module.__name__.split(".")[0] == "workbench" or not file:
         return False
     installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
     return not any(str(Path(file).resolve()).startswith(p) for p in installed)

@@ -1,8 +1,6 @@
-"""`workbench run`, `workbench runs` and `workbench show`.
-
-Every `JobConfig` field is a flag of `workbench run`, defined once in config.py and shared
-with `scale` and the rank modules under plain torchrun or horovodrun. See
-docs/ARCHITECTURE.md, "Programming interface of the job engine".
+"""`workbench run`, `workbench runs` and `workbench show`: every `JobConfig` field is a flag
+of `workbench run` (flags.py). See docs/ARCHITECTURE.md, "Programming interface of the job
+engine".
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from workbench.records import MetricsReader, list_runs, load_run, of_kind
 from workbench.records.resume import CHECKPOINT
 
 
-# ---------------------------------------------------------------------- run
 def cmd_run(args: argparse.Namespace) -> int:
     try:
         job = start(config_from_args(args))
@@ -71,13 +68,12 @@ def follow(job: Job, quiet: bool = False, period_s: float = 0.5) -> None:
 
 def _epoch_line(e: dict[str, Any], epochs: int, world: int) -> str:
     """One progress line from an epoch record (fields other than "epoch" are optional)."""
+    fields = {"loss": "loss {:.4f}", "accuracy": "accuracy {:.3f}", "val_loss": "val loss {:.4f}",
+              "val_accuracy": "val accuracy {:.3f}", "samples_per_s": "{:,.0f} samples/s"}
     parts = [f"epoch {e.get('epoch', 0) + 1}/{epochs}"]
-    for key, fmt, scale in (("loss", "loss {:.4f}", 1), ("accuracy", "accuracy {:.3f}", 1),
-                            ("val_loss", "val loss {:.4f}", 1),  # held-out, when evaluated
-                            ("val_accuracy", "val accuracy {:.3f}", 1),
-                            ("samples_per_s", "{:,.0f} samples/s", world)):  # per rank
-        if isinstance(e.get(key), (int, float)):
-            parts.append(fmt.format(e[key] * scale))
+    for key, fmt in fields.items():
+        if isinstance(e.get(key), (int, float)):  # samples/s: per rank in the record
+            parts.append(fmt.format(e[key] * (world if key == "samples_per_s" else 1)))
     return "  ".join(parts)
 
 
@@ -110,7 +106,6 @@ def print_summary(summary: dict[str, Any]) -> None:
                   f"{summary['run_id']} --runs-dir {Path(summary['run_dir']).parent}")
 
 
-# ---------------------------------------------------------------------- runs / show
 def cmd_runs(args: argparse.Namespace) -> int:
     runs = list_runs(args.runs_dir)
     if args.json:

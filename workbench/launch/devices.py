@@ -1,10 +1,6 @@
-"""Which device a job's ranks compute on, checked before anything is launched.
-
-`device` is "cpu", "cuda" or "auto". In the notebook and in one line, not a minute later
-inside the ranks: one GPU per rank on each host (NCCL refuses two), a cuda Horovod job
-needs a Horovod built with NCCL, and a cpu job's ranks start with `CUDA_VISIBLE_DEVICES=""`
-so they never take GPU memory. `gpu_count()` is the one place that counts GPUs (tests
-replace it). See docs/ARCHITECTURE.md, "The machinery".
+"""Which device ("cpu", "cuda" or "auto") a job's ranks compute on, checked in one line
+before anything is launched. `gpu_count()` is the one place that counts GPUs (tests replace
+it). What is checked, and why: docs/ARCHITECTURE.md, "Supervision" (Devices).
 """
 
 from __future__ import annotations
@@ -64,7 +60,3 @@ def resolve_device(cfg: JobConfig) -> tuple[JobConfig, str | None]:
     if problem is None:
         return replace(cfg, device="cuda"), None
     return replace(cfg, device="cpu"), f"--device auto runs on the CPU: {problem[0]}"
-
-
-def rank_environment(cfg: JobConfig) -> dict[str, str]:
-    return {"CUDA_VISIBLE_DEVICES": ""} if cfg.device == "cpu" else {}

@@ -1,9 +1,8 @@
 """What environment the ranks receive: an allow-list, not a copy of the launcher's.
 
-A kernel's environment holds secrets (`JUPYTERHUB_API_TOKEN`, credentials), and horovodrun
-writes every variable it gets onto command lines that `ps` shows. So the ranks get only
-what training needs plus the `env` field; the values of `env` variables off the list go
-through `secrets.json` (0600), never a command line. Why: docs/ARCHITECTURE.md, "Supervision".
+A kernel's environment holds secrets, and horovodrun writes every variable it gets onto
+command lines that `ps` shows: `env` values off the list go through `secrets.json` (0600),
+never a command line. Why: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ from pathlib import Path
 
 from workbench.config import JobConfig
 from workbench.engines import ENGINES
-from workbench.launch.devices import rank_environment
 from workbench.rank.protocol import ENV_FILE, ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0, owner_id
+from workbench.records.store import open_file
 
 #: The file of the secret variables' values (see above).
 SECRETS_FILE = "secrets.json"
@@ -64,8 +63,7 @@ def recorded(requested: Iterable[str]) -> list[str]:
 
 def write_env_file(run_dir: Path, values: dict[str, str]) -> Path:
     path = Path(run_dir) / SECRETS_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
+    with open(open_file(path, os.O_WRONLY | os.O_EXCL, 0o600), "w") as f:
         json.dump(values, f)
     return path
 
@@ -77,7 +75,8 @@ def ranks_environment(cfg: JobConfig, run_id: str, run_dir: Path) -> dict[str, s
     env = {
         **public, ENV_RUN_DIR: str(run_dir), ENV_RUN_ID: run_id, ENV_OWNER: owner_id(),
         ENV_T0: repr(time.time()), "OMP_NUM_THREADS": str(cfg.resolved_threads()),
-        "PYTHONUNBUFFERED": "1", **rank_environment(cfg),
+        "PYTHONUNBUFFERED": "1",
+        **({"CUDA_VISIBLE_DEVICES": ""} if cfg.device == "cpu" else {}),  # no GPU memory taken
         **ENGINES[cfg.engine].environment(run_dir, cfg.timeline, cfg.cycle_time_ms),
     }
     if secret:

@@ -1,10 +1,8 @@
 """A running job, handed its launcher and its ticket for cores: start, watch, stop, record.
 
-`Job(cfg, launcher, ticket)` writes the run folder, waits for its turn (the ticket: this
-host's queue for cores, cores.py), has the launcher start the ranks (launchers.py) and
-returns at once. A watcher thread then looks five times a second (watch.py) until the job
-has succeeded, failed, stalled or was stopped; whatever the outcome, every process is ended
-and `summary.json` written. starting.py makes jobs; why so: docs/ARCHITECTURE.md.
+`Job(cfg, launcher, ticket)` writes the run folder, waits for its cores (cores.py), has the
+launcher start the ranks and returns at once; a thread watches them (watch.py) until the job
+ends, then ends every process and writes `summary.json`. Why so: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -56,9 +54,7 @@ class Granted:
 
     warning: str | None = None
     position = 0
-
-    def __init__(self, cores: list[int] | None = None) -> None:
-        self.cores = cores or []
+    cores: list[int] = []  # never changed: shared by every Granted
 
     def join(self, run_id: str) -> None:
         """Nothing to queue for."""
@@ -125,7 +121,6 @@ class Job:
             return
         warn_caller(text)
 
-    # ------------------------------------------------------------------ public API
     @property
     def status(self) -> str:
         """"queued" (waiting for this host's cores), "pending" (queued by Slurm), "running",
@@ -214,7 +209,6 @@ class Job:
     def __repr__(self) -> str:
         return f"<Job {self.run_id} {self._status}>"
 
-    # ------------------------------------------------------------------ starting
     def _wait_for_cores(self) -> None:
         try:
             while not self._ticket.poll():  # False for ever once released by _finish
@@ -249,7 +243,6 @@ class Job:
         _LIVE_JOBS.add(self)
         threading.Thread(target=self._watch, name=f"watch-{self.run_id}", daemon=True).start()
 
-    # ------------------------------------------------------------------ watching
     def _watch(self) -> None:
         try:
             watcher = Watcher(self.launcher, self.run_dir, self.world_size)
@@ -274,39 +267,37 @@ class Job:
                                     "error": f"the job's watcher failed: {one_line(exc)}",
                                     "traceback": traceback.format_exc()})
 
-    # ------------------------------------------------------------------ ending
     def _finish(self, status: str, failure: dict[str, Any] | None = None) -> None:
         """End all processes, then write summary.json, once; from the main thread in a thread
         of its own, so that Ctrl-C (raised once the job ended) cannot cut it short."""
-        if threading.current_thread() is not threading.main_thread():
-            return self._end(status, failure)
-        ended, raised = threading.Event(), []
+        survivors: list[int] = []
+        interrupted, ended = False, threading.Event()  # not join(): a Ctrl-C breaks its state
 
         def end() -> None:
             try:
-                self._end(status, failure)
-            except BaseException as exc:  # noqa: BLE001 - raised again in the caller
-                raised.append(exc)
+                survivors.extend(self._end(status, failure))
             finally:
                 ended.set()
 
-        threading.Thread(target=end, name=f"finish-{self.run_id}").start()
-        interrupted = False  # from here on the job ends, even if a Ctrl-C escapes the loop
-        while not ended.is_set():
-            try:
-                ended.wait()
-            except KeyboardInterrupt:
-                interrupted = True  # the job ends first
-        if raised:
-            raise raised[0]
+        if threading.current_thread() is not threading.main_thread():
+            end()
+        else:
+            threading.Thread(target=end, name=f"finish-{self.run_id}").start()
+            while not ended.is_set():  # the job ends, even if a Ctrl-C escapes the loop
+                try:
+                    ended.wait()
+                except KeyboardInterrupt:
+                    interrupted = True  # raised once the job has ended
+        if survivors:
+            raise RuntimeError(f"processes {survivors} of {self.run_id} survived SIGKILL")
         if interrupted:
             raise KeyboardInterrupt
 
-    def _end(self, status: str, failure: dict[str, Any] | None) -> None:
+    def _end(self, status: str, failure: dict[str, Any] | None) -> list[int]:
         survivors: list[int] = []
         with self._lock:
             if self._done.is_set():
-                return
+                return []
             summary: dict[str, Any] = {"run_id": self.run_id, "run_dir": str(self.run_dir),
                                        "status": status}
             try:
@@ -333,8 +324,7 @@ class Job:
             finally:
                 self._summary_data, self._status = summary, status
                 self._done.set()
-        if survivors:
-            raise RuntimeError(f"processes {survivors} of {self.run_id} survived SIGKILL")
+        return survivors
 
     def _end_processes(self, status: str) -> list[int]:
         """Stop remote ranks, have the launcher end the rest, give the cores back; survivors."""

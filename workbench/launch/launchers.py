@@ -1,9 +1,6 @@
-"""How a job's ranks are started, seen and ended: `Launcher`, and one class for each way.
-
-A `Job` (job.py) is handed one, as torchrun's agent is handed its worker spec: `Local`
-(horovodrun, torchrun or python here, under the guard), `Ssh` (the same, ranks on other
-hosts too), `slurm.SlurmBatch` (sbatch) and `pool_call.WarmRanks` (a pool's running ranks).
-Why and how each finds a rank that died without a word: docs/ARCHITECTURE.md, "The machinery".
+"""How a job's ranks are started, seen and ended: `Launcher`, handed to a `Job` as torchrun's
+agent is handed its worker spec; `Local`, `Ssh`, `slurm.SlurmBatch` and `pool_call.WarmRanks`.
+How each finds a rank that died without a word: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
@@ -27,11 +24,9 @@ from workbench.records.store import open_file
 
 GUARD = Path(__file__).with_name("guard.py")  # run beside every launcher (see guard.py)
 POLL_S = 0.2  # how often the watcher looks (s)
-#: After the launcher has exited, a remote rank whose heartbeat has not changed for this
-#: long is judged gone (it beats every second while alive).
+#: Once the launcher has exited, a remote rank whose heartbeat is this old is gone (s).
 REMOTE_GONE_S = 3.0
-#: The module every rank runs: it opens the rank's context, then runs the rank's code.
-RANK_WRAPPER = "workbench.rank.wrapper"
+RANK_WRAPPER = "workbench.rank.wrapper"  # every rank runs in it: it opens the rank's context
 Ranks = dict[int, tuple[int, str]]  # rank -> (pid, host), from the ranks' pid files
 Exits = dict[int, dict[str, Any]]   # rank -> its exit record
 
@@ -115,9 +110,7 @@ class Local(Launcher):
         with open(open_file(run_dir / "logs" / "launcher.log"), "ab") as log:
             log.write((" ".join(cmd) + "\n").encode())
             log.flush()
-            try:
-                # A new session, so a Ctrl-C in a terminal reaches us, not the ranks
-                # directly: we stop them ourselves, in order, and record it.
+            try:  # a session of its own: a terminal's Ctrl-C reaches us, who stop the ranks
                 self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL,
                                              env=ranks_environment(cfg, run_id, run_dir),

@@ -1,10 +1,6 @@
-"""Finding and ending every process of a job on this host.
-
-`horovodrun` starts each rank in a session of its own, so signalling the launcher's process
-group does not reach the ranks, and a launcher killed hard leaves them running. So a job's
-processes are found two ways: the launcher's process tree, and every process whose
-environment carries the job's `WORKBENCH_RUN_ID` (also a rank that has not written its pid
-file yet). Ranks on other hosts end themselves (docs/ARCHITECTURE.md, "Supervision").
+"""Finding and ending every process of a job on this host: the launcher's process tree and
+every process whose environment carries the job's `WORKBENCH_RUN_ID` (horovodrun starts each
+rank in a session of its own). Why: docs/ARCHITECTURE.md, "The machinery".
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ from pathlib import Path
 import psutil
 
 from workbench.rank.protocol import ENV_RUN_ID
-from workbench.records.liveness import process_alive as pid_alive  # zombies count as gone
 from workbench.records.liveness import read_pid_file, this_host
 
 
@@ -50,10 +45,6 @@ def _alive(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def live_rank_pids(run_dir: Path) -> list[int]:
-    return [pid for pid in rank_pids(run_dir).values() if pid_alive(pid)]
 
 
 def terminate(procs: list[psutil.Process], grace_s: float = 2.0) -> list[psutil.Process]:

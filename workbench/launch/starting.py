@@ -1,8 +1,7 @@
 """Starting a job: `start(cfg)` for training, `start_module(...)` for any rank module.
 
-Both check what can be checked before anything is written and return a `Job` at once.
-`place` is the one place where a job is routed: to an open pool that can run it, else to
-ranks of its own with their launcher and ticket for cores. See docs/ARCHITECTURE.md.
+Both check what they can before anything is written. `place` is the one place a job is
+routed: to an open pool that can run it, else to ranks of its own. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -33,28 +32,29 @@ def start(cfg: JobConfig, pool: Any = None) -> Job:
 
 
 def start_module(engine: str, np: int, module: str, args: list[str] | None = None,
-                 runs_dir: str = "runs", name: str = "", threads_per_rank: int = 1,
-                 hosts: str | None = None, stall_timeout: float = 120.0,
                  files: dict[str, bytes] | None = None, warm: tuple[str, bytes] | None = None,
-                 **fields: Any) -> Job:
-    """Launch any rank module as a job on `np` ranks, in the rank wrapper. `files` ({path in
-    the run folder: bytes}) are written before the ranks start; `warm` (kind, payload) is
-    what a pool's ranks would run instead."""
+                 threads_per_rank: int = 1, **fields: Any) -> Job:
+    """Launch any rank module as a job on `np` ranks, in the rank wrapper; `fields` are
+    `JobConfig`'s. `files` ({path in the run folder: bytes}) are written before the ranks
+    start; `warm` (kind, payload) is what a pool's ranks would run instead."""
     if engine == "fork" and module != RANK_WRAPPER:
         raise ConfigError(f"the fork engine runs a function, not the module {module}: use "
                           "workbench.launch(fn, engine='fork'), or engine='torch' for a module")
     fixed = ENGINES[engine].fixed_ranks if engine in ENGINES else None
-    cfg = JobConfig(engine=engine, np=fixed or np, runs_dir=runs_dir,
-                    name=name, threads_per_rank=threads_per_rank, hosts=hosts,
-                    stall_timeout=stall_timeout, **fields).validate()
+    cfg = JobConfig(engine=engine, np=fixed or np, threads_per_rank=threads_per_rank,
+                    **fields).validate()
     return place(cfg, module, list(args or []), files, warm)
 
 
 def place(cfg: JobConfig, module: str, args: list[str], files: dict[str, bytes] | None = None,
           warm: tuple[str, bytes] | None = None, pool: Any = None) -> Job:
     """Run the job `cfg` on `pool`, or the open pool that can (given `warm`), else on fresh
-    ranks running `module` with `args`."""
-    cfg, note = _checked(cfg)
+    ranks running `module` with `args`. Checks the engine, Slurm and the device first."""
+    if problem := ENGINES[cfg.engine].available():
+        raise ConfigError(f"--engine {cfg.engine} cannot run here: {problem}")
+    if cfg.launcher == "slurm":
+        slurm.check(cfg)
+    cfg, note = resolve_device(cfg)
     if pool is not None and (why := pool.why_not(cfg)):
         raise ConfigError(f"this job cannot run on {pool!r}: {why}; start it with "
                           "workbench.start(cfg), on ranks of its own")
@@ -139,13 +139,3 @@ def apply_preset(cfg: JobConfig) -> JobConfig:
     if cfg.preset is not None:
         cfg.validate()  # raises ConfigError naming an unknown preset
     return cfg
-
-
-def _checked(cfg: JobConfig) -> tuple[JobConfig, str | None]:
-    """Check the engine and Slurm; `cfg` with its device settled, and a note (devices.py)."""
-    problem = ENGINES[cfg.engine].available()
-    if problem:
-        raise ConfigError(f"--engine {cfg.engine} cannot run here: {problem}")
-    if cfg.launcher == "slurm":
-        slurm.check(cfg)
-    return resolve_device(cfg)

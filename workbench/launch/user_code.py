@@ -23,8 +23,7 @@ from workbench.launch.starting import qualified_name, safe_name, start_module
 from workbench.launch.waiting import in_kernel
 from workbench.rank.by_value import PAYLOAD
 
-#: Your code may compute for long without calling report(): a job is called stalled only
-#: after this many seconds without a new metrics line (pass stall_timeout=... to change it).
+#: Seconds without a new metrics line before a job is stalled: your code may not report().
 STALL_TIMEOUT_S = 600.0
 
 

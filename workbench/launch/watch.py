@@ -1,8 +1,5 @@
-"""Watching a running job: is it over, and if it failed, whose fault is it?
-
-Each look (`Watcher.look`) reads the exit records and pid files and asks the launcher which
-ranks vanished; `outcome()` names the rank that failed first (records/blame.py). The job
-(job.py) adds the stall check. See docs/ARCHITECTURE.md, "Supervision".
+"""Watching a running job: is it over, and if it failed, whose fault is it (records/blame.py)?
+The job (job.py) adds the stall check. See docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
@@ -49,7 +46,10 @@ class Watcher:
             exits = exit_records(self.run_dir, self.world_size)
             ranks = known_ranks(self.run_dir, self.world_size)
             vanished = [f for f in vanished if f.rank not in exits]
-        failures = [*vanished, *self.reported(exits, ranks)]
+        reported = [reported_failure(rank, rec, launcher.here(rank, ranks),
+                                     self.seen_at.setdefault(rank, time.time()))
+                    for rank, rec in sorted(exits.items())]
+        failures = [*vanished, *(f for f in reported if f is not None)]
         all_ok = len(exits) >= self.world_size
         if failures:
             self.first_error_at = self.first_error_at or time.monotonic()
@@ -62,15 +62,6 @@ class Watcher:
         launcher_failed = not failures and rc is not None and not (all_ok and rc == 0)
         log = RunRecord(self.run_dir).log("launcher", last=60) if launcher_failed else ""
         return outcome(self.world_size, exits, failures, set(ranks), rc, launcher.ending, log)
-
-    def reported(self, exits: Exits, ranks: dict[int, tuple[int, str]]) -> list[Failure]:
-        out = []
-        for rank, rec in sorted(exits.items()):
-            seen = self.seen_at.setdefault(rank, time.time())
-            failure = reported_failure(rank, rec, self.launcher.here(rank, ranks), seen)
-            if failure is not None:
-                out.append(failure)
-        return out
 
 
 def outcome(world_size: int, exits: Exits, failures: list[Failure], started: set[int],

@@ -1,10 +1,6 @@
-"""Run a Python function on a few worker processes: how the labs start their processes.
-
-`run_workers(fn, n, args)` is `launch(lab_worker, fn, ..., np=n, engine="fork")`: each
-worker is a rank like any other (a run on record, reaped, stopped and timed out by the
-`Job`), optionally in a gloo group joined through a `FileStore` in the run folder, and
-`WorkerError` names the worker that failed. `fn` must live in a module, not a notebook
-cell. Why the fork engine: docs/ARCHITECTURE.md, "The labs' processes".
+"""How the labs run a function on a few worker processes: `run_workers(fn, n, args)` is
+`launch(lab_worker, fn, ..., np=n, engine="fork")`, each worker a rank like any other, and
+`WorkerError` names the one that failed. Why: docs/ARCHITECTURE.md, "The labs' processes".
 """
 
 from __future__ import annotations
@@ -25,7 +21,6 @@ class WorkerError(RuntimeError):
     """A worker process failed, died or did not finish in time; the message names it."""
 
 
-# ---------------------------------------------------------------------- the caller's side
 def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), *,
                 name: str = "lab", runs_dir: str = "runs", timeout: float = 120.0,
                 distributed: bool = True, names: Sequence[str] | None = None,
@@ -64,7 +59,6 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
     if status != "succeeded":
         raise WorkerError(_failure_message(job.run_dir, job.summary or {}, names))
     return job.results()
-
 
 
 def _timeout_message(job: Any, timeout: float, names: list[str]) -> str:
