@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from _session_pools import rank_pids
 
 import workbench
 from workbench.cli import main as cli_main
@@ -21,7 +22,7 @@ from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
 from workbench.hosts.cpu import cpu_budget
 from workbench.launch import cores as cores_module
-from workbench.launch.processes import job_processes, rank_pids
+from workbench.launch.processes import job_processes
 from workbench.lessons.runs import step_split
 from workbench.records import MetricsReader, events, load_run, of_kind
 from workbench.sharded.costmodel import STRATEGY_OF

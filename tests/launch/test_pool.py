@@ -21,10 +21,10 @@ from pathlib import Path
 import psutil
 import pytest
 from _other_user import folder_for_other, needs_other_user
+from _session_pools import rank_pids
 
 import workbench
 from workbench.launch.pool_call import WarmRanks
-from workbench.launch.processes import rank_pids
 from workbench.records import list_runs, read_json
 from workbench.ui import RunPanel
 from workbench.ui.run_controls import what_ran

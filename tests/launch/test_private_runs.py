@@ -147,8 +147,9 @@ def test_secret_env_values_reach_the_ranks_but_no_command_line_or_record(tmp_pat
     file, deleted at the end) and be in no process's command line, nor in config.json."""
     import os
 
+    from _session_pools import rank_pids
+
     import workbench
-    from workbench.launch.processes import rank_pids
 
     secret = "s3cr3t-" + os.urandom(8).hex()
     job = workbench.launch(_reads_token_when_told, np=2, engine="horovod", echo=False,

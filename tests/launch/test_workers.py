@@ -20,10 +20,11 @@ from _labs_helpers import (
     square,
     wait_for_barrier_then_fail_on_rank_one,
 )
+from _session_pools import rank_pids
 
 import workbench
 from workbench.cli import main as cli_main
-from workbench.launch.processes import job_processes, rank_pids
+from workbench.launch.processes import job_processes
 from workbench.launch.workers import WorkerError, run_workers
 from workbench.records import list_runs
 

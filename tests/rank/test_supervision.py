@@ -17,10 +17,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from _session_pools import rank_pids
 
 from workbench.cli import main as cli_main
 from workbench.launch import start_module
-from workbench.launch.processes import job_processes, rank_pids
+from workbench.launch.processes import job_processes
 from workbench.records import RunRecord, of_kind
 
 SECRET = "wb-secret-7f3a9c"

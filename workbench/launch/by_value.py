@@ -82,10 +82,9 @@ def _nbytes(value: Any, depth: int = 0) -> int:
     nbytes = getattr(value, "nbytes", None)
     if isinstance(nbytes, int) and not isinstance(value, type):
         return nbytes
-    if depth < 3 and isinstance(value, (list, tuple, set)):
-        return sum(_nbytes(v, depth + 1) for v in list(value)[:10_000])
-    if depth < 3 and isinstance(value, dict):
-        return sum(_nbytes(v, depth + 1) for v in list(value.values())[:10_000])
+    if depth < 3 and isinstance(value, (list, tuple, set, dict)):
+        items = value.values() if isinstance(value, dict) else value
+        return sum(_nbytes(v, depth + 1) for v in list(items)[:10_000])
     return 0
 
 

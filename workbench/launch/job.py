@@ -24,13 +24,7 @@ from workbench.launch.environment import SECRETS_FILE, recorded
 from workbench.launch.launchers import Launcher
 from workbench.launch.waiting import in_kernel, stop_waiting
 from workbench.launch.watch import Watcher, one_line
-from workbench.records import (
-    MetricsReader,
-    RunRecord,
-    new_run_dir,
-    read_json,
-    write_json_atomic,
-)
+from workbench.records import MetricsReader, RunRecord, new_run_dir, read_json, write_json_atomic
 from workbench.records.blame import failure_log
 from workbench.records.liveness import (
     HEARTBEAT_PERIOD_S,
@@ -74,8 +68,7 @@ class Job:
                  files: dict[str, bytes] | None = None) -> None:
         self.config, self.launcher, self.world_size = cfg, launcher, cfg.world_size
         self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, cfg.run_label)
-        # Written first, so that even a run stopped while it queues is a run on record.
-        # (Secret --env values are not recorded: see environment.py.)
+        # First, so that a run stopped while queued is on record too (secret values are not).
         write_json_atomic(self.run_dir / "config.json",
                           {**cfg.to_dict(), "env": recorded(cfg.env)}, launcher.durable)
         for name, data in (files or {}).items():  # inputs the ranks read as they start
@@ -179,13 +172,12 @@ class Job:
     def results(self) -> list[Any]:
         """Each rank's return value, in rank order, loaded only from a run folder of your own
         (records/private.py); RuntimeError names the ranks that have not returned."""
-        missing = [r for r in range(self.world_size)
-                   if not (self.run_dir / "results" / f"rank{r}.pkl").exists()]
+        paths = [self.run_dir / "results" / f"rank{r}.pkl" for r in range(self.world_size)]
+        missing = [r for r, path in enumerate(paths) if not path.exists()]
         if missing:
             raise RuntimeError(f"rank(s) {missing} of {self.run_id} have not returned a value"
                                f" (the job is {self.status}; job.wait() waits for the end)")
-        return [load_own_pickle(self.run_dir / "results" / f"rank{r}.pkl", self.run_dir)
-                for r in range(self.world_size)]
+        return [load_own_pickle(path, self.run_dir) for path in paths]
 
     def record(self) -> RunRecord:
         return RunRecord(self.run_dir)
@@ -215,21 +207,15 @@ class Job:
                 if self._done.wait(QUEUE_POLL_S):
                     return  # stopped while queued; _finish left the queue
                 owner_beat(self.run_dir)
+            with self._lock:
+                if self._done.is_set():
+                    self._ticket.release()  # stopped just as the cores came
+                    return
+                self._status = "running"
+                self._launch()  # e.g. the launcher cannot be executed
         except Exception as err:  # noqa: BLE001 - any error fails the job: never queued for ever
-            self._finish("failed", {"rank": None, "error": f"lost its place in its queue"
-                                                           f": {one_line(err)}"})
-            return
-        error = None
-        with self._lock:
-            if self._done.is_set():
-                self._ticket.release()  # stopped just as the cores came
-                return
-            self._status = "running"
-            try:
-                self._launch()
-            except Exception as err:  # e.g. the launcher cannot be executed
-                error = f"could not launch the job after queueing: {err}"
-        if error:
+            error = (f"could not launch the job after queueing: {err}" if self._status == "running"
+                     else f"lost its place in its queue: {one_line(err)}")
             self._finish("failed", {"rank": None, "error": error})
 
     def _launch(self) -> None:

@@ -76,22 +76,25 @@ class Launcher:
 
     def end(self, status: str) -> list[int]:
         """End what is left of the job's processes; the pids that survived SIGKILL."""
-        return end_job_processes(self.run_id, self.run_dir, self.pid)
+        raise NotImplementedError
 
     def facts(self) -> dict[str, Any]:
         return {}
 
 
 class Local(Launcher):
-    """The engine's launcher on this host, under the guard (guard.py); a rank whose pid is
-    gone without an exit record has vanished."""
+    """The engine's launcher on this host, under the guard (guard.py). A rank here whose pid
+    is gone without an exit record has vanished; a rank on another host (`Ssh`), seen through
+    its heartbeat and the launcher's exit, is a suspect once it stops beating until called gone."""
 
     shares_this_host = True
+    decide_within_s = RANK_STALE_S + REMOTE_GONE_S
 
     def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
         self.cfg, self.module, self.args = cfg, module, args
         self.proc: subprocess.Popen[bytes] | None = None
         self.alive_at: dict[int, float] = {}  # rank: when the watcher last saw it alive
+        self.beats: dict[int, Staleness] = {}  # rank on another host: its heartbeat
 
     def cores_bound(self) -> int:
         cfg = self.cfg
@@ -130,14 +133,28 @@ class Local(Launcher):
         if self.exit_code(POLL_S) is not None:
             time.sleep(0.05)  # the launcher is gone: no busy loop while the watcher concludes
 
+    def age(self, rank: int) -> float:
+        if rank not in self.beats:
+            self.beats[rank] = Staleness(heartbeat_path(self.run_dir, f"rank{rank}"))
+        return self.beats[rank].age()
+
     def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
-        """Ranks here whose pid is gone, each at the last moment it was seen alive."""
+        """Ranks here whose pid is gone, each at the last moment it was seen alive; ranks
+        elsewhere whose heartbeat has not changed for `RANK_STALE_S`, or for `REMOTE_GONE_S`
+        once the launcher has exited."""
         out, here = [], this_host()
         for rank, (pid, host) in sorted(ranks.items()):
-            if rank in exits or host != here:
+            if rank in exits:
                 continue
             now = time.time()
-            if pid_alive(pid):
+            if host != here:
+                age = self.age(rank)
+                if age > RANK_STALE_S or (ended and age > REMOTE_GONE_S):
+                    out.append(Failure(rank, "vanished", now - age,
+                                       f"rank {rank} (pid {pid} on {host}) ended without "
+                                       f"reporting: no heartbeat for {age:.0f} s (killed by a "
+                                       "signal, out of memory, or its host went down)"))
+            elif pid_alive(pid):
                 self.alive_at[rank] = now
             else:
                 out.append(Failure(rank, "vanished", self.alive_at.get(rank, now),
@@ -145,58 +162,25 @@ class Local(Launcher):
                                    "by a signal (e.g. kill -9) or by the out-of-memory killer"))
         return out
 
+    def undecided(self, exits: Exits, ranks: Ranks, since: float) -> bool:
+        """A rank elsewhere whose heartbeat has not changed since `since` and is not yet
+        `RANK_STALE_S` old (a live rank beats again within a second)."""
+        here = this_host()
+        return any(self.age(rank) <= RANK_STALE_S and self.beats[rank].changed_at <= since
+                   for rank, (_, host) in ranks.items() if rank not in exits and host != here)
+
     def ending(self, rc: int) -> str:
         return f"the {self.cfg.engine} launcher exited with code {rc}"
 
     def end(self, status: str) -> list[int]:
-        survivors = super().end(status)
-        if self.proc is not None:
-            self.exit_code(2.0)  # reap it
+        survivors = end_job_processes(self.run_id, self.run_dir, self.pid)
+        self.exit_code(2.0)  # reap it
         return survivors
 
 
 class Ssh(Local):
-    """A launcher here whose ranks run on other hosts too, seen through their heartbeats
-    and the launcher's exit; one that stopped beating is a suspect until called gone."""
-
-    decide_within_s = RANK_STALE_S + REMOTE_GONE_S
-
-    def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
-        super().__init__(cfg, module, args)
-        self.beats: dict[int, Staleness] = {}
+    """A launcher here whose ranks run on other hosts too: it binds none of this host's cores."""
 
     def cores_bound(self) -> int:
         return 0
-
-    def age(self, rank: int) -> float:
-        if rank not in self.beats:
-            self.beats[rank] = Staleness(heartbeat_path(self.run_dir, f"rank{rank}"))
-        return self.beats[rank].age()
-
-    def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
-        """Also: remote ranks whose heartbeat has not changed for `RANK_STALE_S`, or for
-        `REMOTE_GONE_S` once the launcher has exited."""
-        out, here = super().vanished(exits, ranks, ended), this_host()
-        for rank, (pid, host) in sorted(ranks.items()):
-            if rank in exits or host == here:
-                continue
-            age = self.age(rank)
-            if age > RANK_STALE_S or (ended and age > REMOTE_GONE_S):
-                out.append(Failure(rank, "vanished", time.time() - age,
-                                   f"rank {rank} (pid {pid} on {host}) ended without "
-                                   f"reporting: no heartbeat for {age:.0f} s (killed by a "
-                                   "signal, out of memory, or its host went down)"))
-        return sorted(out, key=lambda f: f.rank)
-
-    def undecided(self, exits: Exits, ranks: Ranks, since: float) -> bool:
-        """A remote rank whose heartbeat has not changed since `since` and is not yet
-        `RANK_STALE_S` old (a live rank beats again within a second)."""
-        here = this_host()
-        for rank, (_, host) in ranks.items():
-            if rank in exits or host == here:
-                continue
-            age = self.age(rank)
-            if self.beats[rank].changed_at <= since and age <= RANK_STALE_S:
-                return True
-        return False
 

@@ -12,17 +12,6 @@ from pathlib import Path
 import psutil
 
 from workbench.rank.protocol import ENV_RUN_ID
-from workbench.records.liveness import read_pid_file, this_host
-
-
-def rank_pids(run_dir: Path) -> dict[int, int]:
-    """{rank: pid} from the pid files of the ranks on this host."""
-    out = {}
-    for f in (Path(run_dir) / "pids").glob("rank*.pid"):
-        entry = read_pid_file(f)
-        if entry is not None and f.stem[4:].isdigit() and entry[1] == this_host():
-            out[int(f.stem[4:])] = entry[0]
-    return out
 
 
 def job_processes(run_id: str, run_dir: Path, launcher_pid: int | None) -> list[psutil.Process]:

@@ -10,11 +10,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.launch.processes import rank_pids
 from workbench.launch.waiting import wait_turn
 from workbench.rank.workers import lab_worker
 from workbench.records import RunRecord
 from workbench.records.blame import exit_records
+from workbench.records.liveness import known_ranks
 
 
 class WorkerError(RuntimeError):
@@ -52,7 +52,11 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
         wait_turn(job)               # for cores, seen waiting: the timeout starts after
         status = job.wait(timeout)   # Ctrl-C stops the job, then re-raises
         if not job.done:
-            raise WorkerError(_timeout_message(job, timeout, names))
+            ended = exit_records(job.run_dir, world_size)
+            waiting = ", ".join(n for r, n in enumerate(names) if r not in ended)
+            raise WorkerError(f"the run did not finish within {timeout:g} s; still running: "
+                              f"{waiting}. Pass a larger timeout, or fewer epochs/steps (run "
+                              f"record: {job.run_dir})")
     finally:
         if not job.done:
             job.stop()
@@ -61,19 +65,11 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
     return job.results()
 
 
-def _timeout_message(job: Any, timeout: float, names: list[str]) -> str:
-    ended = exit_records(job.run_dir, len(names))
-    waiting = ", ".join(n for r, n in enumerate(names) if r not in ended)
-    job.stop()
-    return (f"the run did not finish within {timeout:g} s; still running: {waiting}. Pass a "
-            f"larger timeout, or fewer epochs/steps (run record: {job.run_dir})")
-
-
 def _failure_message(run_dir: Path, summary: dict[str, Any], names: list[str]) -> str:
     """The worker that failed first, its error and traceback; or the launcher's log."""
     failure = summary.get("failure") or {}
     rank = failure.get("rank")
-    if rank is None and not rank_pids(run_dir):
+    if rank is None and not known_ranks(run_dir, len(names)):
         failure = {**failure, "log_tail": RunRecord(run_dir).log("launcher", last=20)}
     who = names[rank] if rank is not None and rank < len(names) else "the launcher"
     detail = failure.get("traceback") or failure.get("log_tail") or ""
