@@ -6,12 +6,11 @@ engine".
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.config import ConfigError
+from workbench.cli import emit_json, guard
 from workbench.flags import add_job_flags, add_output_flags, config_from_args
 from workbench.launch import slurm
 from workbench.launch.job import FINAL_STATES, Job
@@ -21,26 +20,17 @@ from workbench.records.resume import CHECKPOINT
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    try:
-        job = start(config_from_args(args))
-    except ConfigError as exc:
-        print(f"workbench: error: {exc}", file=sys.stderr)
-        return 2
-    quiet = args.json
-    if not quiet:  # its warnings are already shown, once each (cli.py)
+    job = start(config_from_args(args))
+    if not args.json:  # its warnings are already shown, once each (cli.py)
         print(f"run {job.run_id}  ({job.config.engine}, {job.world_size} rank(s))  -> "
               f"{job.run_dir}")
     try:
-        follow(job, quiet=quiet)
+        follow(job, quiet=args.json)
     except KeyboardInterrupt:  # Ctrl-C: end every rank before we go
         job.stop()
         print(f"\nstopped: {job.run_id}", file=sys.stderr)
         return 130
-    summary = job.summary or {}
-    if quiet:
-        print(json.dumps(summary, indent=2))
-    else:
-        print_summary(summary)
+    (emit_json if args.json else print_summary)(job.summary or {})
     return 0 if job.status == "succeeded" else 1
 
 
@@ -109,7 +99,7 @@ def print_summary(summary: dict[str, Any]) -> None:
 def cmd_runs(args: argparse.Namespace) -> int:
     runs = list_runs(args.runs_dir)
     if args.json:
-        print(json.dumps([{"run_id": r.run_id, **_brief(r)} for r in runs], indent=2))
+        emit_json([{"run_id": r.run_id, **_brief(r)} for r in runs])
         return 0
     if not runs:
         print(f"no runs in {args.runs_dir}")
@@ -134,14 +124,10 @@ def _brief(record) -> dict[str, Any]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    try:
-        record = load_run(args.run_id, args.runs_dir)
-    except FileNotFoundError as exc:
-        print(f"workbench: error: {exc}", file=sys.stderr)
-        return 2
+    record = load_run(args.run_id, args.runs_dir)
     summary = record.summary or {"run_id": record.run_id, "status": record.status}
     if args.json:
-        print(json.dumps(summary, indent=2))
+        emit_json(summary)
         return 0
     print_summary(summary)
     print("  config: " + ", ".join(f"{k}={v}" for k, v in record.config.items()
@@ -153,13 +139,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run one training job", description=__doc__)
     add_job_flags(run)
     add_output_flags(run, runs_dir=False, json_help="print only the summary, as JSON")
-    run.set_defaults(func=cmd_run)
+    run.set_defaults(func=guard(cmd_run))
 
     runs = sub.add_parser("runs", help="list past runs")
     add_output_flags(runs)
-    runs.set_defaults(func=cmd_runs)
+    runs.set_defaults(func=guard(cmd_runs))
 
     show = sub.add_parser("show", help="show one run")
     show.add_argument("run_id", help="run id, unique part of one, or run folder")
     add_output_flags(show)
-    show.set_defaults(func=cmd_show)
+    show.set_defaults(func=guard(cmd_show))
