@@ -1,8 +1,7 @@
 """The launcher's side: what runs in the notebook or the CLI (the rank's side: rank/).
 
-`start(cfg)`, `start_module(...)` (starting.py) and `launch(fn)` (user_code.py: the package
-is also that function) make a `Job` (job.py), handed its launcher and its ticket for cores.
-Why it is built so: docs/ARCHITECTURE.md, "The machinery".
+`start(cfg)`, `start_module(...)` and `launch(fn)` (the package is also that function) make
+a `Job`, handed its launcher and its ticket for cores. Why: docs/ARCHITECTURE.md, "The machinery".
 Lessons it serves: notebooks/02_data_parallelism_horovod.ipynb and every lesson that starts a job.
 """
 

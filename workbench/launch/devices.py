@@ -53,10 +53,8 @@ def resolve_device(cfg: JobConfig) -> tuple[JobConfig, str | None]:
     if cfg.launcher == "slurm":   # this host's GPUs say nothing about the compute nodes'
         problem = ("the Slurm job requests no GPUs (and the nodes' GPUs cannot be counted "
                    "from here)", "use --device cpu with --launcher slurm")
-    if cfg.device == "cuda":
-        if problem:
-            raise ConfigError(f"invalid --device 'cuda': {problem[0]}: {problem[1]}")
-        return cfg, None
-    if problem is None:
+    if cfg.device == "cuda" and problem:
+        raise ConfigError(f"invalid --device 'cuda': {problem[0]}: {problem[1]}")
+    if cfg.device == "cuda" or problem is None:
         return replace(cfg, device="cuda"), None
     return replace(cfg, device="cpu"), f"--device auto runs on the CPU: {problem[0]}"

@@ -1,8 +1,6 @@
-"""What environment the ranks receive: an allow-list, not a copy of the launcher's.
-
-A kernel's environment holds secrets, and horovodrun writes every variable it gets onto
-command lines that `ps` shows: `env` values off the list go through `secrets.json` (0600),
-never a command line. Why: docs/ARCHITECTURE.md, "Supervision".
+"""What environment the ranks receive: an allow-list, not a copy of the launcher's; `env`
+values off the list go through `secrets.json` (0600), never a command line that `ps` shows.
+Why: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations

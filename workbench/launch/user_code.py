@@ -33,12 +33,10 @@ def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: i
     """Run `fn(*args)`, or the script at a path with `args` as its argv, on `np` ranks;
     returns the running `Job` at once. `engine` is "horovod", "torch", "serial" (one
     process) or "fork" (a function's ranks forked from one process that imported torch
-    once: one host, CPU only, no group joined for you); `fields` are any other job settings
-    (`runs_dir`, `threads_per_rank`, `hosts`, `stall_timeout`, `name`, ...). In a notebook,
-    `echo` shows the ranks' output under the cell, each line prefixed with its rank.
+    once: one host, CPU only, no group joined for you); `fields` are `JobConfig`'s. In a
+    notebook, `echo` shows the ranks' output under the cell, each line prefixed with its rank.
     ConfigError before anything starts: bad settings, an `fn` that cannot be pickled, or
-    arguments and variables holding over `max_payload_mb` MiB of arrays (`check_payload`).
-    """
+    arguments and variables holding over `max_payload_mb` MiB of arrays (`check_payload`)."""
     if isinstance(fn_or_path, (str, os.PathLike)):
         path = Path(fn_or_path).expanduser().resolve()
         if not path.is_file():

@@ -28,9 +28,7 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
     """Run `fn(rank, world_size, *args)` (`fn` of an importable module) on `world_size`
     processes, in a gloo group if `distributed`; return their values by rank. `name`: the
     run's label; `timeout`: seconds of running, not of waiting for cores; `names`: how errors
-    name each process; `settings`: the lab's, recorded in `config.json`. WorkerError names
-    the worker that raised (with its traceback), died or outlived `timeout`, and the run.
-    """
+    name each process; `settings`: the lab's, recorded in `config.json`."""
     from workbench.launch.user_code import launch
 
     if world_size < 1:
