@@ -143,18 +143,16 @@ def lock_core(folder_fd: int, core: int) -> int | None:
             return None  # made by another job this instant: next time
     except OSError:
         return None
-    try:
+    with contextlib.suppress(BlockingIOError):
         if stat.S_ISREG(os.fstat(fd).st_mode):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return fd
-    except BlockingIOError:
-        pass
     os.close(fd)
     return None
 
 
 def core_holder(folder_fd: int, core: int) -> str:
-    try:
+    with contextlib.suppress(OSError):
         st = os.stat(f"core-{core}", dir_fd=folder_fd, follow_symlinks=False)
         device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
         for line in Path("/proc/locks").read_text().splitlines():
@@ -162,8 +160,6 @@ def core_holder(folder_fd: int, core: int) -> str:
             if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == device:
                 pid = fields[4]
                 return f"pid {pid} ({user_name(os.stat(f'/proc/{pid}').st_uid)})"
-    except OSError:
-        pass
     return "another process"
 
 

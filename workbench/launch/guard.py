@@ -10,6 +10,7 @@ Why: docs/ARCHITECTURE.md, "Supervision".
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -37,10 +38,8 @@ def main(argv: list[str]) -> int:
     # guard stays to pass on its exit code.
     signal.signal(signal.SIGTERM, lambda *_: None)
     while True:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             return exit_code(launcher.wait(timeout=POLL_S))
-        except subprocess.TimeoutExpired:
-            pass
         if os.getppid() != owner:
             sys.stderr.write(f"workbench: the process that started the job (pid {owner}) "
                              "is gone: ending the launcher\n")

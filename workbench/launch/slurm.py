@@ -6,6 +6,7 @@ and why: docs/ARCHITECTURE.md, "Supervision".
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -95,7 +96,7 @@ def cancel_by_name(name: str, env: dict[str, str], timeout: float = 15.0) -> Non
     """`scancel` this user's jobs named `name`, and wait until squeue lists none of them."""
     user = ["--name", name, "--user", str(os.getuid())]
     end = time.time() + timeout
-    try:
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # the controller is down
         subprocess.run(["scancel", *user], capture_output=True, env=env, timeout=30)
         while time.time() < end:
             left = subprocess.run(["squeue", "-h", "-o", "%i", *user], capture_output=True,
@@ -103,8 +104,6 @@ def cancel_by_name(name: str, env: dict[str, str], timeout: float = 15.0) -> Non
             if left.returncode == 0 and not left.stdout.strip():
                 return
             time.sleep(0.5)
-    except (OSError, subprocess.TimeoutExpired):
-        pass  # the controller is down: nothing more to do from here
 
 
 class SlurmBatch(Launcher):
