@@ -216,6 +216,30 @@ def ticket(n_cores: int) -> cores.Ticket:
     return cores.Ticket(f"run-{uuid.uuid4().hex[:6]}", n_cores, cores.settings())
 
 
+def test_a_ticket_that_cannot_join_keeps_no_descriptor_and_no_file(monkeypatch):
+    """A failed join (here its rename, as on a full disk) closes what it opened, once: its
+    later release() must not close a descriptor the process has opened since."""
+    ticket(1).release()                                   # the folder exists
+    folder = Path(cores.settings().folder)
+    before = (set(os.listdir("/proc/self/fd")), sorted(os.listdir(folder)))
+
+    def no_space(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cores.os, "rename", no_space)
+        with pytest.raises(ConfigError, match="No space left on device"):
+            failed = cores.Ticket(None, 1, cores.settings())
+            failed.join("run-full")
+    assert (set(os.listdir("/proc/self/fd")), sorted(os.listdir(folder))) == before
+    reused = os.open(os.devnull, os.O_RDONLY)             # takes a number just freed
+    try:
+        failed.release()
+        os.fstat(reused)                                  # still open
+    finally:
+        os.close(reused)
+
+
 def test_the_queue_is_first_in_first_out(two_cores):
     one = ticket(1)
     assert one.poll() and one.cores == [two_cores[0]]

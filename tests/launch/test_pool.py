@@ -476,3 +476,26 @@ def test_a_restart_that_fails_fails_the_pool_in_one_line_and_nothing_spins(tmp_p
             pool.job.wait(30)
         if cause == "a full disk":
             subprocess.run(["umount", "--lazy", str(runs)], check=False)
+
+
+def test_ranks_are_ended_once_whichever_threads_ask():
+    """A failed restart's thread and close() may both end the same ranks: the second waits
+    for the first and closes no socket again (a descriptor closed twice at once can be
+    another's, reused meanwhile)."""
+    from multiprocessing import Pipe
+
+    from workbench.launch.pool import _Ranks
+
+    stops, ours, theirs = [], *Pipe()
+    ranks = _Ranks.__new__(_Ranks)
+    ranks.__dict__.update(
+        pool=type("P", (), {"np": 1})(), conns={0: ours}, server=theirs, ended=False,
+        _ending=threading.Lock(),
+        job=type("J", (), {"wait": lambda self, _s: time.sleep(0.2),
+                           "stop": lambda self: stops.append(1)})())
+    threads = [threading.Thread(target=ranks.end) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert stops == [1] and ours.closed and theirs.closed

@@ -189,7 +189,13 @@ class Ticket:
             self._write()
             os.rename(new, self._name, src_dir_fd=self._folder, dst_dir_fd=self._folder)
             os.fchmod(self._fd, 0o644)
-        except OSError as err:
+        except OSError as err:  # nothing kept, so release() closes nothing twice
+            if self._fd >= 0:
+                for name in (new, self._name):
+                    with contextlib.suppress(OSError):
+                        os.unlink(name, dir_fd=self._folder)
+                os.close(self._fd)
+                self._fd = -1
             os.close(self._folder)
             raise ConfigError(f"cannot queue for cores in {self.sharing.folder} "
                               f"({err.strerror}): {_FIX}") from None

@@ -46,7 +46,7 @@ class _Ranks:
         self.conns: dict[int, Any] = {}
         self.lost: dict[int, int] = {}      # rank -> pid, of ranks whose channel closed
         self.pids: dict[int, int] = {}
-        self.ready = threading.Event()
+        self.ready, self._ending, self.ended = threading.Event(), threading.Lock(), False
         self.job = start_module(pool.engine, pool.np, POOL_RANK_MODULE,
                                 ["--address", self.address], name=f"pool-{pool.engine}",
                                 stall_timeout=IDLE_FOR_EVER_S,
@@ -91,13 +91,19 @@ class _Ranks:
                 channel.send(self.conns[rank], header, payload)
 
     def end(self) -> None:
-        self.send_all({"op": "quit"})
-        self.job.wait(3.0)
-        self.job.stop()
-        for conn in self.conns.values():
-            conn.close()
-        with contextlib.suppress(OSError):
-            self.server.close()
+        """Once, whichever thread asks first (a failed restart's, close()'s): a socket closed
+        twice at once can close another's descriptor, reused meanwhile."""
+        with self._ending:  # a second caller returns once the first has ended them
+            if self.ended:
+                return
+            self.ended = True
+            self.send_all({"op": "quit"})
+            self.job.wait(3.0)
+            self.job.stop()
+            for conn in list(self.conns.values()):
+                conn.close()
+            with contextlib.suppress(OSError):
+                self.server.close()
 
 
 class Pool:
