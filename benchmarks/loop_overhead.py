@@ -16,9 +16,10 @@ engine and number of ranks, in alternating order:
 Both time each epoch on rank 0 with the wall clock; the first epoch (warm-up) is left out.
 It prints samples/s of each, and the ratio workbench / by hand of each round and their
 median: 1.00 means the bookkeeping costs nothing; the target is at least 0.95. The default
-step, the smallest the target names (about 1 ms by hand at np=1: an MLP of width 256 on 32
-features, batch 64, one thread per rank), took 0.75 to 1.2 ms by hand on the shared 2-core
-machine; --width and --batch-size change it, and each round prints it.
+step, the smallest the target names (about 1 ms by hand at np=1: an MLP of width 384 on 32
+features, batch 64, one thread per rank), took 1.2 to 1.4 ms by hand on the shared 2-core
+machine (width 256: 0.5 to 0.6 ms); --width and --batch-size change it, and each round
+prints it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import workbench
 from workbench.config import JobConfig
 from workbench.records import of_kind
 
-SETTINGS = dict(model="mlp", width=256, dataset="synthetic", features=32, samples=65536,
+SETTINGS = dict(model="mlp", width=384, dataset="synthetic", features=32, samples=65536,
                 batch_size=64, lr=0.05, optimizer="sgd", threads_per_rank=1, val_fraction=0.0,
                 eval_every=0)
 
