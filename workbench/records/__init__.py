@@ -1,5 +1,6 @@
 """The durable record of every run: `runs/<run_id>/` (docs/ARCHITECTURE.md, "The record of
-a run"). Lessons it serves: every one that reads a run."""
+a run"). Lessons it serves: notebooks/03_synchronization.ipynb (a failed run's record, its
+checkpoints) and every lesson that reads a run."""
 
 from workbench.records.metrics import MetricsReader, events, metrics_path, of_kind, overall_by_step
 from workbench.records.runs import RunRecord, list_runs, load_run, record_of
