@@ -43,7 +43,8 @@ def pin_cpu(cfg: JobConfig, local_rank: int) -> None:
     if cfg.cpu_bind == "core" and cfg.world_size > 1 and hasattr(os, "sched_setaffinity"):
         cores = cpu_budget().cores  # the job's own cores, else the host's
         mine = {cores[(local_rank * threads + i) % len(cores)] for i in range(threads)}
-        for tid in os.listdir("/proc/self/task"):
+        tasks = "/proc/self/task"  # without /proc: the calling thread (0) alone
+        for tid in os.listdir(tasks) if os.path.isdir(tasks) else ["0"]:
             with contextlib.suppress(ProcessLookupError):  # the thread ended meanwhile
                 os.sched_setaffinity(int(tid), mine)
     torch.set_num_threads(threads)
