@@ -40,6 +40,8 @@ from bokeh.models import ColumnDataSource, HoverTool, LayoutDOM, Legend
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure as _bokeh_figure
 
+from workbench.launch.waiting import in_kernel
+
 #: Default size of one chart in pixels: four fit on a laptop screen in a 2 x 2 grid.
 WIDTH = 420
 HEIGHT = 260
@@ -90,16 +92,6 @@ def kind_colors(kinds: Sequence[str], given: Mapping[str, str] | None = None) ->
         colors.append(next(c for c in Category10_10 if c not in colors)
                       if color in colors else color)
     return colors
-
-
-def in_kernel() -> bool:
-    """Return True when this code runs in a Jupyter kernel (not in a script or a test)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def load_bokehjs(force: bool = False) -> bool:
