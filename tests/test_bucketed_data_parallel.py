@@ -136,3 +136,22 @@ def test_notebook_08s_bucket_picker_runs_both_engines_at_the_size_picked(tmp_pat
         assert all(job.summary.get("pool") for job in picker.jobs), "on warm ranks"
         left_open = running_pool("torch", 2, runs_dir) is not None
         assert left_open == (runs_dir != str(tmp_path / "runs")), runs_dir
+
+
+def test_the_bucket_picker_says_it_starts_ranks_before_it_waits_for_them(tmp_path, monkeypatch):
+    """A start of ranks takes seconds (more on a busy host): the student who pressed Run
+    must see why nothing else has happened yet while they start."""
+    import workbench
+    from workbench.lessons.bucket_picker import BucketPicker
+
+    picker = BucketPicker({"np": 2, "runs_dir": str(tmp_path / "runs")})
+    shown_while_starting = []
+
+    def ranks(**_):
+        shown_while_starting.extend(o.get("text", "") for o in picker.shown.outputs)
+        raise RuntimeError("ranks stopped here")
+
+    monkeypatch.setattr(workbench, "ranks", ranks)
+    with pytest.raises(RuntimeError, match="ranks stopped here"):
+        picker.run()
+    assert any("starting 2 warm ranks" in text for text in shown_while_starting)

@@ -51,9 +51,11 @@ class BucketPicker(widgets.VBox):
         (`step_split`, ms per step)."""
         np, runs_dir = self.fields["np"], self.fields.get("runs_dir", "runs")
         mine = running_pool("torch", np, runs_dir) is None
+        self.shown.clear_output()
+        if mine:    # a start of ranks takes seconds: say so before it, not after
+            self.shown.append_stdout(f"starting {np} warm ranks ...\n")
         pool = workbench.ranks(np=np, engine="torch", runs_dir=runs_dir,
                                cpu_bind=self.fields.get("cpu_bind", "core"))
-        self.shown.clear_output()
         self.jobs = []
         try:
             for engine in ENGINES:
