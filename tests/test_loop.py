@@ -118,4 +118,8 @@ def test_the_ddp_clock_keeps_only_the_hook_of_the_gradient_computed_last(tmp_pat
             assert marks[0] < sync.ready <= sync.returned <= marks[1], k
             assert sync.backward_wait_s()() == sync.returned - sync.ready
     finally:
+        # The DDP goes first: were its reducer to hold the group's last reference, it would
+        # destroy the group holding the GIL and wait for gloo's thread, which may wait for
+        # the GIL (pytorch/pytorch#56297); this test hung there once.
+        ddp = None  # noqa: F841
         dist.destroy_process_group()
