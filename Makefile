@@ -57,7 +57,7 @@ lab: setup  ## start JupyterLab on 127.0.0.1 (token authentication), opened on t
 # file named twice only once.)
 # -rs lists every skipped test with its reason (e.g. the Slurm tests, without root).
 # The ten slowest items are listed, then the suite's wall time against its budget: the run
-# fails when the whole suite takes longer than WORKBENCH_SUITE_BUDGET_MIN minutes (20 unless
+# fails when the whole suite takes longer than WORKBENCH_SUITE_BUDGET_MIN minutes (30 unless
 # set, 0 for no check; the set-up is not counted; see tests/_budget.py).
 # The set-up of make test also installs the system packages (as root), while Horovod compiles.
 test: SETUP_ARGS := --with-system-deps

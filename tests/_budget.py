@@ -2,9 +2,13 @@
 
 `make test` runs every test file and notebook; a slow test added to it should show the day it
 is added, not three rounds later. The budget is the wall time of the pytest session (the
-set-up before it is not counted): WORKBENCH_SUITE_BUDGET_MIN minutes, 20 unless set (the
-whole suite measured 11.7 min on a quiet 2-core machine and 14.2 min with one core kept busy
-by another program; the CI machine is about a fifth slower); 0 turns the check off. Only
+set-up before it is not counted): WORKBENCH_SUITE_BUDGET_MIN minutes, 30 unless set; 0 turns
+the check off. The suite is bound by the CPU: on a quiet 2-core machine (12-05) a whole run
+kept both cores busy for 96% of its time, 2,855 core-seconds, so it cannot take much under
+1,400 s there; runs of the same code took 1,299-1,490 s, and 1,382 s on the CI machine.
+30 minutes is a fifth above the slowest: the machine's swings do not fail a run, a test that
+adds minutes does. (On 12-03 the suite took 11.7 min against 20; since then it runs every
+notebook in JupyterLab under Chromium and the second-user, pool and core-queue tests.) Only
 a whole-suite run is checked: one given the tests/ folder itself, with no -k, -m,
 --deselect, --lf or -x, and in which nothing was deselected. A single file, a -k selection
 or a re-run of the failures is never failed for its time.
@@ -19,7 +23,7 @@ from pathlib import Path
 import pytest
 
 ENV = "WORKBENCH_SUITE_BUDGET_MIN"
-DEFAULT_MIN = 20.0
+DEFAULT_MIN = 30.0
 
 
 def budget_s() -> float:
