@@ -130,6 +130,9 @@ def main() -> None:
     sync.measure = Footprint(setup.module, optimizer, sync.sent_bytes)
     held_out = train(ctx, setup, optimizer, sync)
     evaluate_and_save(ctx, setup, sync, held_out)
+    # DDP goes before its group: freed after, its reducer would destroy the group holding the
+    # GIL while gloo's thread may wait for it (pytorch/pytorch#56297), and the rank would hang.
+    setup.model = ddp_model = None
     dist.destroy_process_group()
 
 
