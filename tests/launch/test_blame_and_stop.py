@@ -316,8 +316,12 @@ holder = cores.Ticket("holder", 2, cores.settings())
 assert holder.poll()
 job = workbench.start(workbench.JobConfig(runs_dir=sys.argv[1], **json.loads(sys.argv[2])))
 queued = job.status
-write = job_module.write_json_atomic  # the stop's summary takes 0.3 s: the second Ctrl-C
-job_module.write_json_atomic = lambda *a, **kw: (time.sleep(0.3), write(*a, **kw))  # lands in it
+if sys.argv[3] == "in the stop":  # the stop's summary takes 0.3 s: the second Ctrl-C lands in it
+    write = job_module.write_json_atomic
+    job_module.write_json_atomic = lambda *a, **kw: (time.sleep(0.3), write(*a, **kw))
+else:  # the process is held up (a loaded machine) before the stop begins: the second lands there
+    stop_waiting = job_module.stop_waiting
+    job_module.stop_waiting = lambda *a: (time.sleep(0.3), stop_waiting(*a))[1]
 
 def ctrl_c_twice():
     time.sleep(0.2)
@@ -342,11 +346,12 @@ print(json.dumps({"queued": queued, "raised": raised, **after, "later": job.stat
 """
 
 
-def test_two_ctrl_c_20_ms_apart_on_a_queued_job_stop_it_for_good(tmp_path):
+@pytest.mark.parametrize("second", ["in the stop", "before the stop"])
+def test_two_ctrl_c_20_ms_apart_on_a_queued_job_stop_it_for_good(tmp_path, second):
     env = {**os.environ, cores.ENV_SHARED_DIR: str(tmp_path / "shared")}
     done = subprocess.run([sys.executable, "-c", CTRL_C_TWICE, str(tmp_path / "runs"),
-                           json.dumps(SMALL)], capture_output=True, text=True, timeout=120,
-                          env=env)
+                           json.dumps(SMALL), second], capture_output=True, text=True,
+                          timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.splitlines()[-1])
     assert out["queued"] == "queued" and out["raised"] is True, (out, done.stderr[-3000:])

@@ -22,7 +22,7 @@ from workbench.config import ConfigError, JobConfig
 from workbench.hosts.cpu import cpu_budget
 from workbench.launch.environment import SECRETS_FILE, recorded
 from workbench.launch.launchers import Launcher
-from workbench.launch.waiting import in_kernel, stop_waiting
+from workbench.launch.waiting import in_kernel, interrupt_once, stop_waiting
 from workbench.launch.watch import Watcher, one_line
 from workbench.records import MetricsReader, RunRecord, new_run_dir, read_json, write_json_atomic
 from workbench.records.blame import failure_log
@@ -184,14 +184,16 @@ class Job:
 
     def wait(self, timeout: float | None = None) -> str:
         """Block until the job ends or `timeout` s pass; the status. Ctrl-C stops the job
-        (while it is queued, in one line: StoppedWaiting)."""
-        try:
-            self._done.wait(timeout)
-        except KeyboardInterrupt:
-            if self._status == "queued":
-                raise stop_waiting(self, self.waiting_for) from None
-            self.stop()
-            raise
+        (while it is queued, in one line: StoppedWaiting); a second Ctrl-C does not cut
+        the stop short."""
+        with interrupt_once():
+            try:
+                self._done.wait(timeout)
+            except KeyboardInterrupt:
+                if self._status == "queued":
+                    raise stop_waiting(self, self.waiting_for) from None
+                self.stop()
+                raise
         return self.status
 
     def stop(self) -> None:

@@ -5,9 +5,12 @@ stops it in one line. See docs/ARCHITECTURE.md, "Sharing the host's cores".
 from __future__ import annotations
 
 import re
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -23,14 +26,15 @@ def wait_turn(job: Any, every_s: float = 1.0) -> None:
     if job.status != "queued":
         return
     show, reason = _shower(), ""
-    try:
-        while job.status == "queued":
-            reason = job.waiting_for or reason
-            show(f"run {job.run_id} has waited {time.time() - job.asked_at:.0f} s for "
-                 f"{reason} (interrupt the kernel to stop waiting)")
-            job.wait(every_s)
-    except KeyboardInterrupt:
-        raise stop_waiting(job, reason) from None
+    with interrupt_once():
+        try:
+            while job.status == "queued":
+                reason = job.waiting_for or reason
+                show(f"run {job.run_id} has waited {time.time() - job.asked_at:.0f} s for "
+                     f"{reason} (interrupt the kernel to stop waiting)")
+                job.wait(every_s)
+        except KeyboardInterrupt:
+            raise stop_waiting(job, reason) from None
     show(f"run {job.run_id} started after waiting {time.time() - job.asked_at:.0f} s")
 
 
@@ -39,6 +43,30 @@ def stop_waiting(job: Any, reason: str | None) -> StoppedWaiting:
     job.stop()
     return StoppedWaiting(f"run {job.run_id} stopped after waiting "
                           f"{time.time() - job.asked_at:.0f} s for {reason}")
+
+
+@contextmanager
+def interrupt_once() -> Iterator[None]:
+    """Ctrl-C (SIGINT) raises KeyboardInterrupt once in this block; a second one, pressed while
+    the first is handled (a job being stopped), is not raised, so it cannot cut the stop short
+    however long the machine takes to begin it. Only where Python's own handler is in place,
+    in the main thread (a kernel running a cell)."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    pressed: list[int] = []
+
+    def once(signum: int, frame: object) -> None:
+        pressed.append(signum)
+        if len(pressed) == 1:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, once)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def in_kernel() -> bool:
