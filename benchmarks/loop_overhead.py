@@ -28,7 +28,7 @@ pair's ratio is workbench / by hand in samples/s; the first
 pair (warm-up) is left out, the order within a pair alternates, and the median ratio is
 printed: 1.00 means the bookkeeping costs nothing; the target is at least 0.95. With
 --control both sides run the plain loop, the workbench's side on the workbench's model and
-optimizer: that median is the comparison's own bias (1.001 torch, 1.004 horovod at np=1 on
+optimizer: that median is the comparison's own bias (0.995-1.001 torch, 1.004 horovod at np=1 on
 12-05).
 
 The default step is the smallest the target names (about 1 ms by hand at np=1: an MLP
