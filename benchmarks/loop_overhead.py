@@ -92,10 +92,10 @@ def hand_side(cfg: Any, device: Any, engine: str, data: Any) -> tuple[Any, Any]:
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None), optimizer
 
 
-def side_by_side(fields: dict[str, Any], engine: str, pairs: int,
+def side_by_side(fields: dict[str, Any], pairs: int,
                  control: bool = False) -> list[tuple[float, float]]:
-    """Rank 0's seconds per epoch, (workbench, by hand), for each pair of epochs; with
-    `control`, both sides run the plain loop (the comparison's own bias: 1.00 if fair)."""
+    """Rank 0's samples/s, (workbench, by hand), for each pair of epochs; with `control`,
+    both sides run the plain loop (the comparison's own bias: 1.00 if fair)."""
     import os
     import time
 
@@ -108,7 +108,7 @@ def side_by_side(fields: dict[str, Any], engine: str, pairs: int,
     from workbench.training.setup import pick_device, pin_cpu
     from workbench.training.sharding import epoch_order, shard, steps_per_epoch
 
-    cfg, ctx = JobConfig(**fields), current()
+    cfg, ctx, engine = JobConfig(**fields), current(), fields["engine"]
     local = int(os.environ.get("HOROVOD_LOCAL_RANK", os.environ.get("LOCAL_RANK", 0)))
     device = pick_device(cfg.device, local)
     if engine == "horovod":
@@ -148,15 +148,16 @@ def side_by_side(fields: dict[str, Any], engine: str, pairs: int,
             torch.cuda.synchronize()                 # the epoch's work done, once an epoch
         return time.perf_counter() - start
 
-    times = []
+    rates = []
     for pair in range(pairs):
         order = [workbench_loop, by_hand] if pair % 2 else [by_hand, workbench_loop]
         took = {run.__name__: seconds(run, pair) for run in order}
-        times.append((took["workbench_loop"], took["by_hand"]))
+        rates.append((steps * cfg.batch_size / took["workbench_loop"],
+                      steps * cfg.batch_size / took["by_hand"]))
     if engine == "torch":
         setup.model = model = None   # DDP before its group (pytorch/pytorch#56297)
         dist.destroy_process_group()
-    return times
+    return rates
 
 
 def compare(fields: dict[str, Any], pairs: int, runs_dir: str,
@@ -164,17 +165,14 @@ def compare(fields: dict[str, Any], pairs: int, runs_dir: str,
     """One job of `fields` (a JobConfig's, with engine, np, device and max_steps): rank 0's
     samples/s by the workbench and by hand (each its median epoch's) and each pair's ratio."""
     engine, np = fields["engine"], fields["np"]
-    job = workbench.launch(side_by_side, fields, engine, pairs, control, np=np, engine=engine,
+    job = workbench.launch(side_by_side, fields, pairs, control, np=np, engine=engine,
                            echo=False, threads_per_rank=1, runs_dir=runs_dir,
                            device=fields["device"], name=f"loop-overhead-{engine}")
     if job.wait(1800) != "succeeded":
         raise SystemExit(f"the {engine} np={np} job failed: {job.summary}")
-    steps = min(fields["samples"] // (np * fields["batch_size"]), fields["max_steps"])
-    seconds = job.results()[0][1:]
-    samples = steps * fields["batch_size"]                      # a rank's, an epoch
-    return (samples / statistics.median(wb for wb, _ in seconds),
-            samples / statistics.median(hand for _, hand in seconds),
-            [hand / wb for wb, hand in seconds])
+    rates = job.results()[0][1:]
+    return (statistics.median(wb for wb, _ in rates),
+            statistics.median(hand for _, hand in rates), [wb / hand for wb, hand in rates])
 
 
 def main() -> None:
