@@ -66,7 +66,7 @@ def _no_job_outlives_its_test():
     (workbench.ranks), which a fixture keeps from one test to the next."""
     yield
     from workbench.launch.job import _LIVE_JOBS
-    from workbench.launch.open_pools import POOLS
+    from workbench.launch.pool_call import POOLS
 
     pools = {pool.job for pool in POOLS.values()}
     for job in list(_LIVE_JOBS):
@@ -78,7 +78,7 @@ def _no_job_outlives_its_test():
 def _no_pool_outlives_its_module():
     """Pools end with the module that started them, but the session's warm ranks."""
     yield
-    from workbench.launch.open_pools import POOLS
+    from workbench.launch.pool_call import POOLS
 
     for pool in list(POOLS.values()):
         if pool not in SESSION_POOLS:

@@ -122,7 +122,7 @@ def test_notebook_08s_bucket_picker_runs_both_engines_at_the_size_picked(tmp_pat
     """Pressed once the notebook has closed its warm ranks (as its last cell does), the
     picker still runs both engines on warm ranks, opened for them, and closes those; warm
     ranks the notebook still holds it uses and leaves open."""
-    from workbench.launch.open_pools import running_pool
+    from workbench.launch.pool_call import running_pool
     from workbench.lessons.bucket_picker import BucketPicker
 
     fields = dict(np=2, model="mlp", width=32, dataset="digits", epochs=1, max_steps=4,

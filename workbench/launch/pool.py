@@ -12,23 +12,21 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
-from workbench.engines import ENGINES as ALL_ENGINES
-from workbench.engines import TorchEngine
+from workbench.engines import ENGINES, TorchEngine
 from workbench.launch.by_value import pickle_function
 from workbench.launch.job import Job
-from workbench.launch.open_pools import POOL_RANK_MODULE, POOLS, folder, running_pool
-from workbench.launch.pool_call import WarmRanks
+from workbench.launch.pool_call import POOL_RANK_MODULE, POOLS, WarmRanks, folder, running_pool
 from workbench.launch.starting import qualified_name, safe_name, start, start_module
 from workbench.launch.watch import one_line
 from workbench.rank import channel
 
-ENGINES = ("horovod", "torch")
 #: Settings fixed when a rank's process starts: a job that changes one needs fresh ranks.
 AT_PROCESS_START = ("hosts", "env", "launcher", "timeline", "cycle_time_ms", "cpu_bind",
                     "device")
@@ -41,8 +39,7 @@ class _Ranks:
 
     def __init__(self, pool: Pool) -> None:
         self.pool, self.key = pool, channel.new_key()
-        # bound before the ranks start; over TCP when Slurm may place them on other hosts
-        self.server, self.address = channel.listen(tcp=pool.fields.get("launcher") == "slurm")
+        self.server, self.address = channel.listen(tcp=pool.cfg.launcher == "slurm")
         self.conns: dict[int, Any] = {}
         self.lost: dict[int, int] = {}      # rank -> pid, of ranks whose channel closed
         self.pids: dict[int, int] = {}
@@ -80,9 +77,16 @@ class _Ranks:
         while (message := channel.receive(conn, channel.MAX_REPLY)) is not None:
             header, warm = message[0], self.pool.warm
             if header.get("op") == "done" and warm is not None and id(warm) == header.get("id"):
-                warm.replied(rank, bool(header.get("ok")), list(header.get("left") or []))
+                if header.get("left"):  # (before its reply counts: the call may end then)
+                    warm.left[rank] = list(header["left"])
+                warm.replies.add(rank)
+                warm.wake.set()
         self.lost[rank] = self.pids.get(rank, -1)
-        self.pool.lost(self)
+        if (warm := self.pool.warm) is not None:  # its call sees which rank was lost
+            warm.wake.set()
+        if self.pool.alive and self.ready.is_set():
+            pids = ", ".join(f"rank {r} (pid {p})" for r, p in sorted(self.lost.items()))
+            self.pool.restart(f"lost {pids}", self)
 
     def send_all(self, header: dict[str, Any], payload: bytes = b"",
                  ranks: list[int] | None = None) -> None:
@@ -91,8 +95,7 @@ class _Ranks:
                 channel.send(self.conns[rank], header, payload)
 
     def end(self) -> None:
-        """Once, whichever thread asks first (a failed restart's, close()'s): a socket closed
-        twice at once can close another's descriptor, reused meanwhile."""
+        """Once, whichever threads ask: a descriptor closed twice may by then be another's."""
         with self._ending:  # a second caller returns once the first has ended them
             if self.ended:
                 return
@@ -106,22 +109,19 @@ class _Ranks:
                 self.server.close()
 
 
-class Pool:
-    """`np` warm ranks of `engine` ("horovod" or "torch"); see the module docstring."""
+class Pool(contextlib.AbstractContextManager):
+    """`np` warm ranks of `engine` with JobConfig's `fields`: see `ranks()`."""
 
-    def __init__(self, np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
-                 threads_per_rank: int = 1, cpu_bind: str = "core",
-                 launcher: str = "local", **slurm: Any) -> None:
-        if engine not in ENGINES:
-            raise ConfigError(f"a pool of warm ranks runs on engine {' or '.join(ENGINES)}, "
-                              f"not {engine!r}")
-        if launcher not in ("local", "slurm"):
+    def __init__(self, np: int, engine: str, fields: dict[str, Any]) -> None:
+        if engine not in ("horovod", "torch"):
+            raise ConfigError(f"a pool of warm ranks runs on engine horovod or torch, not "
+                              f"{engine!r}")
+        if fields["launcher"] not in ("local", "slurm"):
             raise ConfigError(f"a pool of warm ranks runs on launcher local or slurm, not "
-                              f"{launcher!r}")
-        self.np, self.engine, self.runs_dir = np, engine, runs_dir
-        self.fields = {"runs_dir": runs_dir, "threads_per_rank": threads_per_rank,
-                       "cpu_bind": cpu_bind, "launcher": launcher, **slurm}
-        self.cfg = JobConfig(engine=engine, np=np, **self.fields).validate()  # bad: one line
+                              f"{fields['launcher']!r}")
+        self.np, self.engine, self.runs_dir, self.fields = np, engine, fields["runs_dir"], fields
+        self.cfg = JobConfig(engine=engine, np=np, stall_timeout=IDLE_FOR_EVER_S,
+                             **fields).validate()  # bad: one line
         self.restarts: list[str] = []   # why the ranks were restarted, oldest first
         self.failed: str | None = None  # why the pool can run nothing more, in one line
         self._lock = threading.RLock()
@@ -163,7 +163,7 @@ class Pool:
         (a `Job`) at once, queued behind the calls before it and the ranks' start; "stalled"
         after `stall_timeout` s without a `report()`."""
         name = name or safe_name(getattr(fn, "__name__", "function"))
-        cfg = self.config(name, stall_timeout)
+        cfg = dataclasses.replace(self.cfg, name=name, stall_timeout=stall_timeout).validate()
         cfg.extra = {"function": qualified_name(fn)}  # what it ran, on record
         return self.call(cfg, "function", pickle_function(fn, args))
 
@@ -174,17 +174,12 @@ class Pool:
     def run_code(self, code: str, name: str = "cell", keep: bool = False) -> Job:
         """Run Python source `code` on every rank (`%%ranks`) in a fresh namespace, or with
         `keep` in the one every such cell shares on that rank."""
-        return self.call(self.config(name), "kept code" if keep else "code", code.encode())
-
-    def config(self, name: str, stall_timeout: float = IDLE_FOR_EVER_S) -> JobConfig:
-        """The configuration of a call named `name` on these ranks."""
-        return JobConfig(engine=self.engine, np=self.np, name=name,
-                         stall_timeout=stall_timeout, **self.fields).validate()
+        cfg = dataclasses.replace(self.cfg, name=name).validate()
+        return self.call(cfg, "kept code" if keep else "code", code.encode())
 
     def why_not(self, cfg: JobConfig) -> str | None:
         """Why the (validated) job `cfg` cannot run on this pool; None if it can."""
-        engine = ALL_ENGINES[cfg.engine]
-        family = "torch" if isinstance(engine, TorchEngine) else engine.name
+        family = "torch" if isinstance(ENGINES[cfg.engine], TorchEngine) else cfg.engine
         if family != self.engine:
             return f"--engine {cfg.engine} is not launched by this {self.engine} pool's launcher"
         if cfg.world_size != self.np:
@@ -210,7 +205,7 @@ class Pool:
 
     def lend(self, engine: str, n_cores: int) -> Turn | None:
         """A loan of this idle pool's cores to a job of its launcher binding `n_cores`, or None."""
-        family = "torch" if isinstance(ALL_ENGINES[engine], TorchEngine) else engine
+        family = "torch" if isinstance(ENGINES[engine], TorchEngine) else engine
         with self._lock:
             if (family == self.engine and 0 < n_cores <= len(self.job.cores or [])
                     and not self.line and self.ready and self.alive):
@@ -231,22 +226,12 @@ class Pool:
             if pool is self:
                 del POOLS[key]
 
-    def __enter__(self) -> Pool:
-        return self
-
     def __exit__(self, *_: Any) -> None:
         self.close()
 
     def __repr__(self) -> str:
         state = "closed" if not self.alive else "ready" if self.ready else "starting"
         return f"<Pool {self.engine} np={self.np} {state} ({self.job.run_id})>"
-
-    def lost(self, ranks: _Ranks) -> None:
-        if self.warm is not None:  # its call sees which rank was lost
-            self.warm.wake.set()
-        if self.alive and ranks.ready.is_set():
-            pids = ", ".join(f"rank {r} (pid {p})" for r, p in sorted(ranks.lost.items()))
-            self.restart(f"lost {pids}", ranks)
 
     def restart(self, why: str, ranks: _Ranks) -> None:
         """Replace `ranks` (if still current); if that fails, the pool fails, in one line."""
@@ -264,8 +249,7 @@ class Pool:
 
 
 class Turn:
-    """A job's ticket (job.py) in its pool's line: a call, or a loan of the pool's cores;
-    granted once the ranks wait for work and what came before has ended."""
+    """A job's ticket (job.py) in its pool's line: a call, or a loan of the pool's cores."""
 
     warning: str | None = None
 
@@ -322,13 +306,13 @@ class Turn:
 def ranks(np: int = 2, engine: str = "horovod", runs_dir: str = "runs",
           threads_per_rank: int = 1, cpu_bind: str = "core", launcher: str = "local",
           **slurm: Any) -> Pool:
-    """This process's pool of `np` warm ranks of `engine`: the running one, or a new one,
-    at once. `cpu_bind="none"`: its ranks hold no cores while they wait; `launcher="slurm"`
-    (with JobConfig's Slurm fields in `slurm`): Slurm places them, and they connect over TCP.
-    """
+    """This process's pool of `np` warm ranks of `engine`: the running one, or a new one, at
+    once. `cpu_bind="none"`: its ranks hold no cores while they wait; `launcher="slurm"`:
+    Slurm places them (JobConfig's Slurm fields in `slurm`), and they connect over TCP."""
     pool = running_pool(engine, np, runs_dir, launcher)
     if pool is None:
-        pool = Pool(np, engine, runs_dir, threads_per_rank, cpu_bind, launcher, **slurm)
+        pool = Pool(np, engine, {"runs_dir": runs_dir, "threads_per_rank": threads_per_rank,
+                                 "cpu_bind": cpu_bind, "launcher": launcher, **slurm})
         POOLS[engine, np, folder(runs_dir), launcher] = pool
     return pool
 

@@ -1,7 +1,6 @@
-"""A pool's running ranks as the launcher of one call: a call is a `Job` like any other.
-
-A rank whose channel closes without its reply has vanished; ending a call interrupts its
-running ranks, and the pool restarts them. Why: docs/ARCHITECTURE.md, "Warm ranks".
+"""Warm pools as a job sees them, without importing pool.py: this process's open pools
+(`POOLS`, which starting.py asks first) and `WarmRanks`, a pool's running ranks as the launcher
+of one call, so that a call is a `Job` like any other. Why: docs/ARCHITECTURE.md, "Warm ranks".
 """
 
 from __future__ import annotations
@@ -11,9 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from workbench.config import JobConfig
 from workbench.launch.launchers import POLL_S, Exits, Launcher, Ranks
 from workbench.records.blame import Failure
 
+#: The rank module a pool's ranks run.
+POOL_RANK_MODULE = "workbench.rank.pool"
+#: This process's pools (pool.py's `Pool`), by (engine, ranks, runs folder, launcher).
+POOLS: dict[tuple[str, int, str, str], Any] = {}
 #: How long the ranks of a stopped or failed call get to leave it after their interrupt, s.
 INTERRUPT_S = 2.0
 #: When one rank fails, how long the others get to finish by themselves before they are
@@ -21,16 +25,32 @@ INTERRUPT_S = 2.0
 FINISH_S = 0.5
 
 
+def pool_for(cfg: JobConfig) -> Any | None:
+    """The open pool of this process that can run the job `cfg` (`pool.why_not`)."""
+    return next((pool for pool in list(POOLS.values())
+                 if pool.alive and not pool.failed and pool.why_not(cfg) is None), None)
+
+
+def running_pool(engine: str, np: int, runs_dir: str | Path = "runs",
+                 launcher: str = "local") -> Any | None:
+    """This process's open pool of `np` ranks of `engine` for `runs_dir`, if any."""
+    pool = POOLS.get((engine, np, folder(runs_dir), launcher))
+    return pool if pool is not None and pool.alive else None
+
+
+def folder(runs_dir: str | Path) -> str:
+    return str(Path(runs_dir).expanduser().resolve())
+
+
 class WarmRanks(Launcher):
-    """The launcher of one call of `kind` with `payload` on `ranks` (pool.py's `_Ranks`, which
-    route the ranks' replies here)."""
+    """The launcher of one call of `kind` with `payload` on `ranks` (pool.py's `_Ranks`)."""
 
     durable = False  # the call's records are renamed into place, not fsynced
 
     def __init__(self, ranks: Any, kind: str, payload: bytes) -> None:
         self.ranks, self.kind, self.payload = ranks, kind, payload
         self.engine, self.world_size = ranks.pool.engine, ranks.pool.np
-        self.replies: dict[int, bool] = {}
+        self.replies: set[int] = set()         # ranks that have replied
         self.left: dict[int, list[str]] = {}   # rank: threads it left running
         self.wake = threading.Event()
         self.alive_at: dict[int, float] = {}   # rank: when its channel was last seen open
@@ -40,12 +60,6 @@ class WarmRanks(Launcher):
         self.run_id, self.run_dir = run_id, run_dir
         self.ranks.send_all({"op": "call", "id": id(self), "run_id": run_id, "kind": self.kind,
                              "dir": str(run_dir), "t0": time.time()}, self.payload)
-
-    def replied(self, rank: int, ok: bool, left: list[str]) -> None:
-        self.replies[rank] = ok
-        if left:
-            self.left[rank] = left
-        self.wake.set()
 
     def pause(self) -> None:
         self.wake.wait(POLL_S)
@@ -83,8 +97,7 @@ class WarmRanks(Launcher):
         return f"the {self.engine} launcher exited with code {rc}"
 
     def end(self, status: str) -> list[int]:
-        """Interrupt the ranks still in the call; restart the pool's ranks if any was, or if
-        one left threads running."""
+        """Interrupt the ranks still in the call; restart all if one was, or left a thread."""
         if status != "stopped":
             self.exit_code(FINISH_S)
         pending = [r for r in range(self.world_size) if r not in self.replies]

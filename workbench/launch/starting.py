@@ -16,7 +16,7 @@ from workbench.launch import cores, slurm
 from workbench.launch.devices import resolve_device
 from workbench.launch.job import Granted, Job
 from workbench.launch.launchers import RANK_WRAPPER, Launcher, Local, Ssh
-from workbench.launch.open_pools import POOL_RANK_MODULE, POOLS, pool_for
+from workbench.launch.pool_call import POOL_RANK_MODULE, POOLS, pool_for
 from workbench.records.resume import apply_resume
 
 

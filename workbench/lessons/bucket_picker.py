@@ -22,7 +22,7 @@ import ipywidgets as widgets
 from IPython.display import display
 
 import workbench
-from workbench.launch.open_pools import running_pool
+from workbench.launch.pool_call import running_pool
 from workbench.lessons.runs import SPLIT_COLUMNS, step_split
 from workbench.lessons.show import table
 
