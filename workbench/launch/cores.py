@@ -1,8 +1,7 @@
 """Sharing one host's cores between jobs: a kernel lock per core, and a queue of tickets.
 
-Settings: `WORKBENCH_SHARED_DIR`, `WORKBENCH_WHEN_BUSY` (`queue` or `unbound`),
-`WORKBENCH_JOBS_PER_USER` (0: no limit; 1 on a JupyterHub). Why, and what each guarantee
-rests on: docs/ARCHITECTURE.md, "Sharing the host's cores".
+The settings (`settings()`), why, and what each guarantee rests on: docs/ARCHITECTURE.md,
+"Sharing the host's cores".
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from workbench.config import ConfigError
 from workbench.hosts.cpu import affinity
@@ -36,8 +35,7 @@ _FIX = (f"set {ENV_SHARED_DIR} to a folder owned by root, that every user may wr
         "the sticky bit (as root: install -d -m 1777 FOLDER)")
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     folder: Path
     when_busy: str
     jobs_per_user: int  # 0: no limit
@@ -133,21 +131,17 @@ def tickets(folder_fd: int) -> list[Entry]:
 
 def lock_core(folder_fd: int, core: int) -> int | None:
     """A descriptor holding core `core`'s lock (its file made if missing), or None."""
-    name = f"core-{core}"
-    try:
-        fd = os.open(name, _READ, dir_fd=folder_fd)
-    except FileNotFoundError:
+    name, fd = f"core-{core}", -1
+    with contextlib.suppress(OSError):  # held, or made by another job this instant: next time
         try:
+            fd = os.open(name, _READ, dir_fd=folder_fd)
+        except FileNotFoundError:
             fd = os.open(name, _READ | os.O_CREAT | os.O_EXCL, 0o444, dir_fd=folder_fd)
-        except FileExistsError:
-            return None  # made by another job this instant: next time
-    except OSError:
-        return None
-    with contextlib.suppress(BlockingIOError):
         if stat.S_ISREG(os.fstat(fd).st_mode):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return fd
-    os.close(fd)
+    if fd >= 0:
+        os.close(fd)
     return None
 
 

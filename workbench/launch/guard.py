@@ -1,11 +1,8 @@
-"""The launcher's guard: end the launcher when the process that started the job dies.
+"""The launcher's guard: end the launcher, or `scancel` a Slurm job by name, when the process
+that started the job dies. Standard library only; why: docs/ARCHITECTURE.md, "Supervision".
 
     kernel (the owner) ── guard ── horovodrun ── ranks
-
-When the owner dies, init adopts the guard (`os.getppid()` changes): it ends the launcher,
-or `scancel`s a Slurm job by name. Run as a file, it imports the standard library only.
-Usage: guard.py OWNER_PID -- LAUNCHER [ARGS...]  |  guard.py OWNER_PID --scancel JOB_NAME
-Why: docs/ARCHITECTURE.md, "Supervision".
+    guard.py OWNER_PID -- LAUNCHER [ARGS...]  |  guard.py OWNER_PID --scancel JOB_NAME
 """
 
 from __future__ import annotations
@@ -34,8 +31,7 @@ def main(argv: list[str]) -> int:
     except OSError as err:
         sys.stderr.write(f"workbench: cannot start {cmd[0]!r}: {err.strerror or err}\n")
         return 127
-    # Job.stop() signals the whole process tree; the launcher gets its own SIGTERM, and the
-    # guard stays to pass on its exit code.
+    # Job.stop() signals the whole tree, the launcher too: the guard stays for its exit code.
     signal.signal(signal.SIGTERM, lambda *_: None)
     while True:
         with contextlib.suppress(subprocess.TimeoutExpired):

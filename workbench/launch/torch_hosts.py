@@ -2,8 +2,7 @@
 
     python -m workbench.launch.torch_hosts --hosts a:2,b:2 --np 4 --rdzv-id RUN -- -m MODULE
 
-What `horovodrun -H` does for Horovod; one host's failure ends the others. How the hosts
-meet, and why so: docs/ARCHITECTURE.md, "Supervision".
+One host's failure ends the others; how they meet: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
@@ -90,23 +89,20 @@ def main(argv: list[str] | None = None) -> int:
     procs = [subprocess.Popen(host_command(host, torchrun_command(
         len(plan), n, endpoint, args.rdzv_id, program, is_host=i == 0)),
         stdin=subprocess.DEVNULL) for i, (host, n) in enumerate(plan)]
-
-    def end_all() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            if failed := [c for c in codes if c not in (None, 0)]:
+                print(f"torch_hosts: a host's torchrun exited with code {failed[0]}; ending "
+                      "the others", file=sys.stderr, flush=True)
+                return failed[0]
+            if all(c == 0 for c in codes):
+                return 0
+            time.sleep(0.2)
+    finally:
         for p in procs:
             p.terminate()  # (not one already reaped)
-
-    signal.signal(signal.SIGTERM, lambda *_: (end_all(), sys.exit(143)))
-    while True:
-        codes = [p.poll() for p in procs]
-        failed = [c for c in codes if c not in (None, 0)]
-        if failed:
-            print(f"torch_hosts: a host's torchrun exited with code {failed[0]}; ending the "
-                  "others", file=sys.stderr, flush=True)
-            end_all()
-            return failed[0]
-        if all(c == 0 for c in codes):
-            return 0
-        time.sleep(0.2)
 
 
 if __name__ == "__main__":

@@ -47,10 +47,9 @@ def stop_waiting(job: Any, reason: str | None) -> StoppedWaiting:
 
 @contextmanager
 def interrupt_once() -> Iterator[None]:
-    """Ctrl-C (SIGINT) raises KeyboardInterrupt once in this block; a second one, pressed while
-    the first is handled (a job being stopped), is not raised, so it cannot cut the stop short
-    however long the machine takes to begin it. Only where Python's own handler is in place,
-    in the main thread (a kernel running a cell)."""
+    """Ctrl-C raises KeyboardInterrupt once in this block: a second one, pressed while the first
+    is handled (a job being stopped), cannot cut the stop short however long it takes to begin.
+    Only in the main thread with Python's own handler in place (a kernel running a cell)."""
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         yield
