@@ -33,8 +33,7 @@ from workbench.records.store import open_file
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
                  "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "REQUEUE_HOLD",
                  "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
-#: Seconds between two questions to Slurm's controller while nothing else has happened: each
-#: is a process and an RPC, and the queue changes in seconds, not at the watcher's 0.2 s.
+#: Seconds between two questions to Slurm's controller (each a process and an RPC).
 QUERY_EVERY_S = 1.0
 #: How long `sbatch` may take to answer, in seconds.
 SBATCH_TIMEOUT_S = 60.0
@@ -107,13 +106,12 @@ def cancel_by_name(name: str, env: dict[str, str], timeout: float = 15.0) -> Non
 
 
 class SlurmBatch(Launcher):
-    """A batch job: `sbatch`ed, seen through Slurm's queue, ended with `scancel`; its exit
-    code from `slurm/batch_exit.json` (accounting is often off) or `scontrol show job`."""
+    """A batch job: `sbatch`ed, seen through Slurm's queue, ended with `scancel`."""
 
     def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
         self.cfg, self.module, self.args = cfg, module, args
         self.state, self.reason = "PENDING", "None"
-        self.final: dict[str, str] = {}  # scontrol's JobState and ExitCode, once ended
+        self.final: dict[str, str] = {}  # `scontrol show job`'s fields, once ended
         self._asked = 0.0
         self.returncode: int | None = None
 
@@ -124,8 +122,7 @@ class SlurmBatch(Launcher):
         script = write_scripts(self.cfg, run_id, run_dir, self.module, self.args)
         env = {k: v for k, v in ranks_environment(self.cfg, run_id, run_dir).items()
                if k != ENV_OWNER and (not k.startswith("SLURM_") or k == "SLURM_CONF")}
-        # The guard scancels the job if this process dies (guard.py); started before sbatch,
-        # so that no job is ever queued without one.
+        # The guard scancels the job if this process dies: started first, it is never missing.
         with open(open_file(run_dir / "logs" / "launcher.log"), "ab") as log:
             self.guard = subprocess.Popen([sys.executable, str(GUARD), str(os.getpid()),
                                            "--scancel", run_id], stdout=log,
@@ -211,7 +208,6 @@ class SlurmBatch(Launcher):
         return {"slurm_job_id": self.job_id, "slurm_state": self.state}
 
 
-#: What `queue_state` returns when squeue could not answer (controller busy or down).
 UNKNOWN = ("UNKNOWN", "")
 
 
@@ -230,14 +226,13 @@ def queue_state(job_id: str) -> tuple[str, str] | None:
 
 
 def _final_state(job_id: str) -> dict[str, str]:
-    """JobState, Reason and ExitCode ("exit:signal") from `scontrol show job`, or {}."""
+    """`scontrol show job`'s fields (JobState, ExitCode "exit:signal", ...), or {}."""
     try:
         out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
                              text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return {}
-    fields = dict(re.findall(r"(\w+)=(\S*)", out))
-    return {k: fields[k] for k in ("JobState", "Reason", "ExitCode") if k in fields}
+    return dict(re.findall(r"(\w+)=(\S*)", out))
 
 
 def run_status(run_dir: Path) -> str | None:

@@ -1,7 +1,5 @@
-"""The batch script of a Slurm job: `slurm/job.sbatch` and `slurm/task.sh` in the run folder.
-
-One task per rank, `--threads-per-rank` CPUs each, no requeue; each engine's `slurm_lines`
-(engines.py) start its ranks. See docs/ARCHITECTURE.md.
+"""The batch script of a Slurm job: `slurm/job.sbatch` and `slurm/task.sh` in the run folder,
+each engine's `slurm_lines` (engines.py) starting its ranks. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -21,12 +19,10 @@ from workbench.records.store import atomic_file, make_folder
 
 
 def sbatch_options(cfg: JobConfig, run_id: str, run_dir: Path) -> list[str]:
-    # --no-requeue: a job that Slurm requeued (its node failed) would run again from epoch 0
-    # into the same run folder, doubling its records; it fails instead, and says so.
+    # --no-requeue: requeued (its node failed), a job would run into the same run folder again
     opts = [f"--job-name={run_id}", f"--output={run_dir}/logs/launcher.log", "--open-mode=append",
-            "--no-requeue",
-            f"--ntasks={cfg.world_size}", f"--cpus-per-task={cfg.resolved_threads()}",
-            f"--chdir={Path.cwd()}"]
+            "--no-requeue", f"--ntasks={cfg.world_size}", f"--chdir={Path.cwd()}",
+            f"--cpus-per-task={cfg.resolved_threads()}"]
     # ranks per node: np spread evenly over --nodes unless given; --time: in minutes
     per_node = cfg.ntasks_per_node or (math.ceil(cfg.world_size / cfg.nodes) if cfg.nodes else 0)
     for option, value in (("nodes", cfg.nodes), ("ntasks-per-node", per_node),
