@@ -110,7 +110,7 @@ class SlurmBatch(Launcher):
 
     def __init__(self, cfg: JobConfig, module: str, args: list[str]) -> None:
         self.cfg, self.module, self.args = cfg, module, args
-        self.state, self.reason = "PENDING", "None"
+        self.state, self.pending_reason = "PENDING", "waiting for the scheduler"
         self.final: dict[str, str] = {}  # `scontrol show job`'s fields, once ended
         self._asked = 0.0
         self.returncode: int | None = None
@@ -136,13 +136,6 @@ class SlurmBatch(Launcher):
             raise
         write_json_atomic(run_dir / "slurm" / "job.json", {"slurm_job_id": self.job_id})
 
-    @property
-    def pending_reason(self) -> str | None:
-        """Why Slurm still queues the job ("Resources", "Priority", ...), or None once it runs."""
-        if self.state != "PENDING":
-            return None
-        return "waiting for the scheduler" if self.reason == "None" else self.reason
-
     def exit_code(self, within_s: float = 0.0) -> int | None:
         """None while Slurm lists the job as active (asked every QUERY_EVERY_S), else its code."""
         deadline = time.monotonic() + within_s
@@ -161,8 +154,11 @@ class SlurmBatch(Launcher):
         if state == UNKNOWN:
             return None  # the controller did not answer this time: ask again later
         if state is not None and state[0] in ACTIVE_STATES:
-            self.state, self.reason = state
+            self.state, reason = state  # Slurm's reason: "Resources", "Priority", ... or "None"
+            self.pending_reason = None if self.state != "PENDING" else (
+                "waiting for the scheduler" if reason == "None" else reason)
             return None
+        self.pending_reason = None
         self.final = _final_state(self.job_id)
         self.state = self.final.get("JobState", "ENDED")
         batch = _batch_exit(self.run_dir)

@@ -36,7 +36,6 @@ def sbatch_options(cfg: JobConfig, run_id: str, run_dir: Path) -> list[str]:
 BATCH_TEMPLATE = """\
 #!/bin/bash
 {options}
-#
 # Run {run_id} of the workbench, submitted with `sbatch --parsable {script}`
 # (submitted again by hand, it would write into the same run folder).
 set -u
@@ -67,8 +66,7 @@ fi
 rank=${HOROVOD_RANK:-$RANK}
 "$@"
 rc=$?
-# A rank killed by a signal (kill -9, out of memory) cannot say so itself: say it here,
-# in the shared runs folder, where the launcher looks (it cannot see pids on other nodes).
+# A rank killed by a signal (kill -9, out of memory) cannot say so itself: say it here.
 out=$WORKBENCH_RUN_DIR/tasks/rank$rank.json
 printf '{"rank": %s, "rc": %s, "host": "%s", "time": %s}\\n' \\
     "$rank" "$rc" "$(hostname)" "$(date +%s.%N)" > "$out.tmp" && mv "$out.tmp" "$out"
