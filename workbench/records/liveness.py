@@ -5,6 +5,7 @@ folder listing (NFS). Why: docs/ARCHITECTURE.md, "Supervision".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -14,14 +15,12 @@ from typing import Any
 
 import psutil
 
-from workbench.records.store import open_file
+from workbench.records.store import open_file, read_json
 
 HEARTBEAT_PERIOD_S = 1.0   # how often owner and ranks rewrite their heartbeat
-OWNER_STALE_S = 7.0        # a remote rank gives its owner this long before exiting: long
-                           # enough for a busy kernel, short enough to be gone in 15 s
+OWNER_STALE_S = 7.0        # a remote rank gives its owner this long before exiting
 RANK_STALE_S = 10.0        # the launcher's host gives a remote rank this long
-HELD_UP_S = 2.0            # a reader that could not look for this long was held up (a
-                           # stalled file server, a suspended process): that time is not age
+HELD_UP_S = 2.0            # a gap this long between two looks is the reader held up, not age
 
 
 def this_host() -> str:
@@ -36,25 +35,17 @@ def write_pid_file(path: Path) -> None:
 
 def read_pid_file(path: Path) -> tuple[int, str] | None:
     """(pid, host) from a pid file; an old file without a host means this host."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         parts = Path(path).read_text().split()
-    except FileNotFoundError:
-        return None
-    if not parts or not parts[0].isdigit():
-        return None  # being written right now
-    return int(parts[0]), (parts[1] if len(parts) > 1 else this_host())
+        if parts and parts[0].isdigit():  # else being written right now
+            return int(parts[0]), (parts[1] if len(parts) > 1 else this_host())
+    return None
 
 
 def started(pid: int | None = None) -> float:
     """When `pid` (default: this process) started, in seconds since boot (`/proc/<pid>/stat`,
     field 22): with the pid it names one process, and it does not move with the wall clock."""
-    pid = os.getpid() if pid is None else pid
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        raise psutil.NoSuchProcess(pid) from None
-    except OSError:  # no /proc, or not ours to read: the wall clock's answer
-        return psutil.Process(pid).create_time()
+    stat = Path(f"/proc/{os.getpid() if pid is None else pid}/stat").read_text()
     ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # fields after "(comm)" start at 3
     return round(ticks / os.sysconf("SC_CLK_TCK"), 2)
 
@@ -64,7 +55,7 @@ def process_alive(pid: int, created: float | None = None) -> bool:
     try:
         return (psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
                 and (created is None or abs(started(pid) - created) < 0.05))
-    except psutil.Error:
+    except (psutil.Error, OSError):  # gone, or not ours to read
         return False
 
 
@@ -75,19 +66,14 @@ def heartbeat_path(run_dir: Path, name: str) -> Path:
 def beat(path: Path, **state: Any) -> None:
     """Rewrite a heartbeat file in place: a changing time stamp plus `state`."""
     text = json.dumps({"time": time.time(), **state}) + "\n"
-    try:
+    with contextlib.suppress(FileNotFoundError):  # the run folder is being deleted
         with open(open_file(path, os.O_WRONLY | os.O_TRUNC), "w") as f:
             f.write(text)
-    except FileNotFoundError:
-        pass  # the run folder is being deleted
 
 
 def read_beat(path: Path) -> dict[str, Any] | None:
     """The last complete heartbeat, or None (missing, or caught mid-write)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
+    data = read_json(path, quiet=True)
     return data if isinstance(data, dict) else None
 
 
@@ -114,10 +100,9 @@ class Staleness:
     def age(self) -> float:
         """Seconds since the file last changed, less gaps over `HELD_UP_S` between looks (while
         a file server stalls, no heartbeat can change)."""
-        try:
+        text = None
+        with contextlib.suppress(OSError):
             text = self.path.read_text()
-        except OSError:
-            text = None
         now = time.monotonic()
         if now - self._looked > HELD_UP_S:
             self.changed_at += now - self._looked

@@ -6,6 +6,7 @@ seconds since launch. See docs/ARCHITECTURE.md, "The record of a run".
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import platform
@@ -15,13 +16,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-#: The folder of per-rank metrics files inside a run folder, and the old single file.
-METRICS_DIR = "metrics"
+#: A run folder's single metrics file, from before each rank wrote its own.
 LEGACY_METRICS = "metrics.jsonl"
 
 
 def metrics_path(run_dir: Path, rank: int) -> Path:
-    return Path(run_dir) / METRICS_DIR / f"rank{rank}.jsonl"
+    return Path(run_dir) / "metrics" / f"rank{rank}.jsonl"
 
 
 class MetricsReader:
@@ -36,17 +36,15 @@ class MetricsReader:
 
     def files(self) -> list[Path]:
         """The metrics files that exist now: the old single file, then one per rank."""
-        ranks = sorted((self.run_dir / METRICS_DIR).glob("rank*.jsonl"),
+        ranks = sorted((self.run_dir / "metrics").glob("rank*.jsonl"),
                        key=lambda p: int(p.stem[4:]) if p.stem[4:].isdigit() else 0)
         return ([self._legacy] if self._legacy.exists() else []) + ranks
 
     def read_new(self) -> list[dict[str, Any]]:
         """Complete lines added since the last call, parsed, oldest first (by "time")."""
         with self._lock:
-            new: list[dict[str, Any]] = []
-            for path in self.files():
-                new.extend(self._read_file(path))
-            new.sort(key=lambda r: r.get("time", 0.0))
+            new = sorted((r for path in self.files() for r in self._read_file(path)),
+                         key=lambda r: r.get("time", 0.0))
             self.records.extend(new)
             return new
 
@@ -60,17 +58,15 @@ class MetricsReader:
             return []
         end = chunk.rfind(b"\n") + 1  # keep a partly written last line for next time
         self._offsets[path] = offset + end
-        out = []
+        parsed = []
         for line in chunk[:end].splitlines():
             try:
-                record = json.loads(line)
+                parsed.append(json.loads(line))
             except ValueError:  # not JSON, or not UTF-8
-                record = None
-            if isinstance(record, dict):
-                out.append(record)
-            else:
-                self.bad_lines += 1
-        return out
+                parsed.append(None)
+        records = [r for r in parsed if isinstance(r, dict)]
+        self.bad_lines += len(parsed) - len(records)
+        return records
 
     def all(self) -> list[dict[str, Any]]:
         """Every record read so far, after reading any new ones (a new list each call)."""
@@ -82,10 +78,8 @@ class MetricsReader:
         """Total bytes of the metrics files now: grows whenever any rank reports."""
         total = 0
         for path in self.files():
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 total += path.stat().st_size
-            except FileNotFoundError:
-                continue
         return total
 
 
@@ -121,38 +115,19 @@ def mean_of(group: list[dict[str, Any]], key: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def training_figures(records: list[dict[str, Any]],
-                     result: dict[str, Any] | None) -> dict[str, Any]:
-    """The summary's figures from the metrics and rank 0's `result.json`: `startup_s`
-    (launch to the first step), `train_time_s` (first step to last), `samples_per_s`,
-    `final_*` (held out) and `last_epoch_*` (the ranks' mean training figures)."""
-    steps = [s for s in of_kind(records, "step") if isinstance(s.get("time"), (int, float))]
-    begin = min((s["time"] - s.get("step_time_s", 0.0) for s in steps), default=None)
-    end = max((s["time"] for s in steps), default=None)
-    epochs = of_kind(records, "epoch")
-    last = max((e.get("epoch", -1) for e in epochs), default=-1)
-    last_epoch = [e for e in epochs if e.get("epoch") == last]
-    result = result or {}
-    return {
-        "hosts": sorted({r["host"] for r in events(records, "start") if r.get("host")}),
-        "startup_s": begin,
-        "epochs_completed": len({e.get("epoch") for e in epochs if e.get("rank") == 0}),
-        "steps_completed": len({s.get("step") for s in steps}),
-        "samples_per_s": (sum(s.get("samples", 0) for s in steps) / max(end - begin, 1e-9)
-                          if steps else 0.0),
-        "train_time_s": None if begin is None else end - begin,
-        "final_loss": result.get("final_loss"),
-        "final_accuracy": result.get("final_accuracy"),
-        "last_epoch_loss": mean_of(last_epoch, "loss"),
-        "last_epoch_accuracy": mean_of(last_epoch, "accuracy"),
-    }
-
-
 def summary_of(run_dir: Path, status: str, engine: str, np: int, launcher: str,
                ranks: dict[int, tuple[int, str]], threads_per_rank: int, started: float,
                metrics: list[dict[str, Any]], result: dict[str, Any] | None,
                warnings: list[str]) -> dict[str, Any]:
-    """Every `summary.json`'s fields; `ranks`: {rank: (pid, host)}; `started`: epoch seconds."""
+    """Every `summary.json`'s fields; `ranks`: {rank: (pid, host)}; `started`: epoch seconds;
+    `startup_s`: launch to the first step, `train_time_s`: first step to last, `final_*`: held
+    out (rank 0's `result`), `last_epoch_*`: the ranks' mean training figures."""
+    steps = [s for s in of_kind(metrics, "step") if isinstance(s.get("time"), (int, float))]
+    begin = min((s["time"] - s.get("step_time_s", 0.0) for s in steps), default=None)
+    end = max((s["time"] for s in steps), default=None)
+    epochs = of_kind(metrics, "epoch")
+    last = max((e.get("epoch", -1) for e in epochs), default=-1)
+    last_epoch = [e for e in epochs if e.get("epoch") == last]
     return {
         "run_id": Path(run_dir).name, "run_dir": str(run_dir), "status": status,
         "engine": engine, "np": np, "launcher": launcher,
@@ -161,7 +136,17 @@ def summary_of(run_dir: Path, status: str, engine: str, np: int, launcher: str,
         "threads_per_rank": threads_per_rank,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "duration_s": time.time() - started,
-        **training_figures(metrics, result),
+        "hosts": sorted({r["host"] for r in events(metrics, "start") if r.get("host")}),
+        "startup_s": begin,
+        "epochs_completed": len({e.get("epoch") for e in epochs if e.get("rank") == 0}),
+        "steps_completed": len({s.get("step") for s in steps}),
+        "samples_per_s": (sum(s.get("samples", 0) for s in steps) / max(end - begin, 1e-9)
+                          if steps else 0.0),
+        "train_time_s": None if begin is None else end - begin,
+        "final_loss": (result or {}).get("final_loss"),
+        "final_accuracy": (result or {}).get("final_accuracy"),
+        "last_epoch_loss": mean_of(last_epoch, "loss"),
+        "last_epoch_accuracy": mean_of(last_epoch, "accuracy"),
         "warnings": warnings,
         "versions": dict(_versions()),  # a copy: the cached dict is shared
     }
@@ -174,9 +159,7 @@ def _versions() -> dict[str, str | None]:
 
     out: dict[str, str | None] = {"python": platform.python_version()}
     for pkg in ("torch", "horovod", "workbench"):
-        try:
+        out[pkg] = None
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = None
     return out
-

@@ -13,6 +13,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from workbench.config import ConfigError
+
 ENV_RUN_FOLDERS = "WORKBENCH_RUN_FOLDERS"
 MODES = {"private": 0o700, "group": 0o750, "shared": 0o755}
 
@@ -22,8 +24,6 @@ class ForeignRecord(PermissionError):
 
 
 def run_folder_mode() -> int:
-    from workbench.config import ConfigError
-
     name = os.environ.get(ENV_RUN_FOLDERS, "").strip() or "private"
     if name not in MODES:
         raise ConfigError(f"invalid {ENV_RUN_FOLDERS}={name!r}: expected one of "
@@ -62,8 +62,7 @@ def check_own(st: os.stat_result, path: Path | str) -> None:
                             "results only from folders no one else can change")
 
 
-def read_own(path: Path, run_dir: Path, secret: bool = False,
-             max_bytes: int = 1 << 30) -> bytes:
+def read_own(path: Path, run_dir: Path, secret: bool = False, max_bytes: int = 1 << 30) -> bytes:
     """`path`'s bytes if it and its folders under `run_dir` are ours (`secret`: 0600)."""
     path, run_dir = Path(path), Path(run_dir)
     parts = path.relative_to(run_dir).parts
@@ -72,9 +71,8 @@ def read_own(path: Path, run_dir: Path, secret: bool = False,
     try:
         check_own(os.fstat(fd), run_dir)
         for i, part in enumerate(parts[:-1]):
-            inner = os.open(part, folder, dir_fd=fd)
-            os.close(fd)
-            fd = inner
+            fd, parent = os.open(part, folder, dir_fd=fd), fd
+            os.close(parent)
             check_own(os.fstat(fd), run_dir.joinpath(*parts[:i + 1]))
         file_fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
     finally:

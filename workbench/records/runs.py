@@ -54,8 +54,7 @@ class RunRecord:
     def log(self, rank: int | str = 0, last: int | None = None) -> str:
         """The log of `rank` ("launcher" for the launcher's), optionally its last lines; at
         most its last MAX_LOG_BYTES, saying so (a rank may print gigabytes)."""
-        path = self.run_dir / "logs" / ("launcher.log" if rank == "launcher" else
-                                        f"rank{rank}.log")
+        path = self.run_dir / "logs" / ("launcher.log" if rank == "launcher" else f"rank{rank}.log")
         try:
             with open(path, "rb") as f:
                 skipped = max(0, f.seek(0, os.SEEK_END) - MAX_LOG_BYTES)
@@ -80,9 +79,8 @@ def list_runs(runs_dir: str | Path = "runs") -> list[RunRecord]:
     root = Path(runs_dir).expanduser()
     if not root.is_dir():
         return []
-    dirs = [d for d in root.iterdir() if os.access(d / "config.json", os.R_OK)]  # (not
-    # another user's: a runs folder may be shared)
-    return [RunRecord(d) for d in sorted(dirs, key=lambda d: d.name)]
+    # (not another user's: a runs folder may be shared)
+    return [RunRecord(d) for d in sorted(root.iterdir()) if os.access(d / "config.json", os.R_OK)]
 
 
 def load_run(run: str | Path, runs_dir: str | Path = "runs") -> RunRecord:
@@ -105,5 +103,4 @@ def record_of(run: Any) -> RunRecord:
         return run
     if hasattr(run, "record"):          # a workbench Job
         return run.record()
-    return load_run(Path(run))
-
+    return load_run(run)

@@ -15,6 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from workbench.config import ConfigError
+from workbench.records.private import folder_problem, run_folder_mode
+
 #: A run's files and folders: only their owner writes them; who may read them is the run
 #: folder's mode (records/private.py).
 FILE_MODE, FOLDER_MODE = 0o644, 0o755
@@ -39,9 +42,8 @@ def make_folder(path: Path, mode: int = FOLDER_MODE) -> Path:
 
 
 def set_mode(folder: Path, mode: int) -> None:
-    """Give `folder` exactly `mode`, changing it only if the umask took bits away: a change
-    by a user outside the folder's group drops the set-group-ID bit it inherited, which
-    gives a course's folders, and the runs in them, their group (docs/classroom.md)."""
+    """Give `folder` exactly `mode`, changing it only if the umask took bits away (the
+    set-group-ID bit it inherited stays: docs/ARCHITECTURE.md, "The record of a run")."""
     st = os.stat(folder)
     if stat.S_IMODE(st.st_mode) & 0o777 != mode:
         os.chmod(folder, mode | (st.st_mode & stat.S_ISGID))
@@ -83,9 +85,8 @@ def write_all(fd: int, data: bytes) -> None:
 
 def read_json(path: Path, quiet: bool = False) -> Any | None:
     """The JSON in `path`; None if missing; if unreadable, `CorruptRecord` (`quiet`: None)."""
-    path = Path(path)
     try:
-        return json.loads(path.read_text())
+        return json.loads(Path(path).read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:  # a folder, no permission, I/O error; not JSON
@@ -97,15 +98,11 @@ def read_json(path: Path, quiet: bool = False) -> Any | None:
 
 def new_run_dir(runs_dir: str | Path, label: str) -> tuple[str, Path]:
     """(run_id, path) of a fresh run folder (mode: private.py), or a one-line ConfigError."""
-    from workbench.config import ConfigError
-    from workbench.records.private import folder_problem, run_folder_mode
-
     mode = run_folder_mode()
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{label}-{secrets.token_hex(2)}"
     path = Path(runs_dir).expanduser().resolve() / run_id
     try:
-        problem = folder_problem(os.stat(make_folder(path.parent, mode)))
-        if problem:
+        if problem := folder_problem(os.stat(make_folder(path.parent, mode))):
             raise ConfigError(f"invalid --runs-dir {str(runs_dir)!r}: {path.parent} {problem}, "
                               "who could swap your runs for others: use a folder of your own")
         os.mkdir(path, mode)
