@@ -185,7 +185,8 @@ def test_a_rank_reads_secrets_only_from_its_owners_0600_file(shared: Path) -> No
     """The variables file must be ours and 0600: one planted by another user, or one others
     can read, ends the rank with one line rather than feeding it values."""
     from workbench.launch.environment import write_env_file
-    from workbench.rank.protocol import ENV_FILE, load_env_file
+    from workbench.rank.protocol import ENV_FILE
+    from workbench.rank.wrapper import load_env_file
 
     _, mine = new_run_dir(shared / "runs", "t")
     path = write_env_file(mine, {"WB_TOKEN": "value"})

@@ -1,6 +1,5 @@
 """The rank's side: what runs inside each process a launcher starts (the launcher's: launch/,
-which nothing here imports). The wrapper opens each rank's context (protocol.py); your code
-reports through api.py. The package is also `workbench.rank()`. See docs/ARCHITECTURE.md.
+which nothing here imports). The package is also `workbench.rank()`. See docs/ARCHITECTURE.md.
 Lessons it serves: notebooks/03_synchronization.ipynb (ranks that report) and every job's ranks.
 """
 

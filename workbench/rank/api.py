@@ -14,7 +14,6 @@ from typing import Any
 
 from workbench.rank.protocol import current, launcher_identity
 
-#: What this rank keeps between calls on purpose (see `kept`).
 _kept: dict[str, Any] = {}
 
 
@@ -51,29 +50,23 @@ def report(**metrics: Any) -> None:
     step). `step` counts up from 0, `epoch` stays at the last one reported, `step_time_s` is
     the seconds since this rank's previous report (0 for its first: its start is unknown).
     """
-    ctx = current()
-    if ctx is None:
+    if (ctx := current()) is None:
         return
-    values = {name: _number(name, value) for name, value in metrics.items()}
+    values: dict[str, float] = {}
+    for name, value in metrics.items():
+        try:
+            values[name] = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"report({name}=...) takes a number, not {type(value).__name__} "
+                            f"{value!r:.60}: pass one value, e.g. loss.item()") from None
     last, now = ctx.reported, ctx.now()
     if "epoch" in values and "step" not in values:
         last["epoch"] = int(values.pop("epoch"))
-        ctx.metric("epoch", **{"epoch": last["epoch"], "loss": math.nan, "accuracy": math.nan,
-                               **values})
-        return
-    step = int(values.pop("step", last["step"] + 1))
-    epoch = int(values.pop("epoch", last["epoch"]))
-    since = 0.0 if last["time"] is None else now - last["time"]
-    last.update(step=step, epoch=epoch, time=now)
-    ctx.metric("step", **{"epoch": epoch, "step": step, "loss": math.nan, "accuracy": math.nan,
-                          "samples": 0, "step_time_s": since, **values})
-
-
-def _number(name: str, value: Any) -> float:
-    """`value` as a float, or a TypeError that says how to fix the call."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"report({name}=...) takes a number, not {type(value).__name__} "
-                        f"{value!r:.60}: pass one value, e.g. loss.item()") from None
-
+        kind, filled = "epoch", {"epoch": last["epoch"]}
+    else:
+        step = int(values.pop("step", last["step"] + 1))
+        epoch = int(values.pop("epoch", last["epoch"]))
+        since = 0.0 if last["time"] is None else now - last["time"]
+        last.update(step=step, epoch=epoch, time=now)
+        kind, filled = "step", {"epoch": epoch, "step": step, "samples": 0, "step_time_s": since}
+    ctx.metric(kind, **{**filled, "loss": math.nan, "accuracy": math.nan, **values})

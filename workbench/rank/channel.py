@@ -1,8 +1,7 @@
-"""The channel between a pool of warm ranks and its owner: `multiprocessing.connection`.
-
-An abstract Unix socket, or TCP when Slurm places the ranks. Both ends prove they hold the
-pool's key before anything else is read; a message is capped and never unpickled. The key
-reaches the ranks in the job's 0600 secrets file. Why: docs/ARCHITECTURE.md, "Warm ranks".
+"""The channel between a pool of warm ranks and its owner: `multiprocessing.connection` over
+an abstract Unix socket, or TCP when Slurm places the ranks. Both ends prove they hold the
+pool's key (from the job's 0600 secrets file) before anything else is read; a message is
+capped and never unpickled. Why: docs/ARCHITECTURE.md, "Warm ranks".
 """
 
 from __future__ import annotations

@@ -10,12 +10,12 @@ purpose (`workbench.kept()`, `%%ranks --keep`): docs/ARCHITECTURE.md, "Warm rank
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import linecache
 import os
 import queue
 import signal
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,31 +26,7 @@ from workbench.rank.context import this_rank
 from workbench.rank.protocol import RankContext, attach
 from workbench.rank.wrapper import run_attached, save_result
 
-#: The file name tracebacks give to the code of a `%%ranks` cell.
 CELL_FILE = "<ranks cell>"
-
-
-class CallContext(RankContext):
-    """A rank's context for one call: no second watchdog; output to its log until `restore()`."""
-
-    durable = False  # the exit record is renamed into place, not fsynced (write_json_atomic)
-    owns_process = False  # the pool's rank goes on
-
-    def _supervise(self) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self._saved = (os.dup(1), os.dup(2), sys.stdout, sys.stderr)
-        self._redirect_output()
-
-    def restore(self) -> None:
-        log = sys.stdout
-        log.flush()
-        out, err, sys.stdout, sys.stderr = self._saved
-        for fd, saved in ((1, out), (2, err)):
-            os.dup2(saved, fd)
-            os.close(saved)
-        log.close()
-        os.close(self._metrics_fd)
 
 
 class Rank:
@@ -93,10 +69,10 @@ class Rank:
         """Run one call: (whether it returned, the threads it left); its os.environ is undone."""
         ctx = self.ctx
         ctx.metric("event", message="call", run_id=header["run_id"])
-        call = CallContext(Path(header["dir"]), ctx.rank, ctx.size, ctx.local_rank,
-                           t0=header["t0"])
+        call = RankContext(Path(header["dir"]), ctx.rank, ctx.size, ctx.local_rank,
+                           t0=header["t0"], owns_process=False)
         environ, threads, ok = dict(os.environ), set(threading.enumerate()), False
-        try:
+        with contextlib.suppress(BaseException):  # in the call's exit record and log
             with call:
                 self.running = header["id"]
                 try:
@@ -106,13 +82,10 @@ class Rank:
                     self.running = None
                 save_result(call.run_dir, ctx.rank, value)
             ok = True
-        except BaseException:  # noqa: BLE001 - in the call's exit record and log
-            pass
-        finally:
-            attach(ctx)
-            call.restore()
-            os.environ.clear()
-            os.environ.update(environ)
+        attach(ctx)
+        call.restore()
+        os.environ.clear()
+        os.environ.update(environ)
         new = [t for t in threading.enumerate() if t not in threads]
         for thread in new:
             thread.join(0.05)  # one about to end is no leak

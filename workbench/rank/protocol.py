@@ -17,28 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
-from workbench.records.liveness import (
-    HEARTBEAT_PERIOD_S,
-    OWNER_STALE_S,
-    Staleness,
-    beat,
-    heartbeat_path,
-    process_alive,
-    read_beat,
-    started,
-    this_host,
-    write_pid_file,
-)
-from workbench.records.metrics import metrics_path
-from workbench.records.private import read_own
-from workbench.records.store import (
-    CorruptRecord,
-    make_folder,
-    open_file,
-    read_json,
-    write_all,
-    write_json_atomic,
-)
+from workbench.records import liveness, metrics_path, read_json, write_json_atomic
+from workbench.records.store import CorruptRecord, open_file
 
 #: Environment variables the launcher sets for every rank.
 ENV_RUN_DIR = "WORKBENCH_RUN_DIR"
@@ -79,23 +59,20 @@ def current() -> RankContext | None:
 
 
 class RankContext:
-    """One rank's view of its job; `supervised`: the launcher's (a log and owner watchdog)."""
-
-    #: Whether the exit record is fsynced (see `write_json_atomic`).
-    durable = True
-    #: Whether this context's end is its process's (not a pool's call): torchrun hears of it.
-    owns_process = True
+    """One rank's view of its job; `supervised`: the launcher's (a log and owner watchdog);
+    `owns_process`: its end is its process's, not a pool's call's (whose output goes back at
+    `restore()`): torchrun hears of it, its exit record is fsynced, a watchdog watches."""
 
     def __init__(self, run_dir: Path, rank: int, size: int, local_rank: int,
-                 t0: float | None = None, supervised: bool = True) -> None:
-        self.run_dir, self.supervised = run_dir, supervised
+                 t0: float | None = None, supervised: bool = True,
+                 owns_process: bool = True) -> None:
+        self.run_dir, self.supervised, self.owns_process = run_dir, supervised, owns_process
         self.ended = False  # set when a SIGTERM ended the rank
         self.rank, self.size, self.local_rank = rank, size, local_rank
         self.t0 = t0 if t0 is not None else float(os.environ.get(ENV_T0, time.time()))
         self._exit: dict[str, Any] | None = None   # the exit record, once there is one
         self._beating = threading.Lock()
         self.config = self._load_config()
-        self._metrics_fd = -1
         self._closing_since: float | None = None  # set while __exit__ writes the exit record
         #: The last step, epoch and time `workbench.report()` wrote here (rank/api.py).
         self.reported: dict[str, float | None] = {"epoch": 0, "step": -1, "time": None}
@@ -107,26 +84,27 @@ class RankContext:
             data = read_json(path)
             if data is None:
                 raise CorruptRecord(f"{path}: no such file (is the runs folder shared at the "
-                                    f"same path on host {this_host()}?)")
+                                    f"same path on host {liveness.this_host()}?)")
             return JobConfig.from_dict(data)
         except (CorruptRecord, ConfigError, TypeError) as exc:
             message = f"rank {self.rank} cannot read its configuration: {exc}"
         with contextlib.suppress(OSError):  # tell the launcher, if we can write there at all
-            make_folder(self.run_dir / "exit")
             self._record_exit({"rank": self.rank, "ok": False, "time": time.time(),
-                               "host": this_host(), "error": message})
+                               "host": liveness.this_host(), "error": message})
         sys.stderr.write(f"workbench: {message}\n")
         raise SystemExit(2)
 
     def __enter__(self) -> RankContext:
-        write_pid_file(self.run_dir / "pids" / f"rank{self.rank}.pid")
+        liveness.write_pid_file(self.run_dir / "pids" / f"rank{self.rank}.pid")
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
             signal.signal(signal.SIGTERM, self._on_sigterm)  # so that __exit__ records it
         if self.supervised:
-            self._supervise()
-        self._metrics_fd = open_file(metrics_path(self.run_dir, self.rank))
-        self.metric("event", message="start", host=this_host(), pid=os.getpid())
+            self._redirect_output()
+        if self.supervised and self.owns_process:  # (a pool's rank watches for its calls)
+            threading.Thread(target=self._watchdog, name="workbench-watchdog", daemon=True).start()
+        self._metrics = open(open_file(metrics_path(self.run_dir, self.rank)), "ab")
+        self.metric("event", message="start", host=liveness.this_host(), pid=os.getpid())
         return self
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
@@ -148,20 +126,18 @@ class RankContext:
             record["traceback"] = getattr(exc, "rank_traceback", None) or "".join(
                 traceback.format_exception(exc_type, exc, tb))
             sys.stderr.write(record["traceback"])
-            self._tell_torchrun(record)
+            if self.owns_process and (path := os.environ.get("TORCHELASTIC_ERROR_FILE")):
+                # torchrun's error file, as its `@record` would write it
+                info = {"py_callstack": record["traceback"], "timestamp": str(int(record["time"]))}
+                with contextlib.suppress(OSError):
+                    Path(path).write_text(json.dumps({"message": {"message": record["error"],
+                                                                  "extraInfo": info}}))
+        if exc is not None:  # recorded and in the log: not to be printed again (rank/wrapper.py)
+            exc.rank_traceback = record.get("traceback", "")
         sys.stdout.flush()
         sys.stderr.flush()
-        self._record_exit(record, self.durable)
+        self._record_exit(record, self.owns_process)
         return False
-
-    def _tell_torchrun(self, record: dict[str, Any]) -> None:
-        """Under torchrun, also write its error file, as its `@record` would."""
-        path = os.environ.get("TORCHELASTIC_ERROR_FILE") if self.owns_process else None
-        if path:
-            info = {"py_callstack": record["traceback"], "timestamp": str(int(record["time"]))}
-            with contextlib.suppress(OSError):
-                Path(path).write_text(json.dumps({"message": {"message": record["error"],
-                                                              "extraInfo": info}}))
 
     def _record_exit(self, record: dict[str, Any], durable: bool = True) -> None:
         """How this rank ended: `exit/rank<k>.json`, and the same in its heartbeat."""
@@ -171,21 +147,30 @@ class RankContext:
 
     def _beat(self) -> None:
         with self._beating:
-            beat(heartbeat_path(self.run_dir, f"rank{self.rank}"), host=this_host(),
-                 pid=os.getpid(), **({"exit": self._exit} if self._exit else {}))
-
-    def _supervise(self) -> None:
-        self._redirect_output()
-        threading.Thread(target=self._watchdog, name="workbench-watchdog", daemon=True).start()
+            liveness.beat(liveness.heartbeat_path(self.run_dir, f"rank{self.rank}"),
+                          host=liveness.this_host(), pid=os.getpid(),
+                          **({"exit": self._exit} if self._exit else {}))
 
     def _redirect_output(self) -> None:
         """Send stdout and stderr (fd 1 and 2 too) to the rank's log file."""
         log = open(open_file(self.run_dir / "logs" / f"rank{self.rank}.log"), "a", buffering=1)
         sys.stdout.flush()
         sys.stderr.flush()
+        if not self.owns_process:  # a pool's call gives them back (`restore`)
+            self._saved = (os.dup(1), os.dup(2), sys.stdout, sys.stderr)
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         sys.stdout = sys.stderr = log
+
+    def restore(self) -> None:
+        """A pool call's end: the rank's output as it was before, the call's files closed."""
+        log = sys.stdout
+        out, err, sys.stdout, sys.stderr = self._saved
+        for fd, saved in ((1, out), (2, err)):
+            os.dup2(saved, fd)
+            os.close(saved)
+        log.close()
+        self._metrics.close()
 
     def _watchdog(self, period_s: float = 0.5) -> None:
         """Keep this rank's heartbeat fresh; exit when the owner says stop or is gone."""
@@ -194,20 +179,20 @@ class RankContext:
             owner = host, int(pid), float(created)
         except ValueError:
             owner = None
-        owner_file = Staleness(heartbeat_path(self.run_dir, "owner"))
+        owner_file = liveness.Staleness(liveness.heartbeat_path(self.run_dir, "owner"))
         last_beat = 0.0
         while True:
-            if time.monotonic() - last_beat >= HEARTBEAT_PERIOD_S:
+            if time.monotonic() - last_beat >= liveness.HEARTBEAT_PERIOD_S:
                 self._beat()
                 last_beat = time.monotonic()
-            if (read_beat(owner_file.path) or {}).get("state") == "stop":
+            if (liveness.read_beat(owner_file.path) or {}).get("state") == "stop":
                 self._leave("the job was stopped")
-            if owner is not None and owner[0] == this_host():
-                if not process_alive(*owner[1:]):
+            if owner is not None and owner[0] == liveness.this_host():
+                if not liveness.process_alive(*owner[1:]):
                     self._leave(f"the process that started the job (pid {owner[1]}) is gone")
-            elif owner is not None and owner_file.age() > OWNER_STALE_S:
+            elif owner is not None and owner_file.age() > liveness.OWNER_STALE_S:
                 self._leave(f"no heartbeat from the job's owner on {owner[0]} for "
-                            f"{OWNER_STALE_S:g} s")
+                            f"{liveness.OWNER_STALE_S:g} s")
             time.sleep(period_s)
 
     def _leave(self, why: str, grace_s: float = 5.0) -> None:
@@ -227,26 +212,14 @@ class RankContext:
         now = round(self.now(), 6)
         lines = [json.dumps({"kind": kind, "rank": self.rank, "time": now, **row}) + "\n"
                  for row in rows or [fields]]
-        write_all(self._metrics_fd, "".join(lines).encode())
+        self._metrics.write("".join(lines).encode())  # every byte: BufferedWriter retries
+        self._metrics.flush()
 
     def write_result(self, result: dict[str, Any]) -> None:
         """Rank 0's result of the job (final metrics, benchmark rows...): result.json."""
         write_json_atomic(self.run_dir / "result.json", result)
 
 
-def load_env_file(environ: dict[str, str] | None = None) -> None:
-    """Add the variables of the 0600 file ENV_FILE names to os.environ, else exit in one line."""
-    environ = os.environ if environ is None else environ
-    if not environ.get(ENV_FILE):
-        return
-    path = Path(environ[ENV_FILE])
-    try:
-        data = read_own(path, path.parent, secret=True)
-        environ.update({str(k): str(v) for k, v in json.loads(data).items()})
-    except (OSError, ValueError, AttributeError) as exc:
-        raise SystemExit(f"workbench: cannot read the job's variables from {path}: {exc}") from None
-
-
 def owner_id() -> str:
-    """This process as a job owner (ENV_OWNER): "host:pid:start" (`started()`)."""
-    return f"{this_host()}:{os.getpid()}:{started()}"
+    """This process as a job owner (ENV_OWNER): "host:pid:start" (`liveness.started()`)."""
+    return f"{liveness.this_host()}:{os.getpid()}:{liveness.started()}"

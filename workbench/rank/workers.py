@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workbench.rank import api
 from workbench.rank.protocol import ENV_RUN_DIR
 
 
@@ -16,8 +17,6 @@ def lab_worker(fn: Callable[..., Any], distributed: bool, timeout_s: float, *arg
     """What each worker runs: `fn(rank, world_size, *args)`, in a gloo group if `distributed`."""
     import torch
     import torch.distributed as dist
-
-    from workbench.rank import api
 
     torch.set_num_threads(1)  # one core per process: the classroom machine has few cores
     rank, size = api.rank(), api.size()

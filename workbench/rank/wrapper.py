@@ -1,17 +1,17 @@
-"""Every rank the workbench starts runs here: the rank wrapper.
+"""Every rank the workbench starts runs here, in its context (protocol.py): the rank wrapper.
 
     python -m workbench.rank.wrapper --module workbench.training.ddp_rank  # a rank module
     python -m workbench.rank.wrapper --script train.py a b  # train.py, argv [train.py, a, b]
     python -m workbench.rank.wrapper                        # the function in user/function.pkl
     python -m workbench.rank.wrapper --fork 3               # the function on 3 forked ranks
 
-It opens the rank's context (protocol.py) around that code, saves a function's value and
-keeps only your frames in a traceback. See docs/ARCHITECTURE.md.
+It saves a function's value and keeps only your frames in a traceback. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import runpy
 import sys
@@ -23,20 +23,13 @@ from typing import Any, NoReturn
 import cloudpickle
 
 from workbench.rank.by_value import load_function
-from workbench.rank.protocol import (
-    ENV_RUN_DIR,
-    RankContext,
-    attach,
-    launcher_identity,
-    load_env_file,
-)
-from workbench.records.private import MAX_RETURN_BYTES
+from workbench.rank.protocol import ENV_FILE, ENV_RUN_DIR, RankContext, attach, launcher_identity
+from workbench.records.private import MAX_RETURN_BYTES, read_own
 from workbench.records.store import atomic_file, make_folder
 
-#: Files whose frames, in front of your code, are the machinery that runs it: the workbench
-#: (its launching, an exercise's checker) and the importers of a script or module (runpy,
-#: importlib; "<frozen ...>" where Python freezes them). When the code is the workbench's
-#: own (a lab's function, a rank module), only this folder's and the importers' are cut.
+#: What a traceback leaves out in front of your code: the workbench's frames (its launching, an
+#: exercise's checker) and the importers' (runpy, importlib, "<frozen ...>" or not); in front of
+#: the workbench's own code (a lab's function, a rank module), only this folder's and theirs.
 _WORKBENCH = os.path.join(Path(__file__).resolve().parents[1], "")  # ends in a separator
 _IMPORTERS = (runpy.__file__, "<frozen runpy>", os.path.join(Path(importlib.__file__).parent, ""),
               "<frozen importlib")
@@ -69,6 +62,19 @@ def run_rank(body: Callable[[RankContext], Any], own_code: bool = True) -> None:
             save_result(ctx.run_dir, ctx.rank, value)
 
 
+def load_env_file(environ: dict[str, str] | None = None) -> None:
+    """Add the variables of the 0600 file ENV_FILE names to os.environ, else exit in one line."""
+    environ = os.environ if environ is None else environ
+    if not environ.get(ENV_FILE):
+        return
+    path = Path(environ[ENV_FILE])
+    try:
+        data = read_own(path, path.parent, secret=True)
+        environ.update({str(k): str(v) for k, v in json.loads(data).items()})
+    except (OSError, ValueError, AttributeError) as exc:
+        raise SystemExit(f"workbench: cannot read the job's variables from {path}: {exc}") from None
+
+
 def run_attached(ctx: RankContext, body: Callable[[RankContext], Any], own_code: bool) -> Any:
     """`body(ctx)` with `ctx` attached; an error carries its traceback cut to your frames."""
     attach(ctx)
@@ -86,14 +92,13 @@ def fork_ranks(size: int) -> NoReturn:
     thread, no GPU yet); exits 1 if any failed. Why: docs/ARCHITECTURE.md, "The labs' processes"."""
     import torch.distributed  # noqa: F401  (imported once here, not once per rank)
 
-    run_dir = Path(os.environ[ENV_RUN_DIR])
-    call = load_function(run_dir)
+    call = load_function(Path(os.environ[ENV_RUN_DIR]))
     children = {}
     for rank in range(size):
         pid = os.fork()
         if pid == 0:
             os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank))
-            _forked(lambda ctx: call())
+            _forked(call)
         children[pid] = rank
     failed = False
     for _ in children:
@@ -104,19 +109,14 @@ def fork_ranks(size: int) -> NoReturn:
     sys.exit(1 if failed else 0)
 
 
-def _forked(body: Callable[[RankContext], Any]) -> NoReturn:
-    """A forked rank: `run_rank(body)`, then `os._exit`, never a return into the loop."""
-    code, entered = 1, []
-
-    def started(ctx: RankContext) -> Any:
-        entered.append(True)      # from here on, the exit record says why it failed
-        return body(ctx)
-
+def _forked(call: Callable[[], Any]) -> NoReturn:
+    """A forked rank: `run_rank`, then `os._exit`, never a return into the loop."""
+    code = 1
     try:
-        run_rank(started)
+        run_rank(lambda ctx: call())
         code = 0
-    except BaseException:
-        if not entered:           # failed before its exit record could say why: say it here
+    except BaseException as error:
+        if not hasattr(error, "rank_traceback"):  # not in its exit record: say it here
             traceback.print_exc()
     finally:
         sys.stdout.flush()
@@ -147,9 +147,8 @@ def save_result(run_dir: Path, rank: int, value: Any) -> None:
                         f" ({exc}): return numbers, lists, dicts or tensors") from None
     if len(data) > MAX_RETURN_BYTES:
         raise ValueError(f"rank {rank} returned {len(data) / 2**20:,.0f} MiB, more than the "
-                         f"{MAX_RETURN_BYTES >> 20} MiB a return value may hold (each goes "
-                         "through your notebook's memory): save it to a file and return its "
-                         "path")
+                         f"{MAX_RETURN_BYTES >> 20} MiB a return value may hold (each goes through "
+                         "your notebook's memory): save it to a file and return its path")
     path = run_dir / "results" / f"rank{rank}.pkl"
     make_folder(path.parent)
     with atomic_file(path) as f:

@@ -76,13 +76,6 @@ def write_json_atomic(path: Path, data: Any, durable: bool = True) -> None:
         f.write(json.dumps(data, indent=2, default=str).encode())
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """Write every byte of `data` to `fd`, retrying after short writes (EINTR: PEP 475)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def read_json(path: Path, quiet: bool = False) -> Any | None:
     """The JSON in `path`; None if missing; if unreadable, `CorruptRecord` (`quiet`: None)."""
     try:
