@@ -93,13 +93,10 @@ class Entry:
     name: str
     uid: int
     since_ns: int
+    running: bool  # granted: named run-*, not wait-*
     run_id: str = "?"
     n_cores: int = 0
     cores: list[int] = field(default_factory=list)
-
-    @property
-    def running(self) -> bool:
-        return self.name.startswith("run-")
 
     def __str__(self) -> str:
         age = time.time() - self.since_ns / 1e9
@@ -117,7 +114,7 @@ def tickets(folder_fd: int) -> list[Entry]:
             try:
                 fcntl.flock(file, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:  # its job holds it: alive
-                entry = Entry(name, st.st_uid, st.st_ctime_ns)
+                entry = Entry(name, st.st_uid, st.st_ctime_ns, name.startswith("run-"))
                 with contextlib.suppress(ValueError, TypeError, AttributeError, LookupError):
                     asked = json.loads(file.read(MAX_TICKET_BYTES))
                     entry.run_id, entry.n_cores = str(asked["run_id"])[:80], int(asked["n_cores"])
