@@ -95,11 +95,9 @@ def join(cfg: JobConfig, local_rank: int) -> torch.device:
     """Take this rank's device, then join the process group: gloo on CPUs, NCCL on GPUs,
     told our GPU (`device_id=`) so that an error shows here, not at the first allreduce."""
     device = pick_device(cfg.device, local_rank)
-    timeout = datetime.timedelta(seconds=cfg.stall_timeout)
-    if device.type == "cuda":
-        dist.init_process_group("nccl", device_id=device, timeout=timeout)
-    else:
-        dist.init_process_group("gloo", timeout=timeout)
+    gpu = device.type == "cuda"
+    dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None,
+                            timeout=datetime.timedelta(seconds=cfg.stall_timeout))
     return device
 
 
@@ -118,21 +116,20 @@ def main() -> None:
 
     # Steps 3-4: DDP broadcasts rank 0's parameters and averages gradients in backward().
     sync = DDPSync(setup.model, setup.clock, compress=cfg.grad_compression == "bf16")
-    ddp_model = DDP(setup.model, device_ids=[device.index] if device.type == "cuda" else None)
+    setup.model = DDP(setup.model, device_ids=[device.index] if device.type == "cuda" else None)
     if cfg.grad_compression == "bf16":  # each bucket sent in bf16: half the bytes
-        ddp_model.register_comm_hook(None, bf16_hook)
-    optimizer = make_optimizer(cfg.optimizer, ddp_model.parameters(), cfg.lr,
+        setup.model.register_comm_hook(None, bf16_hook)
+    optimizer = make_optimizer(cfg.optimizer, setup.model.parameters(), cfg.lr,
                                cfg.momentum, cfg.weight_decay)
-    setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
+    setup.first_epoch = restore(ctx, setup.module, optimizer)  # 0 unless resuming
 
-    # Step 5: train on this rank's shards (the loop calls ddp_model through setup.model).
-    setup.model = ddp_model
+    # Step 5: train on this rank's shards.
     sync.measure = Footprint(setup.module, optimizer, sync.sent_bytes)
     held_out = train(ctx, setup, optimizer, sync)
     evaluate_and_save(ctx, setup, sync, held_out)
     # DDP goes before its group: freed after, its reducer would destroy the group holding the
     # GIL while gloo's thread may wait for it (pytorch/pytorch#56297), and the rank would hang.
-    setup.model = ddp_model = None
+    setup.model = None
     dist.destroy_process_group()
 
 

@@ -30,16 +30,13 @@ class NaiveSync(Synchronizer):
     same order (the optimizer's groups, built the same way on every rank), so the k-th ring
     of one rank meets the k-th ring of the others."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-
     def wait_for_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         self.bytes = 0  # all-reduced in this step
         for group in optimizer.param_groups:
             for param in group["params"]:
                 if param.grad is not None:
-                    dist_ring_allreduce(param.grad)  # the sum over the ranks, in place
-                    param.grad.div_(self.size)       # ... and the mean
+                    dist_ring_allreduce(param.grad)           # the sum over the ranks, in place
+                    param.grad.div_(dist.get_world_size())    # ... and the mean
                     self.bytes += param.grad.numel() * param.grad.element_size()
 
     def allreduce_sum(self, values: torch.Tensor) -> torch.Tensor:
@@ -73,7 +70,7 @@ def main() -> None:
 
     # Step 4: train on this rank's shards; after each backward pass, NaiveSync averages
     # the gradients before the optimizer steps.
-    sync = NaiveSync(ctx.size)
+    sync = NaiveSync()
     held_out = train(ctx, setup, optimizer, sync)
     evaluate_and_save(ctx, setup, sync, held_out)
     dist.destroy_process_group()

@@ -6,7 +6,6 @@ and, at the end, model.pt and result.json. Why: docs/ARCHITECTURE.md.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -28,7 +27,6 @@ def evaluate(ctx: RankContext, setup: ModelAndData, sync: Synchronizer) -> dict[
     model, data, device = setup.module, setup.data, setup.device
     mine = eval_shard(setup.val_idx, ctx.rank, ctx.size)
     totals = torch.zeros(3, dtype=torch.float64)
-    was_training = model.training
     model.eval()
     with torch.no_grad():
         for batch in mine.split(ctx.config.batch_size):
@@ -37,7 +35,7 @@ def evaluate(ctx: RankContext, setup: ModelAndData, sync: Synchronizer) -> dict[
             totals[0] += float(nn.functional.cross_entropy(out, y, reduction="sum"))
             totals[1] += int((out.argmax(1) == y).sum())
             totals[2] += len(y)
-    model.train(was_training)
+    model.train()  # the loop trains on
     loss_sum, correct, count = sync.allreduce_sum(totals.to(device)).cpu().tolist()
     return {"val_loss": loss_sum / count, "val_accuracy": correct / count}
 
@@ -49,8 +47,6 @@ def save(ctx: RankContext, model: nn.Module, optimizer: torch.optim.Optimizer,
         return
     start = time.perf_counter()
     state = {"epochs_done": epochs_done, "steps_done": steps_done,
-             "seed": ctx.config.seed, "world_size": ctx.size,
-             "batch_size": ctx.config.batch_size,
              "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
              "optimizer": optimizer.state_dict()}
     with atomic_file(ctx.run_dir / CHECKPOINT) as f:
@@ -79,13 +75,8 @@ def evaluate_and_save(ctx: RankContext, setup: ModelAndData, sync: Synchronizer,
     (a DTensor, as FSDP2 keeps them): every rank must call it. Rank 0 then writes model.pt
     and result.json (`final_loss`, `final_accuracy`: on the held-out samples)."""
     held_out = held_out or evaluate(ctx, setup, sync)
-    # Imported only where it is already loaded (FSDP2 loads it): its import takes seconds.
-    dtensor = sys.modules.get("torch.distributed.tensor")
-    state = {}
-    for name, value in setup.module.state_dict().items():
-        if dtensor is not None and isinstance(value, dtensor.DTensor):
-            value = value.full_tensor()
-        state[name] = value.detach().cpu()
+    state = {name: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu()
+             for name, t in setup.module.state_dict().items()}  # a DTensor: gathered whole
     if ctx.rank != 0:
         return
     with atomic_file(ctx.run_dir / "model.pt") as f:

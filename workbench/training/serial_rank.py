@@ -5,8 +5,6 @@ The sequential baseline, the distributed engines' loop in one process (`workbenc
 it follows exactly the trajectory of N data-parallel ranks with batch b (docs/ARCHITECTURE.md).
 """
 
-from __future__ import annotations
-
 from workbench.models import make_optimizer
 from workbench.rank.context import job_config, job_record, run_main
 from workbench.training.loop import train

@@ -69,21 +69,20 @@ class ModelAndData:
         return getattr(self.model, "module", self.model)
 
 
-#: A dataset under this share of the GPU's memory is copied there once: no batch crosses PCIe.
-ON_GPU_MAX_SHARE = 0.25
-
-
 class Batches:
     """Gathers this rank's batch (sample indices -> inputs, labels) on the training device:
     plain indexing, or for a dataset too large for the GPU a page-locked buffer copied there
     asynchronously (why: docs/ARCHITECTURE.md)."""
+
+    #: A dataset under this share of the GPU's memory is copied there once: no batch crosses PCIe.
+    on_gpu_max_share = 0.25
 
     def __init__(self, data: Dataset, device: torch.device) -> None:
         self.device, self.x, self.y = device, data.x, data.y
         if device.type != "cuda":
             return
         size = self.x.nbytes + self.y.nbytes
-        if size <= ON_GPU_MAX_SHARE * torch.cuda.get_device_properties(device).total_memory:
+        if size <= self.on_gpu_max_share * torch.cuda.get_device_properties(device).total_memory:
             self.x, self.y = self.x.to(device), self.y.to(device)
 
     def __call__(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -36,8 +36,7 @@ def holdout_split(n_samples: int, seed: int, fraction: float) -> tuple[torch.Ten
     if n_val == 0:
         every = torch.arange(n_samples)
         return every, every
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + 1_000_002)  # no epoch's stream
-    perm = torch.randperm(n_samples, generator=gen)
+    perm = epoch_order(n_samples, seed, 1_000_002)  # an epoch past any run's last
     return perm[n_val:].sort().values, perm[:n_val].sort().values
 
 
