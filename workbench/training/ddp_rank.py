@@ -1,12 +1,11 @@
 """torchrun --standalone --nproc-per-node 2 -m workbench.training.ddp_rank
 
-One rank of a PyTorch DistributedDataParallel job, started by `torchrun`: by the workbench
-(`workbench run --engine torch`), or by hand as above, with any flag of `workbench run`.
-The Horovod rank's steps in PyTorch's words (Li et al., VLDB 2020, arXiv:2006.15704):
-1. `dist.init_process_group` (gloo; NCCL on GPUs, told its GPU with `device_id=`);
-2. pin the device; 3-4. wrap the model in `DistributedDataParallel`, which broadcasts rank
-0's parameters and averages gradients bucket by bucket during `backward()` with its own
-reducer; 5. shard the data. `DDPSync` times what `backward()` waits for (docs/ARCHITECTURE.md).
+One rank of a PyTorch DistributedDataParallel job: `workbench run --engine torch` starts it
+with `torchrun`, or run it by hand as above, with any flag of `workbench run`. The Horovod
+rank's steps in PyTorch's words (Li et al., VLDB 2020, arXiv:2006.15704): 1. `join` the
+process group; 2. pin the device; 3-4. wrap the model in `DistributedDataParallel`, which
+broadcasts rank 0's parameters and averages gradients bucket by bucket during `backward()`;
+5. shard the data. `DDPSync` times what `backward()` waits for (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -37,8 +36,7 @@ from workbench.training.timing import CudaClock, WallClock
 class DDPSync(Synchronizer):
     """DDP's own reducer averages the gradients (in C++, bucket by bucket, during
     `backward()`); this times the wait it leaves, from the backward pass's last gradient to
-    `backward()`'s return (how: docs/ARCHITECTURE.md), and counts what it sends: each
-    gradient all-reduced once a step, in DDP's buckets (in bf16 under `bf16_hook`)."""
+    `backward()`'s return (how: docs/ARCHITECTURE.md), and counts the bytes it all-reduces."""
 
     def __init__(self, model: nn.Module, clock: WallClock | CudaClock, compress: bool) -> None:
         self.clock, self.world = clock, dist.get_world_size()
@@ -62,8 +60,8 @@ class DDPSync(Synchronizer):
 
     @contextmanager
     def accumulating(self, model: DDP, last: bool) -> Iterator[None]:
-        """`no_sync()` on all but the last micro-batch: DDP then only accumulates. The last
-        one's backward pass is timed: from its last gradient to its return."""
+        """`no_sync()` on all but the last micro-batch: DDP then only accumulates; the last
+        one's backward pass is timed."""
         if not last:
             with model.no_sync():
                 yield

@@ -1,12 +1,11 @@
 """horovodrun -np 2 --gloo -H localhost:2 python -m workbench.training.horovod_rank
 
-One rank of a Horovod data-parallel job, started by `horovodrun`: by the workbench
-(`workbench run --engine horovod`), or by hand as above, with any flag of `workbench run`.
-The five Horovod steps of examples/pytorch/pytorch_mnist.py (Sergeev & Del Balso 2018,
-arXiv:1802.05799), in order in `main()`: 1. `hvd.init()`; 2. pin the device; 3. broadcast
-rank 0's parameters and optimizer state; 4. `hvd.DistributedOptimizer`, which averages
-each gradient with allreduce during `backward()`; 5. shard the data. docs/ARCHITECTURE.md,
-"The engines' rank modules", compares the engines.
+One rank of a Horovod data-parallel job: `workbench run --engine horovod` starts it with
+`horovodrun`, or run it by hand as above, with any flag of `workbench run`. The five Horovod
+steps of examples/pytorch/pytorch_mnist.py (Sergeev & Del Balso 2018, arXiv:1802.05799), in
+order in `main()`: 1. `hvd.init()`; 2. pin the device; 3. broadcast rank 0's parameters and
+optimizer state; 4. `hvd.DistributedOptimizer`, which averages each gradient with allreduce
+during `backward()`; 5. shard the data. docs/ARCHITECTURE.md compares the engines.
 """
 
 from __future__ import annotations
@@ -27,12 +26,9 @@ from workbench.training.synchronizer import Synchronizer
 
 
 class HorovodSync(Synchronizer):
-    """Horovod's wrapped optimizer averages the gradients; this says when to wait for them.
-
-    `hvd.DistributedOptimizer` starts an allreduce for each gradient as soon as `backward()`
-    produces it; `synchronize()` waits until all of them are done (on a GPU: the NCCL
-    allreduces). `step()` would call it again, and after an explicit `synchronize()` Horovod
-    warns and allreduces a second time, so the step runs inside `skip_synchronize()`."""
+    """`hvd.DistributedOptimizer` starts an allreduce for each gradient as soon as
+    `backward()` produces it, and `synchronize()` waits for them all. `step()` would call it
+    again (Horovod warns and allreduces a second time), so it runs in `skip_synchronize()`."""
 
     def __init__(self, model: torch.nn.Module, fp16: bool) -> None:
         # Every gradient once per step (with `backward_passes_per_step`: after the last
@@ -59,8 +55,7 @@ def main() -> None:
     # Horovod matches a collective across ranks by name, and its default is the type's).
     ctx = job_record(cfg, share=lambda run: hvd.broadcast_object(run, 0, name="run"))
     assert hvd.rank() == ctx.rank and hvd.size() == ctx.size
-    # Joined the job: every rank can now talk. Record how often Horovod's background
-    # thread wakes to look for gradients to send (HOROVOD_CYCLE_TIME, default 1 ms).
+    # Joined: every rank can now talk. How often Horovod's thread looks for gradients, in ms.
     ctx.metric("event", message="init",
                cycle_time_ms=float(os.environ.get("HOROVOD_CYCLE_TIME", 1.0)))
 
@@ -82,15 +77,13 @@ def main() -> None:
         compression=hvd.Compression.fp16 if fp16 else hvd.Compression.none,
         backward_passes_per_step=cfg.accumulate)  # k micro-batches: one allreduce
 
-    # Resuming: load the checkpoint now, not before step 4. DistributedOptimizer is a new
-    # optimizer built over the same parameter groups and starts with no state, so state
-    # loaded into the old one would be lost (Horovod's ImageNet example loads here too).
+    # Resuming: load the checkpoint here, as Horovod's ImageNet example does: the wrapped
+    # optimizer is a new one, with no state, so state loaded before step 4 would be lost.
     setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
     if optimizer.state_dict()["state"]:
-        # Step 3 for the optimizer: rank 0's state wins. Only a resumed optimizer has
-        # state. On an empty one Horovod would first take a zero-gradient step to create
-        # it, which moves Adam's step count and applies weight decay once, and the run
-        # would no longer match the serial baseline.
+        # Step 3 for the optimizer: rank 0's state wins. Only a resumed one has state: on an
+        # empty one Horovod would first take a zero-gradient step to create it, which moves
+        # Adam's step count and applies weight decay once, off the serial baseline's path.
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     # Step 5: train, each rank on its own shard of every global batch (see sharding.py).

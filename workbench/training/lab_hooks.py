@@ -17,8 +17,6 @@ class InjectedFault(RuntimeError):
 
 
 class LabHooks:
-    """The labs' additions to each step of one rank (see the module docstring)."""
-
     def __init__(self, cfg: JobConfig, rank: int, ranks: int, steps_per_epoch: int,
                  optimizer: torch.optim.Optimizer) -> None:
         self.cfg, self.rank, self.optimizer = cfg, rank, optimizer
@@ -63,6 +61,5 @@ def warmup_start(cfg: JobConfig, ranks: int) -> float:
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Set the learning rate of every parameter group."""
     for group in optimizer.param_groups:
         group["lr"] = lr

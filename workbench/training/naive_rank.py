@@ -1,11 +1,10 @@
 """torchrun --standalone --nproc-per-node 2 -m workbench.training.naive_rank
 
-One rank of a naive data-parallel job, started by `torchrun`: by the workbench
-(`workbench run --engine naive`), or by hand as above, with any flag of `workbench run`.
-Data parallelism from notebook 04's ring allreduce and nothing else: once `backward()` has
-returned, each gradient in turn is summed around the ring and divided by the ranks (like
-picotron's `DataParallelNaive`). Exact, and slower than DDP and Horovod: no overlap, no
-buckets, one Python message at a time (docs/ARCHITECTURE.md); CPUs only, over gloo.
+One rank of a naive data-parallel job: `workbench run --engine naive` starts it with
+`torchrun`, or run it by hand as above, with any flag of `workbench run`. Notebook 04's ring
+allreduce on each gradient once `backward()` has returned, and nothing else (like picotron's
+`DataParallelNaive`). Exact, and slower than DDP and Horovod: no overlap, no buckets, one
+Python message at a time (docs/ARCHITECTURE.md); CPUs only, over gloo.
 """
 
 from __future__ import annotations
@@ -25,10 +24,9 @@ from workbench.training.synchronizer import Synchronizer
 
 
 class NaiveSync(Synchronizer):
-    """Average every gradient of the optimizer's parameters with our own ring allreduce,
-    one tensor at a time, after the backward pass. Every rank walks the parameters in the
-    same order (the optimizer's groups, built the same way on every rank), so the k-th ring
-    of one rank meets the k-th ring of the others."""
+    """Average every gradient with our own ring allreduce, one tensor at a time, after the
+    backward pass. Every rank walks the optimizer's parameters in the same order (its groups
+    are built alike on every rank), so the k-th ring of one rank meets the k-th of the others."""
 
     def wait_for_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         self.bytes = 0  # all-reduced in this step
@@ -68,8 +66,7 @@ def main() -> None:
                                cfg.momentum, cfg.weight_decay)
     setup.first_epoch = restore(ctx, setup.model, optimizer)  # 0 unless resuming
 
-    # Step 4: train on this rank's shards; after each backward pass, NaiveSync averages
-    # the gradients before the optimizer steps.
+    # Step 4: train on this rank's shards; NaiveSync averages the gradients after backward().
     sync = NaiveSync()
     held_out = train(ctx, setup, optimizer, sync)
     evaluate_and_save(ctx, setup, sync, held_out)

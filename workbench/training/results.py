@@ -1,8 +1,7 @@
 """What a run keeps: the held-out evaluation every rank joins, the checkpoints rank 0 saves
 and `workbench run --resume RUN_ID` restores (to the same final parameters as a run never
-interrupted; how often to save: synchronization/checkpoint_interval.py, Young's formula),
-and, at the end, model.pt and result.json. Why: docs/ARCHITECTURE.md.
-"""
+interrupted; how often: Young's formula, synchronization/checkpoint_interval.py), and at
+the end model.pt and result.json (docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ from workbench.training.synchronizer import Synchronizer
 
 
 def evaluate(ctx: RankContext, setup: ModelAndData, sync: Synchronizer) -> dict[str, float]:
-    """{"val_loss", "val_accuracy"} on the held-out samples; every rank must call it. Sums,
-    not means, are added (the slices may differ by a sample): [loss sum, correct, count] in
-    float64, one allreduce."""
+    """{"val_loss", "val_accuracy"} on the held-out samples; every rank must call it: one
+    allreduce adds the sums [loss, correct, count], in float64 (slices differ by <= 1)."""
     model, data, device = setup.module, setup.data, setup.device
     mine = eval_shard(setup.val_idx, ctx.rank, ctx.size)
     totals = torch.zeros(3, dtype=torch.float64)

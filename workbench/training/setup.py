@@ -1,8 +1,5 @@
-"""What a rank builds before it trains: its device and cores, the data, the model, the clock.
-
-Every rank builds the same model from the job's seed (no broadcast is needed to start
-equal) and holds every sample once; sharding.py says which it trains on (docs/ARCHITECTURE.md).
-"""
+"""What a rank builds before it trains: its device and cores, the data, the model (the same
+on every rank, from the job's seed), the clock (docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 
@@ -24,9 +21,8 @@ from workbench.training.timing import CudaClock, WallClock
 
 
 def pick_device(device: str, local_rank: int) -> torch.device:
-    """The CPU, or GPU number `local_rank` of its host (the launcher checked there is one
-    per rank, as NCCL needs). A CPU rank never calls torch.cuda: it must create no CUDA
-    context (its launcher also hid the GPUs with CUDA_VISIBLE_DEVICES="")."""
+    """The CPU, or GPU number `local_rank` of its host (the launcher checked there is one per
+    rank). A CPU rank never calls torch.cuda: it must create no CUDA context."""
     if device == "auto":     # a rank module started by hand, without the launcher's check
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
@@ -52,8 +48,8 @@ def pin_cpu(cfg: JobConfig, local_rank: int) -> None:
 
 @dataclass
 class ModelAndData:
-    """What a rank builds before training. `data` holds every sample once; `train_idx` and
-    `val_idx` say which are trained on and which held out, so splitting copies no data."""
+    """`data` holds every sample once; `train_idx` and `val_idx` say which are trained on
+    (sharding.py) and which held out, so splitting copies no data."""
 
     data: Dataset
     model: nn.Module
@@ -70,9 +66,8 @@ class ModelAndData:
 
 
 class Batches:
-    """Gathers this rank's batch (sample indices -> inputs, labels) on the training device:
-    plain indexing, or for a dataset too large for the GPU a page-locked buffer copied there
-    asynchronously (why: docs/ARCHITECTURE.md)."""
+    """This rank's batch (sample indices -> inputs, labels) on the training device: plain
+    indexing, or for a dataset too large for the GPU a page-locked buffer copied there."""
 
     #: A dataset under this share of the GPU's memory is copied there once: no batch crosses PCIe.
     on_gpu_max_share = 0.25

@@ -12,13 +12,10 @@ from torch import nn
 
 
 class Synchronizer:
-    """No synchronization: the serial engine. Each engine overrides what it needs; it is
-    given the optimizer the loop steps with, and holds none of its own."""
+    """Each engine overrides what it needs; it is given the loop's optimizer and holds none."""
 
-    #: Bytes of gradients this rank all-reduces in a step, where the engine counts them.
-    bytes: int | None = None
-    #: Bytes held in parameters, gradients, optimizer state, and sent since the last step,
-    #: where the engine measures them (sharded/memory.py's `Footprint`): on every "step" line.
+    bytes: int | None = None  # set by an engine that counts them: see `synced_bytes()`
+    #: Bytes held and sent since the last step, where measured (sharded/memory.py's `Footprint`).
     measure: Callable[[], dict[str, int]] = dict
 
     def wait_for_gradients(self, optimizer: torch.optim.Optimizer) -> None:
