@@ -36,19 +36,13 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def terminate(procs: list[psutil.Process], grace_s: float = 2.0) -> list[psutil.Process]:
-    """SIGTERM, wait up to `grace_s`, then SIGKILL what is left; return any survivors."""
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    _, alive = psutil.wait_procs(alive, timeout=grace_s)
-    return [p for p in alive if _alive(p)]
-
-
 def end_job_processes(run_id: str, run_dir: Path, launcher_pid: int | None) -> list[int]:
-    """End every process of the job on this host; the pids of any that survived SIGKILL."""
-    return [p.pid for p in terminate(job_processes(run_id, run_dir, launcher_pid))]
+    """End every process of the job on this host, with SIGTERM, then SIGKILL what is left
+    2 s later; the pids of any that survived SIGKILL."""
+    alive = job_processes(run_id, run_dir, launcher_pid)
+    for send in (psutil.Process.terminate, psutil.Process.kill):
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                send(proc)
+        _, alive = psutil.wait_procs(alive, timeout=2.0)
+    return [p.pid for p in alive if _alive(p)]
