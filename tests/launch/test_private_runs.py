@@ -184,12 +184,12 @@ def test_secret_env_values_reach_the_ranks_but_no_command_line_or_record(tmp_pat
 def test_a_rank_reads_secrets_only_from_its_owners_0600_file(shared: Path) -> None:
     """The variables file must be ours and 0600: one planted by another user, or one others
     can read, ends the rank with one line rather than feeding it values."""
-    from workbench.launch.environment import write_env_file
+    from workbench.launch.environment import ranks_environment
     from workbench.rank.protocol import ENV_FILE
     from workbench.rank.wrapper import load_env_file
 
     _, mine = new_run_dir(shared / "runs", "t")
-    path = write_env_file(mine, {"WB_TOKEN": "value"})
+    path = Path(ranks_environment(JobConfig(env=["WB_TOKEN=value"]), "t", mine)[ENV_FILE])
     env = {ENV_FILE: str(path)}
     load_env_file(env)
     assert env["WB_TOKEN"] == "value"

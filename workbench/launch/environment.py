@@ -16,7 +16,6 @@ from workbench.engines import ENGINES
 from workbench.rank.protocol import ENV_FILE, ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_T0, owner_id
 from workbench.records.store import open_file
 
-#: The file of the secret variables' values (see above).
 SECRETS_FILE = "secrets.json"
 
 #: Variables forwarded by exact name: finding programs and modules, the user and locale.
@@ -38,38 +37,25 @@ def allowed(name: str) -> bool:
     return name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
 
 
-def split_environment(requested: Iterable[str]) -> tuple[dict[str, str], dict[str, str]]:
-    """(the allow-listed part of os.environ and of the `env` items ("KEY=VALUE" or "KEY"),
-    {KEY: VALUE} of the other `env` items: the secret ones)."""
-    public = {k: v for k, v in os.environ.items() if allowed(k)}
-    secret: dict[str, str] = {}
-    for item in requested:
-        key, sep, value = item.partition("=")
-        if not sep:  # "KEY": forward its value here, if it is set
-            if key not in os.environ:
-                continue
-            value = os.environ[key]
-        (public if allowed(key) else secret)[key] = value
-    return public, secret
-
-
 def recorded(requested: Iterable[str]) -> list[str]:
     """The `env` items as config.json records them: secret values left out (names kept)."""
     return [item if allowed(item.partition("=")[0]) else item.partition("=")[0]
             for item in requested]
 
 
-def write_env_file(run_dir: Path, values: dict[str, str]) -> Path:
-    path = Path(run_dir) / SECRETS_FILE
-    with open(open_file(path, os.O_WRONLY | os.O_EXCL, 0o600), "w") as f:
-        json.dump(values, f)
-    return path
-
-
 def ranks_environment(cfg: JobConfig, run_id: str, run_dir: Path) -> dict[str, str]:
-    """The environment of a job's launcher and ranks: the allow-list, the rank protocol's,
-    the device's and the engine's variables; secret `env` values through their 0600 file."""
-    public, secret = split_environment(cfg.env)
+    """The environment of a job's launcher and ranks: the allow-listed part of ours and of the
+    `env` items ("KEY=VALUE" or "KEY"), the rank protocol's, the device's and the engine's
+    variables; the values of the other `env` items (secret) through their 0600 file."""
+    public = {k: v for k, v in os.environ.items() if allowed(k)}
+    secret: dict[str, str] = {}
+    for item in cfg.env:
+        key, sep, value = item.partition("=")
+        if not sep:  # "KEY": forward its value here, if it is set
+            if key not in os.environ:
+                continue
+            value = os.environ[key]
+        (public if allowed(key) else secret)[key] = value
     env = {
         **public, ENV_RUN_DIR: str(run_dir), ENV_RUN_ID: run_id, ENV_OWNER: owner_id(),
         ENV_T0: repr(time.time()), "OMP_NUM_THREADS": str(cfg.resolved_threads()),
@@ -78,5 +64,8 @@ def ranks_environment(cfg: JobConfig, run_id: str, run_dir: Path) -> dict[str, s
         **ENGINES[cfg.engine].environment(run_dir, cfg.timeline, cfg.cycle_time_ms),
     }
     if secret:
-        env[ENV_FILE] = str(write_env_file(run_dir, secret))
+        path = run_dir / SECRETS_FILE
+        with open(open_file(path, os.O_WRONLY | os.O_EXCL, 0o600), "w") as f:
+            json.dump(secret, f)
+        env[ENV_FILE] = str(path)
     return env
