@@ -1,7 +1,6 @@
-"""Starting a job: `start(cfg)` for training, `start_module(...)` for any rank module.
-
-Both check what they can before anything is written. `place` is the one place a job is
-routed: to an open pool that can run it, else to ranks of its own. See docs/ARCHITECTURE.md.
+"""Starting a job: `start(cfg)` for training, `start_module(...)` for any rank module, both
+checked before anything is written; `place` routes every job, to an open pool that can run
+it, else to ranks of its own. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -73,9 +72,9 @@ def fresh(cfg: JobConfig, module: str, args: list[str], files: dict[str, bytes] 
     if cfg.launcher == "slurm":
         return Job(cfg, launcher, Granted(), files)
     ticket = cores.Ticket(None, launcher.cores_bound(), sharing)
-    if module == POOL_RANK_MODULE or not launcher.cores_bound():
-        return Job(cfg, launcher, ticket, files)
-    return Job(cfg, launcher, Borrowing(ticket, cfg.engine), files)
+    if module != POOL_RANK_MODULE and launcher.cores_bound():
+        ticket = Borrowing(ticket, cfg.engine)
+    return Job(cfg, launcher, ticket, files)
 
 
 class Borrowing:
@@ -132,10 +131,3 @@ def safe_name(label: str) -> str:
 def qualified_name(fn: Any) -> str:
     """`module.qualname` of a function, as a run's record names what it ran."""
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', 'function')}"
-
-
-def apply_preset(cfg: JobConfig) -> JobConfig:
-    """Check the configuration's preset name (applied when `JobConfig` is built); `cfg`."""
-    if cfg.preset is not None:
-        cfg.validate()  # raises ConfigError naming an unknown preset
-    return cfg

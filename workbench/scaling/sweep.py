@@ -122,9 +122,8 @@ class Sweep:
     def __init__(self, base: JobConfig, workers: Sequence[int], mode: str = "strong",
                  timeout_s: float | None = None, target: Target | None = None,
                  scale_lr: bool = False) -> None:
-        from workbench.launch import apply_preset
-
-        base = apply_preset(base)
+        if base.preset is not None:
+            base.validate()  # an unknown preset is named before any run starts
         if target is not None and not base.eval_every:
             base = dataclasses.replace(base, eval_every=1)  # the target is checked each epoch
         self.mode = mode
