@@ -30,6 +30,9 @@ def ranks_per_host(cfg: JobConfig) -> int:
 def cuda_problem(cfg: JobConfig) -> tuple[str, str] | None:
     """Why `cfg` cannot run on GPUs here and how to fix it (one line each), else None."""
     engine = ENGINES[cfg.engine]
+    if cfg.launcher == "slurm":  # this host's GPUs say nothing about the compute nodes'
+        return ("the Slurm job requests no GPUs (and the nodes' GPUs cannot be counted from "
+                "here)", "use --device cpu with --launcher slurm")
     if engine.cpu_only:
         return engine.cpu_only
     gpus = gpu_count()
@@ -50,11 +53,8 @@ def resolve_device(cfg: JobConfig) -> tuple[JobConfig, str | None]:
     if cfg.device == "cpu":
         return cfg, None
     problem = cuda_problem(cfg)
-    if cfg.launcher == "slurm":   # this host's GPUs say nothing about the compute nodes'
-        problem = ("the Slurm job requests no GPUs (and the nodes' GPUs cannot be counted "
-                   "from here)", "use --device cpu with --launcher slurm")
     if cfg.device == "cuda" and problem:
         raise ConfigError(f"invalid --device 'cuda': {problem[0]}: {problem[1]}")
-    if cfg.device == "cuda" or problem is None:
+    if problem is None:
         return replace(cfg, device="cuda"), None
     return replace(cfg, device="cpu"), f"--device auto runs on the CPU: {problem[0]}"
