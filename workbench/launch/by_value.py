@@ -32,17 +32,15 @@ def pickle_function(fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes:
     try:
         return cloudpickle.dumps((fn, args, source_of(fn, *args)))
     except Exception as exc:  # noqa: BLE001 - pickling fails with many exception types
-        name = getattr(fn, "__name__", "the function")
-        raise ConfigError(f"cannot send {name} to the ranks: {_culprit(fn, args)} cannot be "
-                          f"pickled ({type(exc).__name__}: {exc}); create it inside the "
-                          "function instead") from None
+        raise ConfigError(f"cannot send {getattr(fn, '__name__', 'the function')} to the ranks: "
+                          f"{_culprit(fn, args)} cannot be pickled ({type(exc).__name__}: "
+                          f"{exc}); create it inside the function instead") from None
     finally:
         for module in modules:
             cloudpickle.unregister_pickle_by_value(module)
 
 
-#: Above this many MiB of arrays sent with a function, launch() says so before pickling.
-WARN_PAYLOAD_MB = 32.0
+WARN_PAYLOAD_MB = 32.0  # MiB of arrays sent with a function above which launch() says so
 
 
 def check_payload(fn: Callable[..., Any], args: tuple[Any, ...], max_mb: float) -> float:

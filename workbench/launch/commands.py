@@ -37,7 +37,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 def follow(job: Job, quiet: bool = False, period_s: float = 0.5) -> None:
     """Wait for `job`, printing one progress line per finished epoch (rank 0's view)."""
     reader = MetricsReader(job.run_dir)
-    epochs = job.config.epochs
     place, reason = 0, None
     while True:
         finished = job.wait(period_s) in FINAL_STATES
@@ -51,7 +50,7 @@ def follow(job: Job, quiet: bool = False, period_s: float = 0.5) -> None:
             print(f"  queued by Slurm: {reason}" if reason else "  running", flush=True)
         for e in of_kind(reader.read_new(), "epoch"):
             if e.get("rank") == 0 and not quiet:
-                print(f"  {_epoch_line(e, epochs, job.world_size)}", flush=True)
+                print(f"  {_epoch_line(e, job.config.epochs, job.world_size)}", flush=True)
         if finished:
             return
 

@@ -1,8 +1,7 @@
-"""A running job, handed its launcher and its ticket for cores: start, watch, stop, record.
-
-`Job(cfg, launcher, ticket)` writes the run folder, waits for its cores (cores.py), has the
-launcher start the ranks and returns at once; a thread watches them (watch.py) until the job
-ends, then ends every process and writes `summary.json`. Why so: docs/ARCHITECTURE.md.
+"""A running job, handed its launcher and its ticket for cores: `Job(cfg, launcher, ticket)`
+writes the run folder, waits for its cores (cores.py), has the launcher start the ranks and
+returns; a thread watches them (watch.py), ends every process and writes `summary.json`.
+Why so: docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -24,18 +23,10 @@ from workbench.launch.environment import SECRETS_FILE, recorded
 from workbench.launch.launchers import Launcher
 from workbench.launch.waiting import in_kernel, interrupt_once, stop_waiting
 from workbench.launch.watch import Watcher, one_line
-from workbench.records import MetricsReader, RunRecord, new_run_dir, read_json, write_json_atomic
-from workbench.records.blame import failure_log
-from workbench.records.liveness import (
-    HEARTBEAT_PERIOD_S,
-    known_ranks,
-    owner_beat,
-    prepare_heartbeats,
-    this_host,
-)
+from workbench.records import MetricsReader, RunRecord, blame, liveness, new_run_dir, read_json
 from workbench.records.metrics import summary_of
 from workbench.records.private import load_own_pickle
-from workbench.records.store import atomic_file, make_folder
+from workbench.records.store import atomic_file, make_folder, write_json_atomic
 
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled")
 QUEUE_POLL_S = 0.5   # how often a queued job looks whether its turn has come
@@ -78,9 +69,9 @@ class Job:
         self.warnings: list[str] = []
         self._status, self._done, self._lock = "running", threading.Event(), threading.Lock()
         self._reader = MetricsReader(self.run_dir)
-        self._summary_data: dict[str, Any] | None = None
+        self.summary: dict[str, Any] | None = None  # summary.json's, once the job has ended
         self._stopping = self._launched = False  # once stopping, every owner beat says "stop"
-        self._started = self.asked_at = time.time()
+        self.started_at = self.asked_at = time.time()  # s since the epoch; queued: asked at
         self._ticket = ticket
         try:
             ticket.join(self.run_id)
@@ -99,7 +90,7 @@ class Job:
                 raise
         else:
             self._status = "queued"
-            owner_beat(self.run_dir)  # a queued run is looked after too: not "lost"
+            liveness.owner_beat(self.run_dir)  # a queued run is looked after too: not "lost"
             _LIVE_JOBS.add(self)      # and stopped when Python exits, before it launches
             threading.Thread(target=self._wait_for_cores, name=f"queue-{self.run_id}",
                              daemon=True).start()
@@ -108,11 +99,10 @@ class Job:
         """Keep `text` among the job's warnings and warn from the caller's line (from the
         queue's thread, naming the run)."""
         self.warnings.append(text)
-        if threading.current_thread().name == f"queue-{self.run_id}":
-            if not in_kernel():  # in a kernel it would land under whichever cell runs now
-                warnings.warn(f"run {self.run_id}: {text}", stacklevel=1)
-            return
-        warn_caller(text)
+        if threading.current_thread().name != f"queue-{self.run_id}":
+            warn_caller(text)
+        elif not in_kernel():  # in a kernel it would land under whichever cell runs now
+            warnings.warn(f"run {self.run_id}: {text}", stacklevel=1)
 
     @property
     def status(self) -> str:
@@ -147,19 +137,9 @@ class Job:
         return self._done.is_set()
 
     @property
-    def started_at(self) -> float:
-        """When the launcher was started (while queued: asked), in seconds since the epoch."""
-        return self._started
-
-    @property
     def launcher_pid(self) -> int | None:
         """Pid of the engine's launcher; None while queued, under Slurm and on a pool."""
         return self.launcher.pid if self._launched else None
-
-    @property
-    def summary(self) -> dict[str, Any] | None:
-        """summary.json's content once the job has ended (kept even if unwritable), else None."""
-        return self._summary_data if self.done else None
 
     def metrics(self) -> list[dict[str, Any]]:
         """Every metrics record written so far, all ranks merged (thread-safe)."""
@@ -183,9 +163,8 @@ class Job:
         return RunRecord(self.run_dir)
 
     def wait(self, timeout: float | None = None) -> str:
-        """Block until the job ends or `timeout` s pass; the status. Ctrl-C stops the job
-        (while it is queued, in one line: StoppedWaiting); a second Ctrl-C does not cut
-        the stop short."""
+        """Block until the job ends or `timeout` s pass; the status. Ctrl-C stops the job (while
+        queued, in one line: StoppedWaiting), and a second one does not cut the stop short."""
         with interrupt_once():
             try:
                 self._done.wait(timeout)
@@ -208,7 +187,7 @@ class Job:
             while not self._ticket.poll():  # False for ever once released by _finish
                 if self._done.wait(QUEUE_POLL_S):
                     return  # stopped while queued; _finish left the queue
-                owner_beat(self.run_dir)
+                liveness.owner_beat(self.run_dir)
             with self._lock:
                 if self._done.is_set():
                     self._ticket.release()  # stopped just as the cores came
@@ -221,11 +200,11 @@ class Job:
             self._finish("failed", {"rank": None, "error": error})
 
     def _launch(self) -> None:
-        owner_beat(self.run_dir)  # before any rank starts: they read it from their start
-        prepare_heartbeats(self.run_dir, self.world_size)  # (records/liveness.py: NFS)
+        liveness.owner_beat(self.run_dir)  # before any rank starts: they read it from their start
+        liveness.prepare_heartbeats(self.run_dir, self.world_size)  # (records/liveness.py: NFS)
         if self._ticket.warning:
             self.warn(self._ticket.warning)
-        self._started = time.time()
+        self.started_at = time.time()
         self.launcher.start(self.run_id, self.run_dir, self._ticket.cores)
         self._launched = True
         _LIVE_JOBS.add(self)
@@ -237,9 +216,9 @@ class Job:
             last_size, last_progress, last_beat = -1, time.time(), 0.0
             while not self._done.is_set():
                 self.launcher.pause()
-                if time.monotonic() - last_beat >= HEARTBEAT_PERIOD_S:
-                    owner_beat(self.run_dir, stop=self._stopping)  # remote ranks exit when
-                    last_beat = time.monotonic()                   # it says "stop" or stops
+                if time.monotonic() - last_beat >= liveness.HEARTBEAT_PERIOD_S:
+                    liveness.owner_beat(self.run_dir, stop=self._stopping)
+                    last_beat = time.monotonic()  # remote ranks leave on "stop" or silence
                 size = self._reader.size()
                 if size != last_size or self.status == "pending":  # queued time is no stall
                     last_size, last_progress = size, time.time()
@@ -291,7 +270,7 @@ class Job:
             try:
                 survivors = self._end_processes(status)
                 if failure:
-                    failure.update(failure_log(self.run_dir, failure.get("rank")))
+                    failure.update(blame.failure_log(self.run_dir, failure.get("rank")))
                 summary = self._summary(status, failure)
                 if survivors:
                     summary["survivors"] = survivors
@@ -301,8 +280,7 @@ class Job:
                     "rank": None, "error": f"ending the job failed: {one_line(exc)}",
                     "traceback": traceback.format_exc(), "first_outcome": failure})
             try:
-                write_json_atomic(self.run_dir / "summary.json", summary,
-                                  self.launcher.durable)
+                write_json_atomic(self.run_dir / "summary.json", summary, self.launcher.durable)
             except Exception as exc:  # noqa: BLE001 - read-only or full disk: say so
                 status = "failed"
                 summary.update(status=status, failure={
@@ -310,7 +288,7 @@ class Job:
                     "error": f"could not write {self.run_dir / 'summary.json'}: "
                              f"{one_line(exc)}", "first_outcome": failure})
             finally:
-                self._summary_data, self._status = summary, status
+                self.summary, self._status = summary, status
                 self._done.set()
         return survivors
 
@@ -318,7 +296,7 @@ class Job:
         """Stop remote ranks, have the launcher end the rest, give the cores back; survivors."""
         self._stopping, survivors = True, []
         try:
-            owner_beat(self.run_dir, stop=True)
+            liveness.owner_beat(self.run_dir, stop=True)
         finally:  # a failed write must not spare the processes
             if self._launched:
                 survivors = self.launcher.end(status)
@@ -331,12 +309,12 @@ class Job:
         """summary.json: how the job ran here, then what its metrics add up to."""
         cfg = self.config
         summary = summary_of(self.run_dir, status, cfg.engine, self.world_size, cfg.launcher,
-                             known_ranks(self.run_dir, self.world_size),
-                             cfg.resolved_threads(), self._started, self._reader.all(),
+                             liveness.known_ranks(self.run_dir, self.world_size),
+                             cfg.resolved_threads(), self.started_at, self._reader.all(),
                              self.result(), self.warnings)
-        summary.update(launcher_process={"pid": self.launcher_pid, "host": this_host()},
+        summary.update(launcher_process={"pid": self.launcher_pid, "host": liveness.this_host()},
                        cores=self._ticket.cores,
-                       queued_s=(self._started if self._launched else time.time())
+                       queued_s=(self.started_at if self._launched else time.time())
                        - self.asked_at)
         summary.update(self.launcher.facts())  # e.g. Slurm's job id, a pool's run
         if self._reader.bad_lines:
@@ -347,11 +325,9 @@ class Job:
         return summary
 
 
+@atexit.register
 def stop_all() -> None:
     """Stop every job this process started (called when Python exits)."""
     for job in list(_LIVE_JOBS):
         if not job.done:
             job.stop()
-
-
-atexit.register(stop_all)

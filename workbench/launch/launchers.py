@@ -24,8 +24,7 @@ from workbench.records.store import open_file
 
 GUARD = Path(__file__).with_name("guard.py")  # run beside every launcher (see guard.py)
 POLL_S = 0.2  # how often the watcher looks (s)
-#: Once the launcher has exited, a remote rank whose heartbeat is this old is gone (s).
-REMOTE_GONE_S = 3.0
+REMOTE_GONE_S = 3.0  # s: once the launcher has exited, a remote rank silent this long is gone
 RANK_WRAPPER = "workbench.rank.wrapper"  # every rank runs in it: it opens the rank's context
 Ranks = dict[int, tuple[int, str]]  # rank -> (pid, host), from the ranks' pid files
 Exits = dict[int, dict[str, Any]]   # rank -> its exit record
@@ -36,10 +35,8 @@ class Launcher:
 
     pid: int | None = None
     pending_reason: str | None = None  # why a scheduler still queues the job
-    #: Whether the ranks run on this host's cores, so that too many of them slow each other.
-    shares_this_host = False
-    #: Whether the job's records are fsynced (`write_json_atomic`; a pool's call is not).
-    durable = True
+    shares_this_host = False  # its ranks run on this host's cores: too many slow each other
+    durable = True  # the job's records are fsynced (`write_json_atomic`; a pool call's are not)
     #: How long after the first failure the watcher keeps looking while `undecided()` says
     #: a rank not yet known dead may still be the culprit (s).
     decide_within_s = 2 * REMOTE_GONE_S
@@ -83,9 +80,8 @@ class Launcher:
 
 
 class Local(Launcher):
-    """The engine's launcher on this host, under the guard (guard.py). A rank here whose pid
-    is gone without an exit record has vanished; a rank on another host (`Ssh`), seen through
-    its heartbeat and the launcher's exit, is a suspect once it stops beating until called gone."""
+    """The engine's launcher on this host, under the guard (guard.py); its ranks may run on
+    other hosts too (`Ssh`)."""
 
     shares_this_host = True
     decide_within_s = RANK_STALE_S + REMOTE_GONE_S

@@ -10,15 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.launch.launchers import POLL_S, Exits, Launcher
-from workbench.records import RunRecord
-from workbench.records.blame import (
-    Failure,
-    exit_records,
-    launcher_cause,
-    launcher_failure,
-    ranks_failure,
-    reported_failure,
-)
+from workbench.records import RunRecord, blame
 from workbench.records.liveness import known_ranks
 
 #: How long a launcher gets to tidy up after every rank has reported success (s).
@@ -38,16 +30,16 @@ class Watcher:
         rank not yet known dead may have failed first: `undecided`)."""
         launcher = self.launcher
         rc = launcher.exit_code()
-        exits = exit_records(self.run_dir, self.world_size)
+        exits = blame.exit_records(self.run_dir, self.world_size)
         ranks = known_ranks(self.run_dir, self.world_size)
         vanished = launcher.vanished(exits, ranks, rc is not None)
         if vanished:
             time.sleep(POLL_S)  # it may have written its exit record as it ended
-            exits = exit_records(self.run_dir, self.world_size)
+            exits = blame.exit_records(self.run_dir, self.world_size)
             ranks = known_ranks(self.run_dir, self.world_size)
             vanished = [f for f in vanished if f.rank not in exits]
-        reported = [reported_failure(rank, rec, launcher.here(rank, ranks),
-                                     self.seen_at.setdefault(rank, time.time()))
+        reported = [blame.reported_failure(rank, rec, launcher.here(rank, ranks),
+                                           self.seen_at.setdefault(rank, time.time()))
                     for rank, rec in sorted(exits.items())]
         failures = [*vanished, *(f for f in reported if f is not None)]
         all_ok = len(exits) >= self.world_size
@@ -64,20 +56,19 @@ class Watcher:
         return outcome(self.world_size, exits, failures, set(ranks), rc, launcher.ending, log)
 
 
-def outcome(world_size: int, exits: Exits, failures: list[Failure], started: set[int],
+def outcome(world_size: int, exits: Exits, failures: list[blame.Failure], started: set[int],
             rc: int | None, ending: Callable[[int], str], launcher_log: str = ""
             ) -> tuple[str, dict[str, Any] | None] | None:
-    """What the watcher concludes from one look (None: the job goes on), touching no process
-    or file: from the exit records, the failures found, the ranks `started`, the launcher's
-    `rc` (None while it runs), `ending(rc)` in words and its log's last lines."""
+    """What the watcher concludes from one look (None: the job goes on), from what it saw alone,
+    touching no process or file; `rc` is None while the launcher runs."""
     if failures:
-        return "failed", ranks_failure(failures, exits)
+        return "failed", blame.ranks_failure(failures, exits)
     if rc is None:
         return None
     if len(exits) >= world_size and rc == 0:
         return "succeeded", None
-    return "failed", launcher_failure(world_size, exits, started, ending(rc),
-                                      launcher_cause(launcher_log))
+    return "failed", blame.launcher_failure(world_size, exits, started, ending(rc),
+                                            blame.launcher_cause(launcher_log))
 
 
 def one_line(exc: BaseException) -> str:
