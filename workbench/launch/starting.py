@@ -84,16 +84,12 @@ class Borrowing:
     def __init__(self, queue: cores.Ticket, engine: str) -> None:
         self.queue, self.engine, self.loan = queue, engine, None
 
-    def join(self, run_id: str) -> None:
-        self.queue.join(run_id)
-        self.run_id = run_id
-
     def poll(self) -> bool:
         if self.loan is None and not self.queue.poll():
-            for pool in [p for p in list(POOLS.values()) if p.alive]:
+            for pool in list(POOLS.values()):  # (a closed pool lends nothing)
                 self.loan = pool.lend(self.engine, self.queue.n_cores)
                 if self.loan is not None:
-                    self.loan.join(self.run_id)
+                    self.loan.join(self.queue.run_id)
                     self.queue.release()
                     break
         return self.queue.granted or self.loan is not None and self.loan.poll()
@@ -103,7 +99,7 @@ class Borrowing:
         if self.loan is not None:
             self.loan.release()
 
-    def __getattr__(self, name: str) -> Any:  # cores, position, reason, warning
+    def __getattr__(self, name: str) -> Any:  # join, cores, position, reason, warning
         return getattr(self.loan if self.loan is not None else self.queue, name)
 
 
