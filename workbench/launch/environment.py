@@ -18,13 +18,12 @@ from workbench.records.store import open_file
 
 SECRETS_FILE = "secrets.json"
 
-#: Variables forwarded by exact name: finding programs and modules, the user and locale.
+#: Variables forwarded by exact name: finding programs and modules, the user and locale, and
+#: ssh's agent (horovodrun and torchrun -H start remote ranks over ssh).
 ALLOWED_NAMES = frozenset({
     "PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
     "LD_LIBRARY_PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM",
-    "TMPDIR", "HOSTNAME", "CPU_LIMIT", "KMP_AFFINITY", "KMP_BLOCKTIME",
-    # ssh needs to find its agent and config to start remote ranks (horovodrun, torchrun -H).
-    "SSH_AUTH_SOCK",
+    "TMPDIR", "HOSTNAME", "CPU_LIMIT", "KMP_AFFINITY", "KMP_BLOCKTIME", "SSH_AUTH_SOCK",
 })
 
 #: Variables forwarded by prefix: the workbench's own, threading libraries, accelerators,

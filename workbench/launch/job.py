@@ -91,7 +91,7 @@ class Job:
         else:
             self._status = "queued"
             liveness.owner_beat(self.run_dir)  # a queued run is looked after too: not "lost"
-            _LIVE_JOBS.add(self)      # and stopped when Python exits, before it launches
+            _LIVE_JOBS.add(self)  # and stopped when Python exits, before it launches
             threading.Thread(target=self._wait_for_cores, name=f"queue-{self.run_id}",
                              daemon=True).start()
 
