@@ -135,9 +135,8 @@ class Local(Launcher):
         return self.beats[rank].age()
 
     def vanished(self, exits: Exits, ranks: Ranks, ended: bool) -> list[Failure]:
-        """Ranks here whose pid is gone, each at the last moment it was seen alive; ranks
-        elsewhere whose heartbeat has not changed for `RANK_STALE_S`, or for `REMOTE_GONE_S`
-        once the launcher has exited."""
+        """Ranks here whose pid is gone (at the last moment seen alive); ranks elsewhere whose
+        heartbeat is `RANK_STALE_S` old, or `REMOTE_GONE_S` once the launcher has exited."""
         out, here = [], this_host()
         for rank, (pid, host) in sorted(ranks.items()):
             if rank in exits:

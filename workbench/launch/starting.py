@@ -34,8 +34,7 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
                  files: dict[str, bytes] | None = None, warm: tuple[str, bytes] | None = None,
                  threads_per_rank: int = 1, **fields: Any) -> Job:
     """Launch any rank module as a job on `np` ranks, in the rank wrapper; `fields` are
-    `JobConfig`'s. `files` ({path in the run folder: bytes}) are written before the ranks
-    start; `warm` (kind, payload) is what a pool's ranks would run instead."""
+    `JobConfig`'s, `files` `Job`'s; `warm` (kind, payload) is what a pool's ranks would run."""
     if engine == "fork" and module != RANK_WRAPPER:
         raise ConfigError(f"the fork engine runs a function, not the module {module}: use "
                           "workbench.launch(fn, engine='fork'), or engine='torch' for a module")
