@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 from _session_pools import session_pool_pids
 
-from workbench.launch.processes import job_processes
+from workbench.launch.launchers import job_processes
 from workbench.records import list_runs
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench.launch.processes import job_processes
+from workbench.launch.launchers import job_processes
 from workbench.records.liveness import process_alive, read_pid_file, this_host
 
 #: The session's pools (workbench.launch.pool.Pool), added by conftest.py's `warm`.

@@ -24,8 +24,7 @@ import pytest
 
 from workbench.config import JobConfig
 from workbench.launch import cores, start_module, torch_hosts
-from workbench.launch.launchers import Local, Ssh
-from workbench.launch.processes import job_processes
+from workbench.launch.launchers import Local, Ssh, job_processes
 from workbench.launch.slurm import SlurmBatch
 from workbench.launch.starting import launcher_for
 from workbench.launch.watch import Watcher, outcome

@@ -22,7 +22,7 @@ from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
 from workbench.hosts.cpu import cpu_budget
 from workbench.launch import cores as cores_module
-from workbench.launch.processes import job_processes
+from workbench.launch.launchers import job_processes
 from workbench.lessons.runs import step_split
 from workbench.records import MetricsReader, events, load_run, of_kind
 from workbench.sharded.costmodel import STRATEGY_OF

@@ -18,7 +18,7 @@ from _session_pools import live_rank_pids
 
 import workbench
 from workbench.launch.by_value import source_of
-from workbench.launch.processes import job_processes
+from workbench.launch.launchers import job_processes
 from workbench.ui import RunPanel
 from workbench.ui.run_controls import what_ran
 

@@ -28,7 +28,7 @@ from _session_pools import rank_pids
 from workbench import JobConfig
 from workbench.config import ConfigError
 from workbench.launch import Job, slurm, slurm_script, start
-from workbench.launch.processes import job_processes
+from workbench.launch.launchers import job_processes
 from workbench.records import MetricsReader, events
 from workbench.records.liveness import process_alive as pid_alive
 

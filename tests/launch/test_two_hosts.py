@@ -431,7 +431,7 @@ def test_no_secret_reaches_either_host_and_env_names_reach_the_ranks(
 
 def job_processes_here(job: workbench.Job):
     """The job's processes on the launcher's host: the launcher, its ssh clients, ..."""
-    from workbench.launch.processes import job_processes
+    from workbench.launch.launchers import job_processes
 
     return job_processes(job.run_id, job.run_dir, job.launcher_pid)
 

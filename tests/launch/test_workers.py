@@ -24,7 +24,7 @@ from _session_pools import rank_pids
 
 import workbench
 from workbench.cli import main as cli_main
-from workbench.launch.processes import job_processes
+from workbench.launch.launchers import job_processes
 from workbench.launch.workers import WorkerError, run_workers
 from workbench.records import list_runs
 

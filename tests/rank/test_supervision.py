@@ -21,7 +21,7 @@ from _session_pools import rank_pids
 
 from workbench.cli import main as cli_main
 from workbench.launch import start_module
-from workbench.launch.processes import job_processes
+from workbench.launch.launchers import job_processes
 from workbench.records import RunRecord, of_kind
 
 SECRET = "wb-secret-7f3a9c"

@@ -1,10 +1,12 @@
 """How a job's ranks are started, seen and ended: `Launcher`, handed to a `Job` as torchrun's
-agent is handed its worker spec; `Local`, `Ssh`, `slurm.SlurmBatch` and `pool_call.WarmRanks`.
-How each finds a rank that died without a word: docs/ARCHITECTURE.md, "Supervision".
+agent is handed its worker spec; `Local`, `Ssh`, `slurm.SlurmBatch` and `pool_call.WarmRanks`;
+`end_job_processes` ends a job's launcher tree and every process carrying its run id. How each
+finds a rank that died without a word, and why: docs/ARCHITECTURE.md, "Supervision".
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -13,10 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES
 from workbench.launch.environment import ranks_environment
-from workbench.launch.processes import end_job_processes
+from workbench.rank.protocol import ENV_RUN_ID
 from workbench.records.blame import Failure
 from workbench.records.liveness import RANK_STALE_S, Staleness, heartbeat_path, this_host
 from workbench.records.liveness import process_alive as pid_alive
@@ -179,3 +183,38 @@ class Ssh(Local):
     def cores_bound(self) -> int:
         return 0
 
+
+def job_processes(run_id: str, run_dir: Path, launcher_pid: int | None) -> list[psutil.Process]:
+    """The live processes of the job here: the launcher's tree, and (horovodrun starts each rank
+    in a session of its own) every process whose environment carries the job's run id."""
+    found: dict[int, psutil.Process] = {}
+    if launcher_pid is not None:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(launcher_pid)
+            found.update((p.pid, p) for p in [root, *root.children(recursive=True)])
+    for proc in psutil.process_iter():
+        if proc.pid in found or proc.pid == os.getpid():
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(ENV_RUN_ID) == run_id:
+                found[proc.pid] = proc
+    return [p for p in found.values() if _alive(p)]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def end_job_processes(run_id: str, run_dir: Path, launcher_pid: int | None) -> list[int]:
+    """End every process of the job on this host, with SIGTERM, then SIGKILL what is left
+    2 s later; the pids of any that survived SIGKILL."""
+    alive = job_processes(run_id, run_dir, launcher_pid)
+    for send in (psutil.Process.terminate, psutil.Process.kill):
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                send(proc)
+        _, alive = psutil.wait_procs(alive, timeout=2.0)
+    return [p.pid for p in alive if _alive(p)]

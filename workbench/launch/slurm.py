@@ -20,8 +20,7 @@ from typing import Any
 from workbench.config import ConfigError, JobConfig
 from workbench.launch.environment import ranks_environment
 from workbench.launch.guard import end as end_process
-from workbench.launch.launchers import GUARD, Exits, Launcher, Ranks
-from workbench.launch.processes import end_job_processes
+from workbench.launch.launchers import GUARD, Exits, Launcher, Ranks, end_job_processes
 from workbench.launch.slurm_script import write_scripts
 from workbench.rank.protocol import ENV_OWNER
 from workbench.records import read_json, write_json_atomic
