@@ -40,6 +40,7 @@ exec "$PY" - <<'PYEOF'
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -294,7 +295,7 @@ else:
 # ------------------------------------------------------------------------------ 6. overhead
 section("6. the workbench's loop against a hand-written one (np=1, CNN width 128, batch 256)")
 sys.path.insert(0, "benchmarks")
-from loop_overhead import SETTINGS, compare  # noqa: E402
+from loop_overhead import SETTINGS, compare, median_interval  # noqa: E402
 
 for engine in [e for e in ENGINES if e not in CANNOT]:
     fields = {**SETTINGS, "engine": engine, "np": 1, "device": "cuda", "model": "cnn",
@@ -305,10 +306,11 @@ for engine in [e for e in ENGINES if e not in CANNOT]:
     except SystemExit as exc:                     # a job that failed: named, and on
         fail(f"overhead {engine}: {exc}")
         continue
-    median = sorted(ratios)[len(ratios) // 2]
+    median, (low, high) = statistics.median(ratios), median_interval(ratios)
     figure(f"overhead {engine} np=1: workbench {wb_rate:,.0f} samples/s, by hand "
            f"{hand_rate:,.0f} samples/s, workbench / hand-written loop per pair "
-           f"{' '.join(f'{r:.3f}' for r in ratios)}, median {median:.3f} (target >= 0.90)")
+           f"{' '.join(f'{r:.3f}' for r in ratios)}, median {median:.3f} (95% interval "
+           f"{low:.3f}-{high:.3f}; target >= 0.90)")
     if median < 0.90:
         fail(f"overhead {engine}: the workbench's loop runs at {median:.3f}x a "
              "hand-written one, under 0.90")
