@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _session_pools import rank_pids
+from _session_pools import live_rank_pids, rank_pids
 
 from workbench import JobConfig
 from workbench.config import ConfigError
@@ -380,14 +380,14 @@ def test_slurm_job_ends_with_its_owner_and_is_not_requeued(cluster: str,
         cli.kill()
         cli.wait()
     wait_for(lambda: not in_queue(job_id), 30, "Slurm to cancel the orphaned job", 0.5)
-    time.sleep(2)
+    # Slurm ends the step with its tasks (task.sh), so a rank must end before its task does:
+    # one that outlived it (orphaned, under proctrack/linuxproc) went on writing its metrics.
+    assert live_rank_pids(run_dir) == [], "a rank outlived its Slurm job"
     steps = len(MetricsReader(run_dir).all())
     time.sleep(3)
     assert len(MetricsReader(run_dir).all()) == steps, "the ranks kept training"
     assert "is gone: cancelling Slurm job" in (run_dir / "logs" / "launcher.log").read_text()
-    # Slurm signals the cancelled tasks, then kills them KillWait (2 s here) later; a rank
-    # that the launcher left behind ends when its peer's collective breaks. Waited for by
-    # state, up to Slurm's default KillWait (30 s): on a loaded machine it takes seconds.
+    # What may be left is the guard, which ends once scancel has answered (under load, seconds).
     wait_for(lambda: not job_processes(run_dir.name, run_dir, None), 30,
              "every process of the cancelled job to end", 0.5)
 

@@ -64,6 +64,7 @@ if [ -z "${HOROVOD_RANK:-}" ]; then
     export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS
 fi
 rank=${HOROVOD_RANK:-$RANK}
+trap : TERM  # wait for the rank, which Slurm signals too: orphaned, it would outlive the job
 "$@"
 rc=$?
 # A rank killed by a signal (kill -9, out of memory) cannot say so itself: say it here.
