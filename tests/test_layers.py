@@ -100,7 +100,7 @@ RANK_SIDE = {"workbench.sharded.memory", "workbench.sharded.traffic",
              "workbench.synchronization.ring_allreduce"}
 #: The one arrow that still runs up, and why: `workbench.launch(fn)` shows its ranks' output
 #: in the cell it was called from.
-KNOWN_UP = {("workbench.launch.user_code", "workbench.ui.rank_output")}
+KNOWN_UP = {("workbench.launch.starting", "workbench.ui.rank_output")}
 
 
 def layer(module: str) -> int:
@@ -365,7 +365,7 @@ def test_no_module_is_over_400_lines():
 
 #: Lines (all of them: code, blank, docstrings, comments) the machinery may take for what it
 #: does today: the jobs, launchers, core queue, pools, rank wrapper, loop and records.
-MACHINERY_LINES = 5_430
+MACHINERY_LINES = 5_420
 
 
 def test_the_machinery_stays_within_its_line_budget():

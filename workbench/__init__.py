@@ -27,8 +27,7 @@ if TYPE_CHECKING:
     from workbench.config import ConfigError, JobConfig
     from workbench.launch.job import Job
     from workbench.launch.pool import ranks
-    from workbench.launch.starting import start, start_module
-    from workbench.launch.user_code import launch
+    from workbench.launch.starting import launch, start, start_module
     from workbench.rank.api import kept, local_rank, rank, report, size
     from workbench.records import RunRecord, list_runs, load_run
 

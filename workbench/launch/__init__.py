@@ -23,4 +23,4 @@ __all__ = ["FINAL_STATES", "Job", "start", "start_module"]
 
 __getattr__ = lazy_names(globals(), _WHERE)
 
-callable_package(__name__, "workbench.launch.user_code")
+callable_package(__name__, "workbench.launch.starting")

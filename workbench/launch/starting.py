@@ -1,22 +1,36 @@
-"""Starting a job: `start(cfg)` for training, `start_module(...)` for any rank module, both
-checked before anything is written; `place` routes every job, to an open pool that can run
-it, else to ranks of its own. See docs/ARCHITECTURE.md.
-"""
+"""Starting a job, checked before anything is written: `start(cfg)` for training,
+`start_module(...)` for any rank module, `launch(fn_or_path, *args, np=2)` for your own code;
+`place` routes every job, to an open pool that can run it, else to ranks of its own.
+
+    job = workbench.launch(hello, "hi", np=2)       # returns at once, like start()
+    job.wait(); job.results()                       # each rank's return value
+    job = workbench.launch("train.py", "--epochs", "3", np=2, engine="torch")
+
+See docs/ARCHITECTURE.md, and for launch() "Your own code on real ranks"."""
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from workbench.config import ConfigError, JobConfig
 from workbench.engines import ENGINES, training_engines
 from workbench.hosts.lists import parse_hosts
 from workbench.launch import cores, slurm
+from workbench.launch.by_value import check_payload, pickle_function
 from workbench.launch.devices import resolve_device
 from workbench.launch.job import Granted, Job
 from workbench.launch.launchers import RANK_WRAPPER, Launcher, Local, Ssh
 from workbench.launch.pool_call import POOL_RANK_MODULE, POOLS, pool_for
+from workbench.launch.waiting import in_kernel
+from workbench.rank.by_value import PAYLOAD
 from workbench.records.resume import apply_resume
+
+#: Seconds without a new metrics line before a launch()ed job is stalled (it may not report)
+STALL_TIMEOUT_S = 600.0
 
 
 def start(cfg: JobConfig, pool: Any = None) -> Job:
@@ -42,6 +56,47 @@ def start_module(engine: str, np: int, module: str, args: list[str] | None = Non
     cfg = JobConfig(engine=engine, np=fixed or np, threads_per_rank=threads_per_rank,
                     **fields).validate()
     return place(cfg, module, list(args or []), files, warm)
+
+
+def launch(fn_or_path: Callable[..., Any] | str | os.PathLike, *args: Any, np: int = 2,
+           engine: str = "horovod", echo: bool = True, max_payload_mb: float = 256.0,
+           **fields: Any) -> Job:
+    """Run `fn(*args)`, or the script at a path with `args` as its argv, on `np` ranks;
+    returns the running `Job` at once. `engine` is "horovod", "torch", "serial" (one
+    process) or "fork" (a function's ranks forked from one process that imported torch
+    once: one host, CPU only, no group joined for you); `fields` are `JobConfig`'s. In a
+    notebook, `echo` shows the ranks' output under the cell, each line prefixed with its rank.
+    The same `Job`, records, Stop and failure reports as `horovodrun -np 2 python train.py`.
+    ConfigError before anything starts: bad settings, an `fn` that cannot be pickled, or
+    arguments and variables holding over `max_payload_mb` MiB of arrays (`check_payload`)."""
+    if isinstance(fn_or_path, (str, os.PathLike)):
+        path = Path(fn_or_path).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigError(f"no script at {fn_or_path}: give the path of a Python file, "
+                              "or a function")
+        if engine == "fork":
+            raise ConfigError("launch() runs a function on the fork engine, not a script: pass "
+                              "a function, or use engine='torch' or 'horovod' for a script")
+        rank_args, files, label = ["--script", str(path), *map(str, args)], {}, path.stem
+        ran = {"script": str(path)}
+    elif callable(fn_or_path):
+        rank_args, label = [], getattr(fn_or_path, "__name__", "function")
+        ran = {"function": qualified_name(fn_or_path)}
+        check_payload(fn_or_path, args, max_payload_mb)
+        files = {PAYLOAD: pickle_function(fn_or_path, args)}
+    else:
+        raise ConfigError(f"launch() runs a function or a script path, not a "
+                          f"{type(fn_or_path).__name__}")
+    fields.setdefault("name", safe_name(label))
+    fields.setdefault("stall_timeout", STALL_TIMEOUT_S)
+    fields["extra"] = {**ran, **fields.get("extra", {})}  # what ran (a lab names its own)
+    warm = ("function", files[PAYLOAD]) if PAYLOAD in files else None  # a pool may run it
+    job = start_module(engine, np, RANK_WRAPPER, rank_args, files=files, warm=warm, **fields)
+    if echo and in_kernel():
+        from workbench.ui.rank_output import RankOutput
+
+        RankOutput(job).show()
+    return job
 
 
 def place(cfg: JobConfig, module: str, args: list[str], files: dict[str, bytes] | None = None,

@@ -29,7 +29,7 @@ def run_workers(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (
     processes, in a gloo group if `distributed`; return their values by rank. `name`: the
     run's label; `timeout`: seconds of running, not of waiting for cores; `names`: how errors
     name each process; `settings`: the lab's, recorded in `config.json`."""
-    from workbench.launch.user_code import launch
+    from workbench.launch.starting import launch
 
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
