@@ -24,6 +24,8 @@ from _other_user import folder_for_other, needs_other_user
 from _session_pools import rank_pids
 
 import workbench
+from workbench.config import ConfigError
+from workbench.launch import job as job_module
 from workbench.launch.pool_call import WarmRanks
 from workbench.records import list_runs, read_json
 from workbench.ui import RunPanel
@@ -271,6 +273,23 @@ def test_a_raising_rank_is_named_and_the_pool_runs_on(pool):
     assert job.summary["interrupted_ranks"] == []   # rank 0 returned by itself: no restart
     ok = pool.run(sum_of_ranks, 1)
     assert _wait_call(ok) == "succeeded" and pool.restarts == []
+
+
+@pytest.mark.timeout(300)
+def test_a_call_that_cannot_start_leaves_the_pools_line(pool, monkeypatch):
+    """A call whose run folder cannot be made (here: the name another run drew in the same
+    second, which a suite run met) fails in one line and gives up its place: before, it
+    stayed first in the pool's line, and every later call queued behind it for ever."""
+    def taken(runs_dir, label):
+        raise ConfigError(f"invalid --runs-dir {runs_dir!r}: cannot create it (File exists)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(job_module, "new_run_dir", taken)
+        with pytest.raises(ConfigError, match="File exists"):
+            pool.run(sum_of_ranks, 1)
+    assert pool.line == []
+    after = pool.run(sum_of_ranks, 1)
+    assert after.wait(60) == "succeeded", (after.status, after.waiting_for)
 
 
 @pytest.mark.timeout(300)

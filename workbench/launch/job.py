@@ -58,37 +58,37 @@ class Job:
     def __init__(self, cfg: JobConfig, launcher: Launcher, ticket: Any,
                  files: dict[str, bytes] | None = None) -> None:
         self.config, self.launcher, self.world_size = cfg, launcher, cfg.world_size
-        self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, cfg.run_label)
-        # First, so that a run stopped while queued is on record too (secret values are not).
-        write_json_atomic(self.run_dir / "config.json",
-                          {**cfg.to_dict(), "env": recorded(cfg.env)}, launcher.durable)
-        for name, data in (files or {}).items():  # inputs the ranks read as they start
-            make_folder((self.run_dir / name).parent)  # e.g. user/
-            with atomic_file(self.run_dir / name) as f:
-                f.write(data)
         self.warnings: list[str] = []
         self._status, self._done, self._lock = "running", threading.Event(), threading.Lock()
-        self._reader = MetricsReader(self.run_dir)
         self.summary: dict[str, Any] | None = None  # summary.json's, once the job has ended
         self._stopping = self._launched = False  # once stopping, every owner beat says "stop"
         self.started_at = self.asked_at = time.time()  # s since the epoch; queued: asked at
         self._ticket = ticket
-        try:
-            ticket.join(self.run_id)
-        except BaseException:  # the queue cannot be reached (its lock held for long, say):
-            shutil.rmtree(self.run_dir, ignore_errors=True)  # no run, and no half record
-            raise
-        if launcher.shares_this_host and cfg.oversubscribed():  # said at once
-            self.warn(f"{cfg.world_size} ranks x {cfg.resolved_threads()} threads exceed the "
-                      f"{cpu_budget().usable} cores this host gives us: ranks will share cores "
-                      "and speedups will flatten")
-        if ticket.poll():
+        try:  # a job that fails to start gives its ticket up (a pool's call holds its line)
+            self.run_id, self.run_dir = new_run_dir(cfg.runs_dir, cfg.run_label)
+            self._reader = MetricsReader(self.run_dir)
+            # First, so that a run stopped while queued is on record too (secret values are not)
+            write_json_atomic(self.run_dir / "config.json",
+                              {**cfg.to_dict(), "env": recorded(cfg.env)}, launcher.durable)
+            for name, data in (files or {}).items():  # inputs the ranks read as they start
+                make_folder((self.run_dir / name).parent)  # e.g. user/
+                with atomic_file(self.run_dir / name) as f:
+                    f.write(data)
             try:
-                self._launch()
-            except BaseException:
-                ticket.release()
+                ticket.join(self.run_id)
+            except BaseException:  # the queue cannot be reached (its lock held for long, say):
+                shutil.rmtree(self.run_dir, ignore_errors=True)  # no run, and no half record
                 raise
-        else:
+            if launcher.shares_this_host and cfg.oversubscribed():  # said at once
+                self.warn(f"{cfg.world_size} ranks x {cfg.resolved_threads()} threads exceed "
+                          f"the {cpu_budget().usable} cores this host gives us: ranks will "
+                          "share cores and speedups will flatten")
+            if launched := ticket.poll():
+                self._launch()
+        except BaseException:
+            ticket.release()
+            raise
+        if not launched:
             self._status = "queued"
             liveness.owner_beat(self.run_dir)  # a queued run is looked after too: not "lost"
             _LIVE_JOBS.add(self)  # and stopped when Python exits, before it launches

@@ -6,6 +6,7 @@ modes are set explicitly, never by the umask. See docs/ARCHITECTURE.md.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -91,18 +92,22 @@ def read_json(path: Path, quiet: bool = False) -> Any | None:
 
 def new_run_dir(runs_dir: str | Path, label: str) -> tuple[str, Path]:
     """(run_id, path) of a fresh run folder (mode: private.py), or a one-line ConfigError."""
-    mode = run_folder_mode()
-    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{label}-{secrets.token_hex(2)}"
-    path = Path(runs_dir).expanduser().resolve() / run_id
+    mode, path = run_folder_mode(), Path(runs_dir).expanduser().resolve() / label
     try:
         if problem := folder_problem(os.stat(make_folder(path.parent, mode))):
             raise ConfigError(f"invalid --runs-dir {str(runs_dir)!r}: {path.parent} {problem}, "
                               "who could swap your runs for others: use a folder of your own")
-        os.mkdir(path, mode)
+        for _ in range(100):  # another run of `label` may draw our 4 hex digits in our second
+            path = path.parent / f"{time.strftime('%Y%m%d-%H%M%S')}-{label}-{secrets.token_hex(2)}"
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path, mode)
+                break
+        else:
+            raise FileExistsError(errno.EEXIST, "every name drawn was taken")
         set_mode(path, mode)
         for sub in ("logs", "pids", "exit", "metrics", "heartbeat"):
             make_folder(path / sub)
     except OSError as exc:
         raise ConfigError(f"invalid --runs-dir {str(runs_dir)!r}: cannot create {path} "
                           f"({exc.strerror or exc}); choose a folder you can write to") from None
-    return run_id, path
+    return path.name, path
