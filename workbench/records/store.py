@@ -92,13 +92,14 @@ def read_json(path: Path, quiet: bool = False) -> Any | None:
 
 def new_run_dir(runs_dir: str | Path, label: str) -> tuple[str, Path]:
     """(run_id, path) of a fresh run folder (mode: private.py), or a one-line ConfigError."""
-    mode, path = run_folder_mode(), Path(runs_dir).expanduser().resolve() / label
+    mode = run_folder_mode()
+    path = parent = Path(runs_dir).expanduser().resolve()  # `path`: what an error names
     try:
-        if problem := folder_problem(os.stat(make_folder(path.parent, mode))):
-            raise ConfigError(f"invalid --runs-dir {str(runs_dir)!r}: {path.parent} {problem}, "
+        if problem := folder_problem(os.stat(make_folder(parent, mode))):
+            raise ConfigError(f"invalid --runs-dir {str(runs_dir)!r}: {parent} {problem}, "
                               "who could swap your runs for others: use a folder of your own")
         for _ in range(100):  # another run of `label` may draw our 4 hex digits in our second
-            path = path.parent / f"{time.strftime('%Y%m%d-%H%M%S')}-{label}-{secrets.token_hex(2)}"
+            path = parent / f"{time.strftime('%Y%m%d-%H%M%S')}-{label}-{secrets.token_hex(2)}"
             with contextlib.suppress(FileExistsError):
                 os.mkdir(path, mode)
                 break
