@@ -62,11 +62,10 @@ def guard_slurm(owner: int, name: str) -> int:
 def end(proc: subprocess.Popen[bytes]) -> int:
     """SIGTERM `proc`, SIGKILL it after GRACE_S; its exit code."""
     proc.terminate()
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         return proc.wait(timeout=GRACE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
+    proc.kill()
+    return proc.wait()
 
 
 def exit_code(returncode: int) -> int:

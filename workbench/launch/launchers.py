@@ -124,10 +124,9 @@ class Local(Launcher):
         self.pid = self.proc.pid
 
     def exit_code(self, within_s: float = 0.0) -> int | None:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             return self.proc.wait(within_s) if within_s else self.proc.poll()
-        except subprocess.TimeoutExpired:
-            return None
+        return None
 
     def pause(self) -> None:
         if self.exit_code(POLL_S) is not None:
@@ -202,10 +201,9 @@ def job_processes(run_id: str, run_dir: Path, launcher_pid: int | None) -> list[
 
 
 def _alive(proc: psutil.Process) -> bool:
-    try:
+    with contextlib.suppress(psutil.Error):
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return False
 
 
 def end_job_processes(run_id: str, run_dir: Path, launcher_pid: int | None) -> list[int]:

@@ -222,12 +222,11 @@ def queue_state(job_id: str) -> tuple[str, str] | None:
 
 def _final_state(job_id: str) -> dict[str, str]:
     """`scontrol show job`'s fields (JobState, ExitCode "exit:signal", ...), or {}."""
-    try:
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True,
                              text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    return dict(re.findall(r"(\w+)=(\S*)", out))
+        return dict(re.findall(r"(\w+)=(\S*)", out))
+    return {}
 
 
 def run_status(run_dir: Path) -> str | None:
