@@ -79,8 +79,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     for label, value, fmt in rows:
         if value is not None:
             print(f"  {label:<15} {fmt.format(value)}")
-    failure = summary.get("failure")
-    if failure:
+    if failure := summary.get("failure"):
         who = f"rank {failure['rank']}" if failure.get("rank") is not None else "launcher"
         print(f"  failed in {who}: {failure.get('error')}")
         tail = "\n".join((failure.get("log_tail") or "").splitlines()[-10:])

@@ -153,8 +153,7 @@ class Job:
         """Each rank's return value, in rank order, loaded only from a run folder of your own
         (records/private.py); RuntimeError names the ranks that have not returned."""
         paths = [self.run_dir / "results" / f"rank{r}.pkl" for r in range(self.world_size)]
-        missing = [r for r, path in enumerate(paths) if not path.exists()]
-        if missing:
+        if missing := [r for r, path in enumerate(paths) if not path.exists()]:
             raise RuntimeError(f"rank(s) {missing} of {self.run_id} have not returned a value"
                                f" (the job is {self.status}; job.wait() waits for the end)")
         return [load_own_pickle(path, self.run_dir) for path in paths]

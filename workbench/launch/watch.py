@@ -32,8 +32,7 @@ class Watcher:
         rc = launcher.exit_code()
         exits = blame.exit_records(self.run_dir, self.world_size)
         ranks = known_ranks(self.run_dir, self.world_size)
-        vanished = launcher.vanished(exits, ranks, rc is not None)
-        if vanished:
+        if vanished := launcher.vanished(exits, ranks, rc is not None):
             time.sleep(POLL_S)  # it may have written its exit record as it ended
             exits = blame.exit_records(self.run_dir, self.world_size)
             ranks = known_ranks(self.run_dir, self.world_size)
@@ -49,8 +48,7 @@ class Watcher:
                     and time.monotonic() - self.first_error_at < launcher.decide_within_s):
                 return None
         elif all_ok and rc is None:  # the launcher tidies up after its ranks: a moment
-            rc = launcher.exit_code(TIDY_UP_S)
-            rc = 0 if rc is None else rc
+            rc = launcher.exit_code(TIDY_UP_S) or 0  # None, still tidying up: no failure
         launcher_failed = not failures and rc is not None and not (all_ok and rc == 0)
         log = RunRecord(self.run_dir).log("launcher", last=60) if launcher_failed else ""
         return outcome(self.world_size, exits, failures, set(ranks), rc, launcher.ending, log)
