@@ -67,7 +67,6 @@ def _epoch_line(e: dict[str, Any], epochs: int, world: int) -> str:
 
 
 def print_summary(summary: dict[str, Any]) -> None:
-    """A short human-readable summary of a finished run."""
     status = summary.get("status", "?")
     print(f"{status}: {summary.get('run_id')}")
     rows = [("final loss", summary.get("final_loss"), "{:.4f} (held-out samples)"),

@@ -292,7 +292,6 @@ class Job:
         return survivors
 
     def _end_processes(self, status: str) -> list[int]:
-        """Stop remote ranks, have the launcher end the rest, give the cores back; survivors."""
         self._stopping, survivors = True, []
         try:
             liveness.owner_beat(self.run_dir, stop=True)

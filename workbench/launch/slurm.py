@@ -32,6 +32,7 @@ from workbench.records.store import open_file
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
                  "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "REQUEUE_HOLD",
                  "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
+UNKNOWN = ("UNKNOWN", "")  # `queue_state` when squeue does not answer
 #: Seconds between two questions to Slurm's controller (each a process and an RPC).
 QUERY_EVERY_S = 1.0
 #: How long `sbatch` may take to answer, in seconds.
@@ -168,7 +169,6 @@ class SlurmBatch(Launcher):
         return self.returncode
 
     def end(self, status: str, timeout: float = 10.0) -> list[int]:
-        """`scancel` the job, wait until Slurm has ended it, end the guard and what is left."""
         try:
             if self.exit_code(0.01) is None:
                 subprocess.run(["scancel", self.job_id], capture_output=True, timeout=30)
@@ -201,9 +201,6 @@ class SlurmBatch(Launcher):
 
     def facts(self) -> dict[str, Any]:
         return {"slurm_job_id": self.job_id, "slurm_state": self.state}
-
-
-UNKNOWN = ("UNKNOWN", "")
 
 
 def queue_state(job_id: str) -> tuple[str, str] | None:
