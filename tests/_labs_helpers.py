@@ -77,6 +77,6 @@ def assert_recorded_and_reaped(runs_dir: str | Path, runs: int = 1,
         assert len(list((record.run_dir / "pids").glob("rank*.pid"))) == n
         if status == "succeeded":
             assert len(list((record.run_dir / "exit").glob("rank*.json"))) == n
-        assert job_processes(record.run_id, record.run_dir, None) == []
+        assert job_processes(record.run_id) == []
     assert live_children() == []
     return records

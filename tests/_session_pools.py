@@ -16,7 +16,7 @@ SESSION_POOLS: list = []
 def session_pool_pids() -> set[int]:
     """The pids of every process of the session's pools: launcher, guard and ranks."""
     return {p.pid for pool in SESSION_POOLS if pool.alive
-            for p in job_processes(pool.job.run_id, pool.job.run_dir, pool.job.launcher_pid)}
+            for p in job_processes(pool.job.run_id, pool.job.launcher_pid)}
 
 
 def rank_pids(run_dir: Path) -> dict[int, int]:

@@ -268,7 +268,7 @@ def test_the_raising_rank_is_blamed_and_the_ended_rank_says_so(failed_torch_job)
     ended = read_json(job.run_dir / "exit" / "rank0.json")
     assert ended["ok"] is False and ended["ended_by"] == "SIGTERM", ended
     assert "ended by SIGTERM" in failure["others"][0]
-    assert not job_processes(job.run_id, job.run_dir, None)
+    assert not job_processes(job.run_id)
 
 
 # ------------------------------------------------------------ a squatted rendezvous port

@@ -55,7 +55,7 @@ def wait_for(predicate, timeout: float = 60.0, what: str = "condition") -> None:
 
 
 def no_process_left(job: workbench.Job) -> bool:
-    return job_processes(job.run_id, job.run_dir, None) == []
+    return job_processes(job.run_id) == []
 
 
 # ----------------------------------------------------------------- the central invariant
@@ -231,7 +231,7 @@ def test_ranks_exit_when_the_process_that_started_them_dies(tmp_path):
     wait_for(lambda: len(rank_pids(run_dir)) == 2, what="ranks to start")
     owner.kill()
     owner.wait()
-    wait_for(lambda: job_processes(run_dir.name, run_dir, None) == [], timeout=15,
+    wait_for(lambda: job_processes(run_dir.name) == [], timeout=15,
              what="ranks to exit after their owner died")
 
 
@@ -263,7 +263,7 @@ def test_ctrl_c_during_workbench_run_stops_the_job(tmp_path):
             proc.kill()
         proc.wait()
     assert load_run(run_dir).status == "stopped"
-    assert job_processes(run_dir.name, run_dir, None) == []
+    assert job_processes(run_dir.name) == []
 
 
 def test_naive_engine_is_started_by_torchrun():

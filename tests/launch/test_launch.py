@@ -105,7 +105,7 @@ def test_stop_leaves_no_process(tmp_path):
     job.stop()
     assert job.status == "stopped"
     assert not live_rank_pids(job.run_dir)
-    assert not job_processes(job.run_id, job.run_dir, job.launcher_pid)
+    assert not job_processes(job.run_id, job.launcher_pid)
 
 
 def test_an_unpicklable_function_is_refused_before_anything_starts(tmp_path):

@@ -104,7 +104,7 @@ def wait_for(condition, timeout: float, what: str, period: float = 0.1) -> None:
 
 
 def assert_no_rank_left(job: Job) -> None:
-    left = job_processes(job.run_id, job.run_dir, None)
+    left = job_processes(job.run_id)
     assert not left, f"processes of {job.run_id} still running: {[p.pid for p in left]}"
 
 
@@ -388,7 +388,7 @@ def test_slurm_job_ends_with_its_owner_and_is_not_requeued(cluster: str,
     assert len(MetricsReader(run_dir).all()) == steps, "the ranks kept training"
     assert "is gone: cancelling Slurm job" in (run_dir / "logs" / "launcher.log").read_text()
     # What may be left is the guard, which ends once scancel has answered (under load, seconds).
-    wait_for(lambda: not job_processes(run_dir.name, run_dir, None), 30,
+    wait_for(lambda: not job_processes(run_dir.name), 30,
              "every process of the cancelled job to end", 0.5)
 
     node = subprocess.run(["sinfo", "-h", "-o", "%N"], capture_output=True,

@@ -433,7 +433,7 @@ def job_processes_here(job: workbench.Job):
     """The job's processes on the launcher's host: the launcher, its ssh clients, ..."""
     from workbench.launch.launchers import job_processes
 
-    return job_processes(job.run_id, job.run_dir, job.launcher_pid)
+    return job_processes(job.run_id, job.launcher_pid)
 
 
 def test_remote_ranks_leave_when_their_owner_dies(on_cluster: Cluster) -> None:

@@ -77,7 +77,7 @@ def test_a_hung_run_times_out_with_the_workers_named(tmp_path, monkeypatch):
                     names=["a", "b"])
     (record,) = list_runs(tmp_path)
     assert record.status == "stopped"
-    assert job_processes(record.run_id, record.run_dir, None) == []
+    assert job_processes(record.run_id) == []
 
 
 def _caller(tmp_path: Path) -> subprocess.Popen:
@@ -112,7 +112,7 @@ def test_ctrl_c_in_the_caller_stops_the_run_and_leaves_no_process(tmp_path):
     assert "KeyboardInterrupt" in err
     (record,) = list_runs(tmp_path)
     assert record.status == "stopped"
-    assert job_processes(record.run_id, record.run_dir, None) == []
+    assert job_processes(record.run_id) == []
 
 
 def test_workers_exit_when_their_caller_is_killed(tmp_path):
@@ -120,7 +120,7 @@ def test_workers_exit_when_their_caller_is_killed(tmp_path):
     caller.kill()
     caller.communicate()
     (record,) = list_runs(tmp_path)
-    wait_for(lambda: job_processes(record.run_id, record.run_dir, None) == [], timeout=15,
+    wait_for(lambda: job_processes(record.run_id) == [], timeout=15,
              what="the workers and their launcher to exit after their caller died")
 
 

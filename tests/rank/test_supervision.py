@@ -101,7 +101,7 @@ def test_an_unwritable_summary_ends_the_job_failed_not_running(tmp_path, modules
     assert job.wait(30) == "failed"
     failure = job.summary["failure"]
     assert "could not write" in failure["error"] and "summary.json" in failure["error"]
-    assert job_processes(job.run_id, job.run_dir, None) == []
+    assert job_processes(job.run_id) == []
 
 
 def test_a_corrupt_config_fails_the_rank_at_once_naming_the_file(tmp_path, modules):
@@ -196,7 +196,7 @@ def test_a_run_whose_owner_died_is_listed_as_lost(tmp_path, modules, capsys, mon
     finally:
         owner.kill()
         owner.wait()
-    until(lambda: job_processes(run_dir.name, run_dir, None) == [], timeout=15,
+    until(lambda: job_processes(run_dir.name) == [], timeout=15,
           what="the rank to leave with its owner")
     assert RunRecord(run_dir).status == "lost"
     assert cli_main(["runs", "--runs-dir", str(tmp_path), "--json"]) == 0
@@ -213,7 +213,7 @@ def test_ranks_get_an_allow_listed_environment_and_the_env_field(tmp_path, modul
                        env=["WB_FORWARDED=forwarded-value", "WB_NAMED"])
     try:
         until_ranks(job, 2)
-        procs = job_processes(job.run_id, job.run_dir, job.launcher_pid)
+        procs = job_processes(job.run_id, job.launcher_pid)
         pids = set(rank_pids(job.run_dir).values())
         assert pids <= {p.pid for p in procs}
         for proc in procs:        # horovodrun, its shells and the ranks
@@ -250,7 +250,7 @@ def test_stop_reaches_a_rank_through_the_owners_heartbeat(tmp_path, modules):
     assert time.monotonic() - began <= 5.0
     assert job.status == "stopped"
     assert "rank exiting: the job was stopped" in job.record().log(0)
-    assert job_processes(job.run_id, job.run_dir, None) == []
+    assert job_processes(job.run_id) == []
 
 
 # ----------------------------------------------------------------- the launcher's guard

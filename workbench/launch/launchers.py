@@ -171,7 +171,7 @@ class Local(Launcher):
         return f"the {self.cfg.engine} launcher exited with code {rc}"
 
     def end(self, status: str) -> list[int]:
-        survivors = end_job_processes(self.run_id, self.run_dir, self.pid)
+        survivors = end_job_processes(self.run_id, self.pid)
         self.exit_code(2.0)  # reap it
         return survivors
 
@@ -183,7 +183,7 @@ class Ssh(Local):
         return 0
 
 
-def job_processes(run_id: str, run_dir: Path, launcher_pid: int | None) -> list[psutil.Process]:
+def job_processes(run_id: str, launcher_pid: int | None = None) -> list[psutil.Process]:
     """The live processes of the job here: the launcher's tree, and (horovodrun starts each rank
     in a session of its own) every process whose environment carries the job's run id."""
     found: dict[int, psutil.Process] = {}
@@ -206,10 +206,10 @@ def _alive(proc: psutil.Process) -> bool:
     return False
 
 
-def end_job_processes(run_id: str, run_dir: Path, launcher_pid: int | None) -> list[int]:
+def end_job_processes(run_id: str, launcher_pid: int | None = None) -> list[int]:
     """End every process of the job on this host, with SIGTERM, then SIGKILL what is left
     2 s later; the pids of any that survived SIGKILL."""
-    alive = job_processes(run_id, run_dir, launcher_pid)
+    alive = job_processes(run_id, launcher_pid)
     for send in (psutil.Process.terminate, psutil.Process.kill):
         for proc in alive:
             with contextlib.suppress(psutil.Error):

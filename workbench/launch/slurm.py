@@ -175,7 +175,7 @@ class SlurmBatch(Launcher):
                 self.exit_code(timeout)  # (on a timeout, the sweep below still runs)
         finally:  # the job has ended, or has just been cancelled
             end_process(self.guard)
-        return end_job_processes(self.run_id, self.run_dir, None)
+        return end_job_processes(self.run_id)
 
     def ending(self, rc: int) -> str:
         return (f"Slurm job {self.job_id} ended {self.state} (exit code "
