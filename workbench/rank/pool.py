@@ -44,10 +44,8 @@ class Rank:
         channel.send(self.conn, {"op": "hello", "rank": self.ctx.rank, "pid": os.getpid()})
         threading.Thread(target=self._read, name="pool-reader", daemon=True).start()
         while (message := self.calls.get()) is not None:
-            header, payload = message
-            ok, left = self.run_call(header, payload)
-            channel.send(self.conn, {"op": "done", "id": header["id"], "rank": self.ctx.rank,
-                                     "ok": ok, "left": left})
+            left = self.run_call(*message)
+            channel.send(self.conn, {"op": "done", "id": message[0]["id"], "left": left})
 
     def _read(self) -> None:
         """Messages from the owner: calls queue up; an interrupt stops the running call."""
@@ -65,23 +63,21 @@ class Rank:
         if self.running is not None:  # between calls there is nothing to interrupt
             raise KeyboardInterrupt("stopped by the pool's owner")
 
-    def run_call(self, header: dict[str, Any], payload: bytes) -> tuple[bool, list[str]]:
-        """Run one call: (whether it returned, the threads it left); its os.environ is undone."""
+    def run_call(self, header: dict[str, Any], payload: bytes) -> list[str]:
+        """Run one call: the threads it left running; its os.environ is undone."""
         ctx = self.ctx
         ctx.metric("event", message="call", run_id=header["run_id"])
         call = RankContext(Path(header["dir"]), ctx.rank, ctx.size, ctx.local_rank,
                            t0=header["t0"], owns_process=False)
-        environ, threads, ok = dict(os.environ), set(threading.enumerate()), False
-        with contextlib.suppress(BaseException):  # in the call's exit record and log
-            with call:
-                self.running = header["id"]
-                try:
-                    value = run_attached(call, lambda _: execute(header, payload),
-                                         own_code=header["kind"] != "module")
-                finally:
-                    self.running = None
-                save_result(call.run_dir, ctx.rank, value)
-            ok = True
+        environ, threads = dict(os.environ), set(threading.enumerate())
+        with contextlib.suppress(BaseException), call:  # in the call's exit record and log
+            self.running = header["id"]
+            try:
+                value = run_attached(call, lambda _: execute(header, payload),
+                                     own_code=header["kind"] != "module")
+            finally:
+                self.running = None
+            save_result(call.run_dir, ctx.rank, value)
         attach(ctx)
         call.restore()
         os.environ.clear()
@@ -89,7 +85,7 @@ class Rank:
         new = [t for t in threading.enumerate() if t not in threads]
         for thread in new:
             thread.join(0.05)  # one about to end is no leak
-        return ok, [t.name for t in new if t.is_alive()]
+        return [t.name for t in new if t.is_alive()]
 
 
 #: The namespace that the cells run with `keep` share, for this rank process's life.
