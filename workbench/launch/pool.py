@@ -113,12 +113,11 @@ class Pool(contextlib.AbstractContextManager):
     """`np` warm ranks of `engine` with JobConfig's `fields`: see `ranks()`."""
 
     def __init__(self, np: int, engine: str, fields: dict[str, Any]) -> None:
-        if engine not in ("horovod", "torch"):
-            raise ConfigError(f"a pool of warm ranks runs on engine horovod or torch, not "
-                              f"{engine!r}")
-        if fields["launcher"] not in ("local", "slurm"):
-            raise ConfigError(f"a pool of warm ranks runs on launcher local or slurm, not "
-                              f"{fields['launcher']!r}")
+        for what, value, allowed in (("engine", engine, ("horovod", "torch")),
+                                     ("launcher", fields["launcher"], ("local", "slurm"))):
+            if value not in allowed:
+                raise ConfigError(f"a pool of warm ranks runs on {what} {' or '.join(allowed)}, "
+                                  f"not {value!r}")
         self.np, self.engine, self.runs_dir, self.fields = np, engine, fields["runs_dir"], fields
         self.cfg = JobConfig(engine=engine, np=np, stall_timeout=IDLE_FOR_EVER_S,
                              **fields).validate()  # bad: one line
