@@ -90,9 +90,8 @@ def source_of(*roots: Any) -> tuple[dict, dict]:
     """({(name, first line): file}, {file: lines}) of the functions `roots` use, which the
     rank puts back: cloudpickle renames their files "<dynamic-code>", and a notebook cell
     exists only in this kernel, so a rank's traceback could show neither."""
-    files: dict[tuple[str, int], str] = {}
-    for f in functions_used(*roots):
-        files[(f.__code__.co_name, f.__code__.co_firstlineno)] = f.__code__.co_filename
+    files: dict[tuple[str, int], str] = {(f.__code__.co_name, f.__code__.co_firstlineno):
+                                         f.__code__.co_filename for f in functions_used(*roots)}
     return files, {name: linecache.getlines(name) for name in set(files.values())}
 
 
