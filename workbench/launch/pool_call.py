@@ -14,7 +14,6 @@ from workbench.config import JobConfig
 from workbench.launch.launchers import POLL_S, Exits, Launcher, Ranks
 from workbench.records.blame import Failure
 
-#: The rank module a pool's ranks run.
 POOL_RANK_MODULE = "workbench.rank.pool"
 #: This process's pools (pool.py's `Pool`), by (engine, ranks, runs folder, launcher).
 POOLS: dict[tuple[str, int, str, str], Any] = {}
