@@ -54,12 +54,10 @@ def interrupt_once() -> Iterator[None]:
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         yield
         return
-    pressed: list[int] = []
 
     def once(signum: int, frame: object) -> None:
-        pressed.append(signum)
-        if len(pressed) == 1:
-            raise KeyboardInterrupt
+        signal.signal(signal.SIGINT, lambda *_: None)  # (not SIG_IGN: a child would inherit it)
+        raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, once)
     try:
