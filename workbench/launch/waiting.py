@@ -39,7 +39,6 @@ def wait_turn(job: Any, every_s: float = 1.0) -> None:
 
 
 def stop_waiting(job: Any, reason: str | None) -> StoppedWaiting:
-    """Stop `job`, interrupted while it waited for `reason`."""
     job.stop()
     return StoppedWaiting(f"run {job.run_id} stopped after waiting "
                           f"{time.time() - job.asked_at:.0f} s for {reason}")
