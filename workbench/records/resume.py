@@ -22,28 +22,25 @@ def apply_resume(cfg: JobConfig) -> JobConfig:
     are inherited; `ConfigError` if no such run of ours saved a checkpoint."""
     if not cfg.resume:
         return cfg
+    bad = f"invalid --resume {cfg.resume!r}"
     try:
         record = load_run(cfg.resume, cfg.runs_dir)
     except FileNotFoundError as exc:
-        raise ConfigError(f"invalid --resume {cfg.resume!r}: {exc}") from None
+        raise ConfigError(f"{bad}: {exc}") from None
     config = record.run_dir / "config.json"
     try:  # its configuration (env, sbatch_arg, hosts) and checkpoint would be trusted
         data = read_own(config, record.run_dir)
     except OSError as exc:  # ForeignRecord is one
-        raise ConfigError(f"invalid --resume {cfg.resume!r}: {exc}; resume only your own "
-                          "runs") from None
+        raise ConfigError(f"{bad}: {exc}; resume only your own runs") from None
     if not (record.run_dir / CHECKPOINT).exists():
-        raise ConfigError(f"invalid --resume {cfg.resume!r}: run {record.run_id} saved no "
-                          "checkpoint (run it with --checkpoint-every N to save one every N "
-                          "epochs)")
+        raise ConfigError(f"{bad}: run {record.run_id} saved no checkpoint (run it with "
+                          "--checkpoint-every N to save one every N epochs)")
     try:
         old = json.loads(data)
     except ValueError as exc:
-        raise ConfigError(f"invalid --resume {cfg.resume!r}: {config}: not valid JSON ({exc})"
-                          ) from None
+        raise ConfigError(f"{bad}: {config}: not valid JSON ({exc})") from None
     if not isinstance(old, dict):
-        raise ConfigError(f"invalid --resume {cfg.resume!r}: {config} does not hold a "
-                          "configuration (a JSON object)")
+        raise ConfigError(f"{bad}: {config} does not hold a configuration (a JSON object)")
     fields = {f.name for f in dataclasses.fields(JobConfig)}
     inherited = {k: v for k, v in old.items()
                  if k in fields and k not in NOT_INHERITED and k not in cfg.given}
