@@ -22,8 +22,6 @@ KINDS = ("vanished", "error", "ended")
 
 @dataclass(frozen=True)
 class Failure:
-    """One rank's failure as the watcher sees it."""
-
     rank: int
     kind: str     # one of KINDS
     at: float     # seconds since the epoch, on the watcher's clock

@@ -96,7 +96,6 @@ MAX_RETURN_BYTES = 64 << 20
 
 
 def load_own_pickle(path: Path, run_dir: Path) -> Any:
-    """Unpickle a rank's return value `path` after `read_own`'s checks."""
     return pickle.loads(read_own(path, run_dir, max_bytes=MAX_RETURN_BYTES))
 
 
