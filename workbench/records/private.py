@@ -64,7 +64,6 @@ def check_own(st: os.stat_result, path: Path | str) -> None:
 
 def read_own(path: Path, run_dir: Path, secret: bool = False, max_bytes: int = 1 << 30) -> bytes:
     """`path`'s bytes if it and its folders under `run_dir` are ours (`secret`: 0600)."""
-    path, run_dir = Path(path), Path(run_dir)
     parts = path.relative_to(run_dir).parts
     folder = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     fd = os.open(run_dir, folder)

@@ -33,7 +33,6 @@ def open_file(path: Path, flags: int = os.O_WRONLY | os.O_APPEND, mode: int = FI
 
 def make_folder(path: Path, mode: int = FOLDER_MODE) -> Path:
     """Make folder `path` and its missing parents with exactly `mode`; `path`."""
-    path = Path(path)
     missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
     for folder in reversed(missing):
         with contextlib.suppress(FileExistsError):
