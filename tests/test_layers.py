@@ -365,7 +365,7 @@ def test_no_module_is_over_400_lines():
 
 #: Lines (all of them: code, blank, docstrings, comments) the machinery may take for what it
 #: does today: the jobs, launchers, core queue, pools, rank wrapper, loop and records.
-MACHINERY_LINES = 5_425
+MACHINERY_LINES = 5_400
 
 
 def test_the_machinery_stays_within_its_line_budget():
