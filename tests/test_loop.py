@@ -28,7 +28,7 @@ def step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, k: int, b: int) -> 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     hooked: list[int] = []
     outs, losses, marks = train_step(model, optimizer, Synchronizer(), x, y, k, b, WallClock(),
-                                     contextlib.nullcontext, lambda: hooked.append(1))
+                                     contextlib.nullcontext(), lambda: hooked.append(1))
     return torch.cat(outs), sum(losses), len(marks), len(hooked)
 
 
@@ -67,24 +67,31 @@ def test_steps_per_epoch_are_equal_on_every_rank_capped_and_refused_when_none_fi
 def test_the_step_log_writes_each_steps_line_from_its_own_tensors_a_batch_later() -> None:
     """Three steps of k = 2 micro-batches of 2, logged in batches of one step (every_s 0):
     each line's loss is the sum of its micro-batches', its accuracy its own right answers,
-    its times from its own marks, and it is written only once the next step is added."""
+    its times from its own marks, its epoch from its step (two an epoch), its bytes the
+    synchronizer's, and it is written only once the next step is added."""
     from workbench.training.timing import StepLog
 
     lines: list[dict] = []
-    ctx = SimpleNamespace(metric=lambda kind, *rows: lines.extend(rows))
-    log = StepLog(ctx, WallClock())
+    ctx = SimpleNamespace(metric=lambda kind, *rows: lines.extend(rows), now=lambda: 7.25)
+    sync = Synchronizer()
+    sync.bytes, sync.measure = 96, lambda: {"sent_bytes": 48}
+    sync.backward_wait_s = lambda: lambda: 0.125
+    log = StepLog(ctx, WallClock(), sync, steps_per_epoch=2)
     log.every_s = 0.0
     y = torch.tensor([0, 1, 1, 0])
     right = [torch.tensor([[5.0, 0.0], [0.0, 5.0]]), torch.tensor([[0.0, 5.0], [5.0, 0.0]])]
     wrong = [o.flip(1) for o in right]
     steps = [(right, [0.25, 0.5]), ([right[0], wrong[1]], [1.0, 2.0]), (wrong, [3.0, 4.0])]
     for s, (outs, losses) in enumerate(steps):
-        log.add({"step": s}, outs, [torch.tensor(v) for v in losses], y,
-                [10.0 * s, 10.0 * s + 0.5, 10.0 * s + 0.75, 10.0 * s + 1.0], lambda: 0.125)
+        log.add(s, y, outs, [torch.tensor(v) for v in losses],
+                [10.0 * s, 10.0 * s + 0.5, 10.0 * s + 0.75, 10.0 * s + 1.0])
         assert [line["step"] for line in lines] == list(range(s))   # a step later
     assert log.close() == (10.75, 6)                                  # the epoch's sums
     assert [line["loss"] for line in lines] == [0.75, 3.0, 7.0]
     assert [line["accuracy"] for line in lines] == [1.0, 0.5, 0.0]
+    assert [line["epoch"] for line in lines] == [0, 0, 1]
+    assert {(line["time"], line["samples"], line["sent_bytes"], line["synced_bytes"])
+            for line in lines} == {(7.25, 4, 48, 96)}
     for line in lines:
         assert (line["step_time_s"], line["compute_s"], line["sync_s"]) == pytest.approx(
             (1.0, 0.375, 0.375))
@@ -113,7 +120,7 @@ def test_the_ddp_clock_keeps_only_the_hook_of_the_gradient_computed_last(tmp_pat
         for k in (1, 2, 1, 3):
             order.clear()
             _, _, marks = train_step(ddp, optimizer, sync, x, y, k, len(y) // k, sync.clock,
-                                     contextlib.nullcontext, lambda: None)
+                                     contextlib.nullcontext(), lambda: None)
             assert [p is order[-1] for p in sync.hooks] == [True], k
             assert marks[0] < sync.ready <= sync.returned <= marks[1], k
             assert sync.backward_wait_s()() == sync.returned - sync.ready

@@ -9,7 +9,6 @@ synchronizes (docs/ARCHITECTURE.md, "The engines' rank modules").
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from collections.abc import Callable
@@ -47,8 +46,8 @@ def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimize
                train_samples=n_train, val_samples=len(setup.val_idx),
                cuda_initialized=torch.cuda.is_initialized(),
                cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
-    log, held_out = StepLog(ctx, setup.clock), None
-    precision = functools.partial(autocast, cfg, setup.device)
+    log, held_out = StepLog(ctx, setup.clock, sync, steps), None
+    precision = autocast(cfg, setup.device)  # entered by every micro-batch
     for epoch in range(setup.first_epoch, cfg.epochs):
         # Where the samples live (on a GPU: one copy an epoch, not one that waits each step).
         order = setup.train_idx[epoch_order(n_train, cfg.seed, epoch)].to(batches.x.device)
@@ -58,13 +57,8 @@ def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimize
                 global_step = epoch * steps + step
                 lab.before_step(global_step)         # a fault on purpose, a warm-up's rate
                 x, y = batches(shard(order, step, ctx.rank, ctx.size, k * b))
-                outs, losses, marks = train_step(model, optimizer, sync, x, y, k, b,
-                                                 setup.clock, precision, lab.after_backward)
-                synced = sync.synced_bytes()     # counted on the host: nothing to wait for
-                log.add({"time": round(ctx.now(), 6), "epoch": epoch, "step": global_step,
-                         "samples": len(y), **sync.measure(),
-                         **({} if synced is None else {"synced_bytes": synced})},
-                        outs, losses, y, marks, sync.backward_wait_s())
+                log.add(global_step, y, *train_step(model, optimizer, sync, x, y, k, b,
+                                                    setup.clock, precision, lab.after_backward))
         finally:                                     # every step's line, even on a fault
             loss_sum, correct = log.close()
         elapsed = time.perf_counter() - epoch_start  # training only: evaluation comes after
@@ -81,7 +75,7 @@ def train(ctx: RankContext, setup: ModelAndData, optimizer: torch.optim.Optimize
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Synchronizer,
                xs: torch.Tensor, ys: torch.Tensor, k: int, b: int, clock: WallClock | CudaClock,
-               precision: Callable[[], AbstractContextManager[Any]],
+               precision: AbstractContextManager[Any],
                after_backward: Callable[[], None]) -> tuple[list, list, list]:
     """One step of synchronous data-parallel SGD, the whole of it, on this rank's k·b
     samples `xs`, `ys` (k micro-batches of b); returns the outputs and the losses of the
@@ -95,13 +89,13 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, sync: Synchro
     micro_batches = zip(xs.split(b), ys.split(b), strict=True) if k > 1 else [(xs, ys)]
     for micro, (x, y) in enumerate(micro_batches):
         with sync.accumulating(model, last=micro == k - 1):
-            with precision():            # bf16 where --precision bf16
+            with precision:              # bf16 where --precision bf16
                 out = model(x)           # forward
                 loss = F.cross_entropy(out, y)  # the mean over the micro-batch ...
                 loss = loss / k if k > 1 else loss  # ... and over the k·b (the invariant's)
             loss.backward()              # DDP averages gradients during the last
-        outs.append(out.detach())
-        losses.append(loss.detach())
+        outs.append(out)                 # (kept as they are: backward() has freed what their
+        losses.append(loss)              # graph saved, and a detach() each is an operation)
     after_backward()                     # (a straggler lab's slow rank computes longer)
     marks.append(clock.mark())
     sync.wait_for_gradients(optimizer)   # Horovod, naive: the averages arrive here

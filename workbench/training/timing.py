@@ -5,10 +5,11 @@ Why: docs/ARCHITECTURE.md, "The engines' rank modules"."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from workbench.training.synchronizer import Synchronizer
 
 
 class WallClock:
@@ -17,8 +18,7 @@ class WallClock:
     #: Said next to the compute/sync chart, so a reader knows what was measured.
     what = "wall clock (time.perf_counter)"
 
-    def mark(self) -> Any:
-        return time.perf_counter()
+    mark = staticmethod(time.perf_counter)  # a builtin: no Python call of our own each step
 
     def settle(self, _mark: Any) -> None:
         pass  # what the CPU did is done
@@ -60,32 +60,38 @@ def split(clock: WallClock | CudaClock, marks: list[Any], backward_wait_s: float
 class StepLog:
     """A rank's step lines, every `every_s` seconds: it queues the losses and right answers
     of the steps since (one operation) and their copy to the host, and writes those queued
-    the time before, whose copy and clock are done by then: no step waits for the GPU."""
+    the time before, whose copy and clock are done by then: no step waits for the GPU. A
+    step leaves only its tensors, marks and counts; its line is made when written."""
 
     #: Seconds between writes: a live chart is up to twice that behind.
     every_s = 0.5
 
-    def __init__(self, ctx: Any, clock: WallClock | CudaClock) -> None:
-        self.ctx, self.clock, self.last = ctx, clock, time.monotonic()
+    def __init__(self, ctx: Any, clock: WallClock | CudaClock, sync: Synchronizer,
+                 steps_per_epoch: int) -> None:
+        self.ctx, self.clock, self.sync, self.last = ctx, clock, sync, time.monotonic()
+        self.steps_per_epoch = steps_per_epoch
         self.steps: list[tuple] = []       # the steps not queued yet
         self.queued: tuple | None = None   # (steps, losses, right answers, copied mark)
         self.loss_sum, self.correct = 0.0, 0
 
-    def add(self, fields: dict[str, Any], outs: list[torch.Tensor],
-            losses: list[torch.Tensor], y: torch.Tensor, marks: list[Any],
-            backward_wait_s: Callable[[], float]) -> None:
-        """A step: its line's fields, outputs, losses, labels, marks and wait in backward."""
-        self.steps.append((fields, outs, losses, y, marks, backward_wait_s))
+    def add(self, step: int, y: torch.Tensor, outs: list[torch.Tensor],
+            losses: list[torch.Tensor], marks: list[Any]) -> None:
+        """A step (counted from the job's start): its labels, outputs, losses and marks, the
+        time it ended, and the synchronizer's counts (bytes held, sent, all-reduced)."""
+        sync = self.sync  # (counted on the host: nothing to wait for)
+        self.steps.append((step, self.ctx.now(), sync.measure(), sync.synced_bytes(),
+                           sync.backward_wait_s(), outs, losses, y, marks))
         if time.monotonic() - self.last >= self.every_s:
             self.write()
             self.queue()
 
+    @torch.no_grad()  # the steps' outputs and losses are kept with their graphs
     def queue(self) -> None:
         steps, self.steps, self.last = self.steps, [], time.monotonic()
         if steps:
-            outs = torch.cat([o for step in steps for o in step[1]])
-            right = outs.argmax(1) == torch.cat([step[3] for step in steps])
-            losses = torch.stack([v for step in steps for v in step[2]])
+            outs = torch.cat([o for step in steps for o in step[5]])
+            right = outs.argmax(1) == torch.cat([step[7] for step in steps])
+            losses = torch.stack([v for step in steps for v in step[6]])
             self.queued = (steps, *(t.view(len(steps), -1).sum(1).to("cpu", non_blocking=True)
                                     for t in (losses, right)), self.clock.mark())
 
@@ -94,9 +100,11 @@ class StepLog:
             return
         (steps, losses, right, copied), self.queued = self.queued, None
         self.clock.settle(copied)  # on a GPU: long done (one event read)
-        rows = [{**fields, "loss": loss, "accuracy": hits / len(y),
-                 **split(self.clock, marks, waited())}
-                for (fields, _, _, y, marks, waited), loss, hits
+        rows = [{"time": round(now, 6), "epoch": step // self.steps_per_epoch, "step": step,
+                 "samples": len(y), **held_sent,
+                 **({} if synced is None else {"synced_bytes": synced}),
+                 "loss": loss, "accuracy": hits / len(y), **split(self.clock, marks, waited())}
+                for (step, now, held_sent, synced, waited, _, _, y, marks), loss, hits
                 in zip(steps, losses.tolist(), right.tolist(), strict=True)]
         self.ctx.metric("step", *rows)
         self.loss_sum += sum(losses.tolist())
