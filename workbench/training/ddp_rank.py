@@ -11,8 +11,8 @@ broadcasts rank 0's parameters and averages gradients bucket by bucket during `b
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -58,16 +58,15 @@ class DDPSync(Synchronizer):
         dist.all_reduce(values)  # in place, summing: what DDP's hook does, before dividing
         return values
 
-    @contextmanager
-    def accumulating(self, model: DDP, last: bool) -> Iterator[None]:
+    def accumulating(self, model: DDP, last: bool) -> AbstractContextManager[Any]:
         """`no_sync()` on all but the last micro-batch: DDP then only accumulates; the last
-        one's backward pass is timed."""
-        if not last:
-            with model.no_sync():
-                yield
-            return
+        one's backward pass is timed, by this synchronizer as its context."""
+        return self if last else model.no_sync()
+
+    def __enter__(self) -> None:
         self.left, self.ready = len(self.hooks), None
-        yield
+
+    def __exit__(self, *exc: object) -> None:
         self.returned = self.clock.mark()
 
     def sent_bytes(self) -> int:

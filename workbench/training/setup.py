@@ -74,15 +74,15 @@ class Batches:
 
     def __init__(self, data: Dataset, device: torch.device) -> None:
         self.device, self.x, self.y = device, data.x, data.y
-        if device.type != "cuda":
-            return
-        size = self.x.nbytes + self.y.nbytes
-        if size <= self.on_gpu_max_share * torch.cuda.get_device_properties(device).total_memory:
-            self.x, self.y = self.x.to(device), self.y.to(device)
+        if device.type == "cuda":
+            size, gpu = self.x.nbytes + self.y.nbytes, torch.cuda.get_device_properties(device)
+            if size <= self.on_gpu_max_share * gpu.total_memory:
+                self.x, self.y = self.x.to(device), self.y.to(device)
+        self.here = self.x.device == device  # (asked once: a step's device objects cost)
 
     def __call__(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The samples `idx`, which lie where the dataset does (loop.py puts them there)."""
-        if self.x.device == self.device:     # the CPU, or a dataset that lives on the GPU
+        if self.here:                        # the CPU, or a dataset that lives on the GPU
             return self.x[idx], self.y[idx]
         x = torch.empty((len(idx), *self.x.shape[1:]), dtype=self.x.dtype, pin_memory=True)
         y = torch.empty(len(idx), dtype=self.y.dtype, pin_memory=True)

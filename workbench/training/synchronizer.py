@@ -10,6 +10,9 @@ from typing import Any
 import torch
 from torch import nn
 
+#: The context of a step that needs none (reusable: nothing is made each step).
+NOTHING = nullcontext()
+
 
 class Synchronizer:
     """Each engine overrides what it needs; it is given the loop's optimizer and holds none."""
@@ -24,7 +27,7 @@ class Synchronizer:
 
     def stepping(self, optimizer: torch.optim.Optimizer) -> AbstractContextManager[Any]:
         """The context `optimizer.step()` runs in (Horovod: skip a second allreduce)."""
-        return nullcontext()
+        return NOTHING
 
     def backward_wait_s(self) -> Callable[[], float]:
         """Seconds the last backward pass itself was blocked on communication (DDP), else 0,
@@ -38,7 +41,7 @@ class Synchronizer:
     def accumulating(self, model: nn.Module, last: bool) -> AbstractContextManager[Any]:
         """The context of one micro-batch's forward and backward; `last`: the step's last
         (DDP: `no_sync()` on the others, so only the last backward all-reduces)."""
-        return nullcontext()
+        return NOTHING
 
     def synced_bytes(self) -> int | None:
         """Bytes of gradients this rank all-reduced in the last step, where the engine counts."""
