@@ -70,7 +70,9 @@ class StepLog:
                  steps_per_epoch: int) -> None:
         self.ctx, self.clock, self.sync, self.last = ctx, clock, sync, time.monotonic()
         self.steps_per_epoch = steps_per_epoch
-        self.steps: list[tuple] = []       # the steps not queued yet
+        # The steps not queued yet, in add()'s order: (step, end time, bytes held and sent,
+        # bytes all-reduced, wait in backward, outputs, losses, labels, marks).
+        self.steps: list[tuple] = []
         self.queued: tuple | None = None   # (steps, losses, right answers, copied mark)
         self.loss_sum, self.correct = 0.0, 0
 
